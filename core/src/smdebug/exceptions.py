@@ -1,0 +1,146 @@
+"""Exceptions raised by hooks, trials and rules (the names and arguments smdebug 1.0 users catch)."""
+
+from smdebug.modes import ModeKeys
+
+
+class SMDebugError(Exception):
+    """Base class of every smdebug error."""
+
+
+class SMDebugTypeError(SMDebugError, TypeError):
+    pass
+
+
+class SMDebugValueError(SMDebugError, ValueError):
+    pass
+
+
+class SMDebugRuntimeError(SMDebugError, RuntimeError):
+    pass
+
+
+class SMDebugNotImplementedError(SMDebugError, NotImplementedError):
+    pass
+
+
+class ConfigError(SMDebugValueError):
+    """A hook configuration (arguments or JSON file) is invalid; the message names the field."""
+
+
+class CorruptRunError(SMDebugError):
+    """A file of a saved run cannot be parsed; the message names the file (and offset)."""
+
+
+class InvalidCollectionConfiguration(SMDebugError):
+    def __init__(self, c_name):
+        super().__init__(c_name)
+        self.c_name = c_name
+
+    def __str__(self):
+        return f"Collection {self.c_name} has not been configured; configure it before the first step"
+
+
+class StepNotYetAvailable(SMDebugError):
+    def __init__(self, step, mode):
+        super().__init__(step, mode)
+        self.step, self.mode = step, mode
+
+    def __str__(self):
+        return f"Step {self.step} of mode {_name(self.mode)} not yet available"
+
+
+class StepUnavailable(SMDebugError):
+    def __init__(self, step, mode):
+        super().__init__(step, mode)
+        self.step, self.mode = step, mode
+
+    def __str__(self):
+        return f"Step {self.step} of mode {_name(self.mode)} is not available as it was not saved"
+
+
+class MissingCollectionFiles(SMDebugError):
+    def __str__(self):
+        return "Training job has ended. All the collection files could not be loaded"
+
+
+class IndexReaderException(SMDebugError):
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+class TensorUnavailableForStep(SMDebugError):
+    def __init__(self, tname, step, mode=ModeKeys.GLOBAL, has_reductions=False):
+        super().__init__(tname, step, mode, has_reductions)
+        self.tname, self.step, self.mode, self.has_reductions = tname, step, mode, has_reductions
+
+    def __str__(self):
+        msg = f"Value for tensor {self.tname} is not available for step {self.step} with mode {_name(self.mode)}"
+        if self.has_reductions:
+            msg += " as it was saved as reductions only; use reduction_value()"
+        return msg
+
+
+class ShapeUnavailableForStep(SMDebugError):
+    def __init__(self, tname, step, mode=ModeKeys.GLOBAL):
+        super().__init__(tname, step, mode)
+        self.tname, self.step, self.mode = tname, step, mode
+
+    def __str__(self):
+        return f"Shape for tensor {self.tname} is not available for step {self.step} with mode {_name(self.mode)}"
+
+
+class TensorUnavailable(SMDebugError):
+    def __init__(self, tname):
+        super().__init__(tname)
+        self.tname = tname
+
+    def __str__(self):
+        return f"Tensor {self.tname} was not saved."
+
+
+class InvalidWorker(SMDebugError):
+    def __init__(self, worker):
+        super().__init__(worker)
+        self.worker = worker
+
+    def __str__(self):
+        return f"Invalid Worker: {self.worker}"
+
+
+class NoMoreData(SMDebugError):
+    def __init__(self, step, mode, last_step):
+        super().__init__(step, mode, last_step)
+        self.step, self.mode, self.last_step = step, mode, last_step
+        self.msg = (
+            f"Looking for step {step} of mode {_name(mode)} and reached end of training. "
+            f"Max step available is {last_step}"
+        )
+
+    def __str__(self):
+        return self.msg
+
+
+class RuleEvaluationConditionMet(SMDebugError):
+    def __init__(self, rule_name, step, end_of_rule=False):
+        super().__init__(rule_name, step, end_of_rule)
+        self.rule_name, self.step, self.end_of_rule = rule_name, step, end_of_rule
+
+    def __str__(self):
+        return f"Evaluation of the rule {self.rule_name} at step {self.step} resulted in the condition being met"
+
+
+class InsufficientInformationForRuleInvocation(SMDebugError):
+    def __init__(self, rule_name, message):
+        super().__init__(rule_name, message)
+        self.rule_name, self.message = rule_name, message
+
+    def __str__(self):
+        return f"Insufficient information to invoke rule {self.rule_name}: {self.message}"
+
+
+def _name(mode):
+    return getattr(mode, "name", mode)

@@ -1,0 +1,429 @@
+"""BaseHook: the framework-neutral part of every hook.
+
+It keeps the step and per-mode step counters, decides which collections and tensors are due at the
+current step, computes reductions (through the reduction hooks, so a plugin reduces where the tensor
+lives) and hands host arrays to the off-thread writer. A framework plugin subclasses it and only adapts
+its framework: it calls ``begin_step``/``end_step`` at step boundaries and ``save_for_step`` for every
+tensor it sees.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import weakref
+from typing import Any, Iterable
+
+import numpy as np
+
+from smdebug import plugins
+from smdebug.collection import (
+    SCALAR_COLLECTIONS,
+    TRAIN_ONLY_COLLECTIONS,
+    Collection,
+    CollectionKeys,
+    CollectionManager,
+)
+from smdebug.config import ReductionConfig, SaveConfig, SaveConfigMode
+from smdebug.exceptions import ConfigError, SMDebugTypeError
+from smdebug.modes import ModeKeys, to_mode
+from smdebug.reductions import reduction_tensor_name
+from smdebug.store import Store
+from smdebug.writer import END_OF_JOB_FILE, RunWriter, collections_file_path
+
+logger = logging.getLogger("smdebug")
+
+SCALAR_PREFIX = "scalar/"
+DEFAULT_WORKER = "worker_0"
+_active_hook: BaseHook | None = None
+
+
+def get_hook() -> BaseHook | None:
+    """The hook most recently created in this process (auto-activated or user-made), if any."""
+    return _active_hook
+
+
+class BaseHook:
+    # What a framework plugin may override.
+    framework: str = ""
+    collection_class: type[Collection] = Collection
+    default_include_collections: tuple[str, ...] = ()  # always saved, whatever the configuration
+    builtin_collections: tuple[str, ...] = (
+        CollectionKeys.ALL,
+        CollectionKeys.DEFAULT,
+        CollectionKeys.WEIGHTS,
+        CollectionKeys.BIASES,
+        CollectionKeys.GRADIENTS,
+        CollectionKeys.LOSSES,
+    )
+
+    def __init__(
+        self,
+        out_dir: str | None = None,
+        export_tensorboard: bool = False,
+        tensorboard_dir: str | None = None,
+        dry_run: bool = False,
+        reduction_config: ReductionConfig | None = None,
+        save_config: SaveConfig | SaveConfigMode | None = None,
+        include_regex: Iterable[str] | str | None = None,
+        include_collections: Iterable[str] | str | None = None,
+        save_all: bool = False,
+        include_workers: str = "one",
+        *,
+        max_queue_bytes: int | None = None,
+    ):
+        global _active_hook
+        if not out_dir or not isinstance(out_dir, str):
+            raise ConfigError(f"out_dir: a path or URI is required, got {out_dir!r}")
+        if include_workers not in ("one", "all"):
+            raise ConfigError(f"include_workers: invalid value {include_workers!r} (expected 'one' or 'all')")
+        if reduction_config is not None and not isinstance(reduction_config, ReductionConfig):
+            raise ConfigError(f"reduction_config: expected a ReductionConfig, got {type(reduction_config).__name__}")
+        self.out_dir = out_dir.rstrip("/") if len(out_dir) > 1 else out_dir
+        self.export_tensorboard = bool(export_tensorboard)
+        self.tensorboard_dir = tensorboard_dir or (f"{self.out_dir}/tensorboard" if export_tensorboard else None)
+        self.dry_run = bool(dry_run)
+        self.save_all = bool(save_all)
+        self.include_workers = include_workers
+        self.save_config = SaveConfig.parse(save_config)
+        # Without a reduction config tensors are saved as they are.
+        self.reduction_config = reduction_config or ReductionConfig(save_raw_tensor=True)
+        self.include_regex = [include_regex] if isinstance(include_regex, str) else list(include_regex or [])
+        include = [include_collections] if isinstance(include_collections, str) else include_collections
+        self.include_collections = list(dict.fromkeys([*(include or []), *self.default_include_collections]))
+        self.max_queue_bytes = max_queue_bytes
+
+        self.collection_manager = CollectionManager()
+        for name in self.builtin_collections:
+            self.collection_manager.get(name, cls=self.collection_class)
+        if self.include_regex:
+            self.get_collection(CollectionKeys.DEFAULT).include(self.include_regex)
+            self._include(CollectionKeys.DEFAULT)
+        if self.save_all:
+            self.get_collection(CollectionKeys.ALL).include(".*")
+            self._include(CollectionKeys.ALL)
+
+        self.mode = ModeKeys.GLOBAL
+        self.step = -1  # the first begin_step makes it 0
+        self.mode_steps: dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
+        self._in_step = False
+        self._prepared = False
+        self._due: set[Collection] = set()
+        self._colls_of: dict[str, frozenset[Collection]] = {}
+        self._saved_any = False
+        self._collections_exported = False
+        self._writer: RunWriter | None = None
+        self._store: Store | None = None
+        self._closed = False
+        self.worker = DEFAULT_WORKER
+        self._check_out_dir()
+        _active_hook = self
+        ref = weakref.ref(self)
+        atexit.register(lambda: (h := ref()) is not None and h.close())
+        logger.info("smdebug: saving to %s", self.out_dir)
+
+    # -- what a framework plugin may override ------------------------------------------------------
+    def _get_worker_name(self) -> str:
+        return DEFAULT_WORKER
+
+    def _get_num_workers(self) -> int:
+        return 1
+
+    def _to_numpy(self, value: Any) -> np.ndarray:
+        array = plugins.to_numpy(value)
+        if array is None:
+            raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
+        return array
+
+    def _reduce(self, value: Any, reduction: str, abs: bool) -> float:
+        result = plugins.reduce(value, reduction, abs)
+        if result is None:
+            raise SMDebugTypeError(f"no plugin can compute {reduction} of a {type(value).__name__}")
+        return result
+
+    # -- common hook API (reference: Common Hook API) ----------------------------------------------
+    def get_collection(self, name: str, create: bool = True) -> Collection:
+        coll = self.collection_manager.get(name, create=create, cls=self.collection_class)
+        self._colls_of.clear()
+        return coll
+
+    def get_collections(self) -> dict[str, Collection]:
+        return self.collection_manager.collections
+
+    def add_collection(self, collection: Collection) -> None:
+        if not isinstance(collection, Collection):
+            raise SMDebugTypeError(f"add_collection expects a Collection, got {type(collection).__name__}")
+        self.collection_manager.add(collection)
+        self._colls_of.clear()
+
+    def set_mode(self, mode) -> None:
+        try:
+            mode = to_mode(mode)
+        except ValueError as exc:
+            raise ConfigError(f"set_mode: {exc}") from None
+        if mode != self.mode and self._in_step:
+            self.end_step()
+        self.mode = mode
+        self.mode_steps.setdefault(mode, -1)
+
+    def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: float | None = None) -> None:
+        """Save a scalar at the current step, whatever the save configuration."""
+        array = np.asarray(self._to_numpy(value))
+        if array.size != 1:
+            raise SMDebugTypeError(f"save_scalar({name!r}): value has {array.size} elements, expected one")
+        self._write_now(SCALAR_PREFIX + name, array.reshape(1), None)
+
+    def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
+        """Save a tensor at the current step into the given collections, whatever their save config."""
+        names = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+        colls = []
+        for cname in names:
+            coll = self.get_collection(cname)
+            coll.add_tensor_name(tensor_name)
+            self._include(cname)
+            colls.append(coll)
+        self._write_now(tensor_name, tensor_value, colls)
+
+    @classmethod
+    def create_from_json_file(cls, json_file_path: str | None = None):
+        """Build a hook from the SageMaker JSON configuration (None when there is none)."""
+        from smdebug.json_config import find_config_path, load_hook_config
+
+        path = find_config_path(json_file_path)
+        if path is None:
+            logger.info("smdebug: no hook configuration found, no hook created")
+            return None
+        return cls.from_config(load_hook_config(path))
+
+    @classmethod
+    def from_config(cls, config, **kwargs):
+        hook = cls(
+            out_dir=config.out_dir,
+            export_tensorboard=config.export_tensorboard,
+            tensorboard_dir=config.tensorboard_dir,
+            dry_run=config.dry_run,
+            reduction_config=config.reduction_config,
+            save_config=config.save_config,
+            include_regex=config.include_regex,
+            include_collections=config.include_collections,
+            save_all=config.save_all,
+            include_workers=config.include_workers,
+            **kwargs,
+        )
+        for name, settings in config.collections.items():
+            coll = hook.get_collection(name)
+            if settings.include_regex:
+                coll.include(settings.include_regex)
+            if settings.save_config is not None:
+                coll.save_config = settings.save_config
+            if settings.reduction_config is not None:
+                coll.reduction_config = settings.reduction_config
+            if settings.save_histogram is not None:
+                coll.save_histogram = settings.save_histogram
+        return hook
+
+    def close(self) -> None:
+        """End the current step, write everything still queued and mark the run as finished."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._in_step:
+            self.end_step()
+        if self._writer is not None:
+            self._export_collections()
+            self._writer.write_file(END_OF_JOB_FILE, b"")
+            failed = self._writer.close()
+            if failed:
+                logger.warning(
+                    "smdebug: %d step(s) could not be saved to %s: %s",
+                    len(failed),
+                    self.out_dir,
+                    ", ".join(f"{s} ({why})" for s, why in sorted(failed.items())),
+                )
+        plugins.hook().smdebug_hook_closed(hook=self)
+
+    # -- step boundaries (called by framework plugins) ---------------------------------------------
+    def begin_step(self) -> None:
+        if self._in_step:
+            self.end_step()
+        if not self._prepared:
+            self._prepare()
+        self.step += 1
+        self.mode_steps[self.mode] = self.mode_steps.get(self.mode, -1) + 1
+        if self.mode != ModeKeys.GLOBAL:
+            self.mode_steps[ModeKeys.GLOBAL] = self.step
+        self._in_step = True
+        self._due = self._collections_due()
+        plugins.hook().smdebug_step_begin(hook=self, mode=self.mode, step=self.step, mode_step=self.mode_step)
+
+    def end_step(self) -> None:
+        if not self._in_step:
+            return
+        self._in_step = False
+        if self._writer is not None:
+            self._writer.end_step(self.step)
+            if self._saved_any and not self._collections_exported:
+                self._export_collections()
+        plugins.hook().smdebug_step_end(hook=self, mode=self.mode, step=self.step, mode_step=self.mode_step)
+
+    @property
+    def mode_step(self) -> int:
+        return self.mode_steps.get(self.mode, -1)
+
+    # -- deciding what to save ---------------------------------------------------------------------
+    def _include(self, name: str) -> None:
+        if name not in self.include_collections:
+            self.include_collections.append(name)
+            self._prepared = False
+
+    def _included(self) -> list[Collection]:
+        if CollectionKeys.ALL in self.include_collections:
+            return list(self.collection_manager.collections.values())
+        return [self.get_collection(n) for n in self.include_collections]
+
+    def _prepare(self) -> None:
+        """Give every collection its effective configs (its own, completed by the hook's)."""
+        self.worker = self._get_worker_name()
+        for coll in self.collection_manager.collections.values():
+            if coll.save_config is None:
+                coll.save_config = self.save_config
+            elif coll.save_config is not self.save_config:
+                coll.save_config.merge_default_save_config(self.save_config)
+            if coll.name in SCALAR_COLLECTIONS:
+                coll.reduction_config = ReductionConfig(save_raw_tensor=True)
+                coll.save_histogram = False
+            elif coll.reduction_config is None:
+                coll.reduction_config = self.reduction_config
+        for coll in self._included():
+            if coll.name not in self.builtin_collections and not (coll.include_regex or coll.tensor_names):
+                logger.warning("smdebug: collection %r has no include_regex or tensor names", coll.name)
+        self._colls_of.clear()
+        self._prepared = True
+
+    def _collections_due(self) -> set[Collection]:
+        training = self.mode not in (ModeKeys.EVAL, ModeKeys.PREDICT)
+        return {
+            c
+            for c in self._included()
+            if (training or c.name not in TRAIN_ONLY_COLLECTIONS)
+            and c.save_config.should_save_step(self.mode, self.mode_step)
+        }
+
+    def _collections_of(self, name: str) -> frozenset[Collection]:
+        found = self._colls_of.get(name)
+        if found is None:
+            found = frozenset(c for c in self._included() if c.matches(name))
+            self._colls_of[name] = found
+        return found
+
+    @property
+    def _writing(self) -> bool:
+        """Whether this worker writes at all (dry_run, include_workers)."""
+        return not self.dry_run and (self.include_workers == "all" or self.worker == DEFAULT_WORKER)
+
+    def is_due(self, name: str) -> bool:
+        """Whether a tensor of this name would be saved at the current step (cheap, cached)."""
+        return self._in_step and self._writing and not self._due.isdisjoint(self._collections_of(name))
+
+    def has_due_collection(self, *names: str) -> bool:
+        return self._in_step and self._writing and any(c.name in names for c in self._due)
+
+    def add_to_collection(self, collection_name: str, tensor_name: str) -> None:
+        self.get_collection(collection_name).add_tensor_name(tensor_name)
+
+    # -- saving ------------------------------------------------------------------------------------
+    def save_for_step(self, name: str, value: Any) -> bool:
+        """Save a tensor seen by the framework if one of its collections is due now; True if saved."""
+        if not self.is_due(name):
+            return False
+        colls = self._due.intersection(self._collections_of(name))
+        self._write_for_tensor(name, value, colls)
+        return True
+
+    def _write_now(self, name: str, value: Any, colls: list[Collection] | None) -> None:
+        if not self._prepared:
+            self._prepare()
+        if not self._writing:
+            return
+        opened = not self._in_step
+        if opened:  # outside a step (before training or between steps) values go to the current step
+            self.step = max(self.step, 0)
+            self.mode_steps[self.mode] = max(self.mode_step, 0)
+            self._in_step = True
+        try:
+            if colls is None:
+                self._queue(name, self._to_numpy(value))
+            else:
+                self._write_for_tensor(name, value, colls)
+        finally:
+            if opened:
+                self._in_step = False
+                if self._writer is not None:
+                    self._writer.end_step(self.step)
+
+    def _write_for_tensor(self, name: str, value: Any, colls: Iterable[Collection]) -> None:
+        colls = list(colls)
+        try:
+            done: set[tuple[str, bool]] = set()
+            for coll in colls:
+                if coll.name in SCALAR_COLLECTIONS:
+                    continue
+                for reduction, absolute in coll.reduction_config.reduction_pairs():
+                    if (reduction, absolute) in done:
+                        continue
+                    done.add((reduction, absolute))
+                    result = float(self._reduce(value, reduction, absolute))
+                    self._queue(reduction_tensor_name(name, reduction, absolute), np.array([result]))
+            raw = any(c.reduction_config.save_raw_tensor for c in colls)
+            shape = any(c.reduction_config.save_shape for c in colls)
+            if raw or shape:
+                array = self._to_numpy(value)
+                if shape:
+                    self._get_writer().write_shape(self.step, self.mode, self.mode_step, name, array.shape)
+                if raw:
+                    self._queue(name, array)
+        except Exception as exc:  # never break training because of one tensor
+            logger.warning("smdebug: could not save %s at step %d: %s: %s", name, self.step, type(exc).__name__, exc)
+
+    def _queue(self, name: str, array: np.ndarray) -> None:
+        self._get_writer().write_tensor(self.step, self.mode, self.mode_step, name, array)
+        self._saved_any = True
+        plugins.hook().smdebug_tensor_saved(hook=self, name=name, value=array, step=self.step, mode=self.mode)
+
+    def _get_writer(self) -> RunWriter:
+        if self._writer is None:
+            self._store = plugins.open_store(self.out_dir)
+            self._writer = RunWriter(self._store, self.worker, self.max_queue_bytes)
+        return self._writer
+
+    def _export_collections(self) -> None:
+        if self._writer is None or not self._writing:
+            return
+        import json
+
+        num_workers = self._get_num_workers() if self.include_workers == "all" else 1
+        self.collection_manager.meta["num_workers"] = num_workers
+        data = json.dumps(self.collection_manager.to_json_dict()).encode()
+        self._writer.write_file(collections_file_path(self.worker), data)
+        self._collections_exported = True
+
+    def _check_out_dir(self) -> None:
+        """Refuse an out_dir that already holds a finished run (no silent mixing of two runs)."""
+        if self.dry_run:
+            return
+        try:
+            store = plugins.open_store(self.out_dir)
+            finished = store.exists(END_OF_JOB_FILE)
+        except Exception as exc:  # an unreachable location is reported when writing, not here
+            logger.debug("smdebug: could not check %s: %s", self.out_dir, exc)
+            return
+        if finished:
+            raise ConfigError(
+                f"out_dir: {self.out_dir} already holds a finished smdebug run; choose a new directory"
+            )
+
+    def __repr__(self):
+        return (
+            f"<{type(self).__name__} out_dir={self.out_dir!r} step={self.step} mode={self.mode.name} "
+            f"include_collections={self.include_collections}>"
+        )

@@ -1,0 +1,78 @@
+"""Every extension point of smdebug. A plugin implements some of these with ``@hookimpl``.
+
+Plugins are found through the ``smdebug`` entry-point group (see ``smdebug.plugins``); the core's own
+defaults (numpy capture and reductions, the fsspec store) are registered through these same hooks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from smdebug.hook import BaseHook
+    from smdebug.modes import ModeKeys
+    from smdebug.plugins import Framework
+    from smdebug.store import Store
+
+hookspec = pluggy.HookspecMarker("smdebug")
+hookimpl = pluggy.HookimplMarker("smdebug")
+
+
+# -- framework registration ------------------------------------------------------------------------
+@hookspec
+def smdebug_framework() -> Framework | None:
+    """Describe the framework this plugin serves (alias, package, trigger imports, supported versions)."""
+
+
+# -- capture and reduction -------------------------------------------------------------------------
+@hookspec(firstresult=True)
+def smdebug_to_numpy(value: Any) -> np.ndarray | None:
+    """Copy a framework value to a host numpy array, or return None when the value is not yours."""
+
+
+@hookspec(firstresult=True)
+def smdebug_reduce(value: Any, reduction: str, abs: bool) -> float | None:
+    """Compute one reduction of a value where it lives and return a Python float, or None if not yours."""
+
+
+# -- storage ---------------------------------------------------------------------------------------
+@hookspec(firstresult=True)
+def smdebug_open_store(uri: str) -> Store | None:
+    """Return a Store that reads and writes under uri, or None when the scheme is not yours."""
+
+
+# -- activation ------------------------------------------------------------------------------------
+@hookspec(firstresult=True)
+def smdebug_activate(framework: Framework, module: Any) -> BaseHook | None:
+    """Install your framework's hook into an unmodified script just after ``module`` was imported."""
+
+
+# -- observation -----------------------------------------------------------------------------------
+@hookspec
+def smdebug_step_begin(hook: BaseHook, mode: ModeKeys, step: int, mode_step: int) -> None:
+    """Called when a hook starts a step."""
+
+
+@hookspec
+def smdebug_step_end(hook: BaseHook, mode: ModeKeys, step: int, mode_step: int) -> None:
+    """Called when a hook finishes a step and has queued its tensors for writing."""
+
+
+@hookspec
+def smdebug_tensor_saved(hook: BaseHook, name: str, value: np.ndarray, step: int, mode: ModeKeys) -> None:
+    """Called for every tensor (or reduction) a hook queues for saving."""
+
+
+@hookspec
+def smdebug_hook_closed(hook: BaseHook) -> None:
+    """Called when a hook has flushed everything and closed its writers."""
+
+
+# -- rules -----------------------------------------------------------------------------------------
+@hookspec
+def smdebug_rules() -> dict[str, type] | None:
+    """Contribute built-in rules as a mapping of rule name to Rule subclass."""

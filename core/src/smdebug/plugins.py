@@ -1,0 +1,148 @@
+"""The one PluginManager: entry-point discovery, isolation of broken plugins, and a typed facade."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from smdebug import hookspecs
+
+logger = logging.getLogger("smdebug")
+
+ENTRY_POINT_GROUP = "smdebug"
+# The core's defaults go through the same hooks as any plugin (registered before entry points, so
+# plugins that are registered later are called first and can override them).
+DEFAULT_PLUGINS = ("smdebug.defaults",)
+
+# Distribution to install for the aliases smdebug 1.0 users know.
+KNOWN_ALIASES = {
+    "pytorch": "smdebug-torch",
+    "tensorflow": "smdebug-tf",
+    "mxnet": "smdebug-mxnet",
+    "xgboost": "smdebug-xgb",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Framework:
+    """What a framework plugin declares through ``smdebug_framework``."""
+
+    alias: str  # import smdebug.<alias>
+    package: str  # the plugin's import package, e.g. "smdebug_torch"
+    import_names: tuple[str, ...] = ()  # importing one of these activates the plugin
+    distribution: str | None = None  # the framework's distribution, for the version check
+    supported: str = ""  # PEP 440 specifier, e.g. ">=2.0"
+
+    def version_problem(self) -> str | None:
+        """Why the installed framework is outside the supported range, or None when it is fine."""
+        dist = self.distribution or (self.import_names[0] if self.import_names else None)
+        if not dist or not self.supported:
+            return None
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return f"{dist} is not installed"
+        from packaging.specifiers import SpecifierSet
+
+        if not SpecifierSet(self.supported).contains(version, prereleases=True):
+            return f"{dist} {version} is outside the supported range {self.supported}"
+        return None
+
+
+_pm: pluggy.PluginManager | None = None
+_lock = threading.RLock()
+
+
+def _disabled() -> set[str]:
+    raw = os.environ.get("SMDEBUG_DISABLE_PLUGINS", "")
+    return {name.strip() for name in raw.split(",") if name.strip()}
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The PluginManager, built on first use: defaults first, then every entry point, each isolated."""
+    global _pm
+    if _pm is not None:
+        return _pm
+    with _lock:
+        if _pm is None:
+            pm = pluggy.PluginManager("smdebug")
+            pm.add_hookspecs(hookspecs)
+            import importlib
+
+            for name in DEFAULT_PLUGINS:
+                pm.register(importlib.import_module(name), name=name)
+            _load_entry_points(pm)
+            _pm = pm
+    return _pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    disabled = _disabled()
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        dist_name = dist.metadata["Name"] if dist is not None else None
+        if ep.name in disabled or (dist_name and dist_name in disabled):
+            logger.info("smdebug: plugin %r disabled by SMDEBUG_DISABLE_PLUGINS", ep.name)
+            continue
+        if pm.has_plugin(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+        except Exception as exc:  # one broken plugin must not break the others
+            logger.warning(
+                "smdebug: plugin %r (%s) failed to load and is skipped: %s: %s",
+                ep.name,
+                dist_name or ep.value,
+                type(exc).__name__,
+                exc,
+            )
+
+
+def reset() -> None:
+    """Forget the loaded plugins (tests; entry points are read again on next use)."""
+    global _pm
+    with _lock:
+        _pm = None
+
+
+def hook() -> Any:
+    return get_plugin_manager().hook
+
+
+# -- typed facade over the hooks -------------------------------------------------------------------
+def frameworks() -> dict[str, Framework]:
+    """Every framework the installed plugins serve, by alias."""
+    found: dict[str, Framework] = {}
+    for fw in hook().smdebug_framework():
+        if fw is not None:
+            found.setdefault(fw.alias, fw)
+    return found
+
+
+def to_numpy(value: Any):
+    return hook().smdebug_to_numpy(value=value)
+
+
+def reduce(value: Any, reduction: str, abs: bool = False) -> float | None:
+    return hook().smdebug_reduce(value=value, reduction=reduction, abs=abs)
+
+
+def open_store(uri: str):
+    store = hook().smdebug_open_store(uri=uri)
+    if store is None:
+        raise ValueError(f"no storage backend can open {uri!r}")
+    return store
+
+
+def rules() -> dict[str, type]:
+    found: dict[str, type] = {}
+    for contributed in hook().smdebug_rules():
+        found.update(contributed or {})
+    return found

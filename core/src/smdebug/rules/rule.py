@@ -1,0 +1,73 @@
+"""The Rule base class: subclass it and implement ``invoke_at_step``."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+
+from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError
+
+logger = logging.getLogger("smdebug")
+
+
+class Rule(ABC):
+    """A check run at each step of ``base_trial`` (and possibly ``other_trials``).
+
+    Parameters arrive as strings when rules are configured the SageMaker way; use ``self.parse_bool``
+    and friends (or ``float(...)``) in ``__init__``.
+    """
+
+    def __init__(self, base_trial, action_str: str = "", other_trials=None):
+        if base_trial is None:
+            raise SMDebugValueError(f"{type(self).__name__}: base_trial is required")
+        self.base_trial = base_trial
+        self.other_trials = list(other_trials or [])
+        self.trials = [base_trial, *self.other_trials]
+        self.action_str = action_str
+        self.rule_name = type(self).__name__
+        self.logger = logger
+
+    def set_required_tensors(self, step: int) -> None:
+        """Optionally declare the tensors a step needs (kept for smdebug compatibility)."""
+
+    @abstractmethod
+    def invoke_at_step(self, step: int) -> bool:
+        """Return True when the rule's condition is met at this step."""
+
+    def invoke(self, step: int) -> None:
+        """Wait for the step, evaluate it, and raise RuleEvaluationConditionMet when the rule fires."""
+        self.base_trial.wait_for_steps([step])
+        self.set_required_tensors(step)
+        if self.invoke_at_step(step):
+            raise RuleEvaluationConditionMet(self.rule_name, step)
+
+    # -- parsing of string parameters ---------------------------------------------------------------
+    def parse_bool(self, name: str, value) -> bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes"):
+            return True
+        if text in ("false", "0", "no"):
+            return False
+        raise SMDebugValueError(f"{self.rule_name}: parameter {name}={value!r} is not a boolean (True/False)")
+
+    def parse_float(self, name: str, value) -> float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise SMDebugValueError(f"{self.rule_name}: parameter {name}={value!r} is not a number") from None
+
+    def parse_int(self, name: str, value) -> int:
+        try:
+            return int(str(value).strip())
+        except (TypeError, ValueError):
+            raise SMDebugValueError(f"{self.rule_name}: parameter {name}={value!r} is not an integer") from None
+
+    @staticmethod
+    def parse_list(value) -> list[str]:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return [str(v).strip() for v in value]

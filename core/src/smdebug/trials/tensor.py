@@ -1,0 +1,170 @@
+"""Tensor: one saved tensor of a Trial, across steps, modes and workers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from smdebug import codec
+from smdebug.exceptions import (
+    InvalidWorker,
+    NoMoreData,
+    StepNotYetAvailable,
+    StepUnavailable,
+    TensorUnavailableForStep,
+)
+from smdebug.modes import ModeKeys, to_mode
+from smdebug.reductions import numpy_reduction
+
+if TYPE_CHECKING:
+    from smdebug.trials.trial import Trial
+
+
+class Location(NamedTuple):
+    event_file: str
+    start: int
+    length: int
+
+
+@dataclass
+class _StepData:
+    location: Location | None = None
+    shape: tuple | None = None
+    reductions: dict = field(default_factory=dict)  # (name, abs) -> Location
+
+
+class Tensor:
+    def __init__(self, name: str, trial: Trial):
+        self.name = name
+        self.trial = trial
+        # global step -> worker -> data, plus (mode, mode_step) of each global step
+        self._steps: dict[int, dict[str, _StepData]] = {}
+        self._modes: dict[int, tuple[ModeKeys, int]] = {}
+
+    def __repr__(self):
+        return f"<smdebug Tensor {self.name!r}: {len(self._steps)} steps>"
+
+    # -- filled by the Trial ------------------------------------------------------------------------
+    def _data(self, step, mode, mode_step, worker) -> _StepData:
+        self._modes[step] = (mode, mode_step)
+        return self._steps.setdefault(step, {}).setdefault(worker, _StepData())
+
+    def add_step(self, step, mode, mode_step, worker, location=None, shape=None) -> None:
+        data = self._data(step, mode, mode_step, worker)
+        if location is not None:
+            data.location = location
+        if shape is not None:
+            data.shape = shape
+
+    def add_reduction(self, step, mode, mode_step, worker, reduction, absolute, location) -> None:
+        self._data(step, mode, mode_step, worker).reductions[(reduction, absolute)] = location
+
+    def has_mode(self, mode: ModeKeys) -> bool:
+        return any(m == mode for m, _ in self._modes.values())
+
+    # -- steps --------------------------------------------------------------------------------------
+    def steps(self, mode=ModeKeys.GLOBAL, show_incomplete_steps: bool = False) -> list[int]:
+        """Steps at which this tensor was saved (mode steps when a mode is given)."""
+        self.trial.maybe_refresh()
+        mode = to_mode(mode)
+        out = []
+        for step in self._steps:
+            m, ms = self._modes[step]
+            if mode != ModeKeys.GLOBAL and m != mode:
+                continue
+            if show_incomplete_steps or self.trial._is_complete(step):
+                out.append(step if mode == ModeKeys.GLOBAL else ms)
+        return sorted(out)
+
+    def workers(self, step_num: int, mode=ModeKeys.GLOBAL) -> list[str]:
+        return sorted(self._step(step_num, mode))
+
+    def prev_steps(self, step: int, n: int | None = None, mode=ModeKeys.GLOBAL) -> list[int]:
+        earlier = [s for s in self.steps(mode) if s < step]
+        return earlier if n is None else earlier[-n:]
+
+    def _step(self, step_num: int, mode) -> dict[str, _StepData]:
+        """Per-worker data of a step, refreshing a live trial once; the smdebug exceptions otherwise."""
+        mode = to_mode(mode)
+        for attempt in (0, 1):
+            g = self.trial._global(mode, step_num)
+            if g in self._steps and self.trial._is_complete(g):
+                return self._steps[g]
+            if attempt == 0:
+                self.trial.maybe_refresh(force=True)
+        from smdebug.trials.trial import StepState
+
+        state = self.trial.has_passed_step(step_num, mode)
+        if state == StepState.AVAILABLE:
+            raise TensorUnavailableForStep(self.name, step_num, mode)
+        if state == StepState.UNAVAILABLE:
+            saved = self.trial._all_steps(mode)
+            if self.trial.loaded_all_steps and (not saved or step_num > saved[-1]):
+                raise NoMoreData(step_num, mode, saved[-1] if saved else -1)
+            raise StepUnavailable(step_num, mode)
+        raise StepNotYetAvailable(step_num, mode)
+
+    def _worker_data(self, step_num, mode, worker) -> _StepData:
+        per_worker = self._step(step_num, mode)
+        if worker is None:
+            worker = min(per_worker, key=_natural)
+        elif worker not in per_worker:
+            raise InvalidWorker(worker)
+        return per_worker[worker]
+
+    # -- values -------------------------------------------------------------------------------------
+    def value(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> np.ndarray:
+        data = self._worker_data(step_num, mode, worker)
+        if data.location is None:
+            raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
+        return self._fetch(data.location)
+
+    def values(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
+        return {s: self.value(s, mode=mode, worker=worker) for s in self.steps(mode=mode)}
+
+    def shape(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> tuple:
+        data = self._worker_data(step_num, mode, worker)
+        if data.shape is not None:
+            return data.shape
+        if data.location is not None:
+            return tuple(self._fetch(data.location).shape)
+        from smdebug.exceptions import ShapeUnavailableForStep
+
+        raise ShapeUnavailableForStep(self.name, step_num, to_mode(mode))
+
+    def reduction_value(self, step_num: int, reduction_name: str, mode=ModeKeys.GLOBAL, worker=None, abs=False):
+        """The stored reduction, else the reduction computed from the saved value."""
+        data = self._worker_data(step_num, mode, worker)
+        loc = data.reductions.get((reduction_name, bool(abs)))
+        if loc is not None:
+            stored = self._fetch(loc)
+            return stored.reshape(-1)[0] if stored.size == 1 else stored
+        if data.location is None:
+            raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
+        return numpy_reduction(self._fetch(data.location), reduction_name, abs)
+
+    def reduction_values(self, step_num: int, mode=ModeKeys.GLOBAL, worker=None) -> dict:
+        data = self._worker_data(step_num, mode, worker)
+        return {key: self.reduction_value(step_num, key[0], mode, worker, key[1]) for key in data.reductions}
+
+    def _fetch(self, loc: Location) -> np.ndarray:
+        raw = self.trial.store.read_ranges([(loc.event_file, loc.start, loc.start + loc.length)])[0]
+        return _decode_value(raw, loc, self.trial.path)
+
+
+def _decode_value(raw: bytes, loc: Location, path: str) -> np.ndarray:
+    payload = codec.read_record(raw, path=f"{path}/{loc.event_file}", offset=loc.start)
+    event = codec.decode_event(payload)
+    for v in event.values:
+        if v.value is not None:
+            return v.value
+    from smdebug.exceptions import CorruptRunError
+
+    raise CorruptRunError(f"{path}/{loc.event_file}: record at offset {loc.start} holds no tensor")
+
+
+def _natural(name: str):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]

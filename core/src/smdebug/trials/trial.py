@@ -1,0 +1,303 @@
+"""Trial: a saved run (local, S3 or any fsspec URI), read through its index files, live or finished."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from bisect import bisect_left
+from collections import defaultdict
+from enum import Enum
+from typing import Iterable
+
+from smdebug import plugins
+from smdebug.collection import Collection, CollectionManager
+from smdebug.exceptions import (
+    CorruptRunError,
+    NoMoreData,
+    SMDebugValueError,
+    StepUnavailable,
+    TensorUnavailable,
+)
+from smdebug.modes import ModeKeys, to_mode
+from smdebug.reductions import parse_reduction_tensor_name
+from smdebug.trials.tensor import Location, Tensor
+from smdebug.writer import END_OF_JOB_FILE
+
+logger = logging.getLogger("smdebug")
+
+_INDEX_NAME = re.compile(r"(?:^|/)(\d+)_(.+)\.json$")
+_COLLECTIONS_NAME = re.compile(r"(?:^|/)(.+)_collections\.json$")
+
+
+class StepState(Enum):
+    UNAVAILABLE = 0
+    AVAILABLE = 1
+    NOT_YET_AVAILABLE = 2
+
+
+def create_trial(path: str | None = None, name: str | None = None, *, out_dir: str | None = None, **kwargs) -> Trial:
+    """Open the run saved at ``path`` (or ``out_dir=``, as the reference writes it)."""
+    path = path or out_dir
+    if not path:
+        raise SMDebugValueError("create_trial needs the path of a run: create_trial(path) or create_trial(out_dir=...)")
+    return Trial(path, name=name, **kwargs)
+
+
+class Trial:
+    def __init__(self, path: str, name: str | None = None, refresh_interval: float = 1.0, **_ignored):
+        self.path = path.rstrip("/") if len(path) > 1 else path
+        self.name = name or self.path.rstrip("/").split("/")[-1]
+        self.refresh_interval = refresh_interval
+        self.store = plugins.open_store(self.path)
+        self._tensors: dict[str, Tensor] = {}
+        self._loaded_index: set[str] = set()
+        self._workers: set[str] = set()
+        self._workers_for_step: dict[int, set[str]] = defaultdict(set)
+        self._last_step_of_worker: dict[str, int] = {}
+        self._step_mode: dict[int, tuple[ModeKeys, int]] = {}
+        self._mode_to_global: dict[ModeKeys, dict[int, int]] = defaultdict(dict)
+        self._tensors_at_step: dict[int, set[str]] = defaultdict(set)
+        self._collections = CollectionManager()
+        self._collection_files: set[str] = set()
+        self.loaded_all_steps = False
+        self._last_refresh = 0.0
+        self._no_refresh = 0
+        self.refresh()
+
+    def __repr__(self):
+        return f"<smdebug Trial {self.name!r} path={self.path!r} steps={len(self._step_mode)}>"
+
+    # -- loading ------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Load the index files and collections written since the last refresh."""
+        ended = self.store.exists(END_OF_JOB_FILE)  # before listing, so nothing written before it is missed
+        new = [p for p in self.store.list("index") if p not in self._loaded_index and _INDEX_NAME.search(p)]
+        if new:
+            for relpath, data in sorted(self.store.read_many(new).items()):
+                self._load_index(relpath, data)
+        self._load_collections()
+        self.loaded_all_steps = ended
+        self._last_refresh = time.monotonic()
+
+    def maybe_refresh(self, force: bool = False) -> None:
+        if self.loaded_all_steps or self._no_refresh:
+            return
+        if force or time.monotonic() - self._last_refresh >= self.refresh_interval:
+            self.refresh()
+
+    def _load_index(self, relpath: str, data: bytes) -> None:
+        match = _INDEX_NAME.search(relpath)
+        step, worker = int(match.group(1)), match.group(2)
+        try:
+            index = json.loads(data)
+            meta = index["meta"]
+            mode = to_mode(meta.get("mode", "GLOBAL"))
+            mode_step = int(meta.get("mode_step", step))
+            event_file = meta.get("event_file_name")
+            entries = [(t["tensorname"], int(t["start_idx"]), int(t["length"])) for t in index.get("tensor_payload") or []]
+            shapes = [(s["tensorname"], tuple(s["shape"])) for s in index.get("shape_payload") or []]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptRunError(f"{self.path}/{relpath}: malformed index file: {type(exc).__name__}: {exc}") from None
+        self._loaded_index.add(relpath)
+        self._workers.add(worker)
+        self._workers_for_step[step].add(worker)
+        self._last_step_of_worker[worker] = max(step, self._last_step_of_worker.get(worker, -1))
+        self._step_mode[step] = (mode, mode_step)
+        self._mode_to_global[mode][mode_step] = step
+        for name, start, length in entries:
+            loc = Location(event_file, start, length)
+            parsed = parse_reduction_tensor_name(name)
+            if parsed is not None:
+                base, reduction, absolute = parsed
+                self._tensor(base).add_reduction(step, mode, mode_step, worker, reduction, absolute, loc)
+                self._tensors_at_step[step].add(base)
+            else:
+                self._tensor(name).add_step(step, mode, mode_step, worker, location=loc)
+                self._tensors_at_step[step].add(name)
+        for name, shape in shapes:
+            self._tensor(name).add_step(step, mode, mode_step, worker, shape=shape)
+            self._tensors_at_step[step].add(name)
+
+    def _tensor(self, name: str) -> Tensor:
+        t = self._tensors.get(name)
+        if t is None:
+            t = self._tensors[name] = Tensor(name, self)
+        return t
+
+    def _load_collections(self) -> None:
+        files = [p for p in self.store.list("collections") if _COLLECTIONS_NAME.search(p)]
+        # Collections files are rewritten while a run goes on: reload all of them until it has ended.
+        if not files or (self.loaded_all_steps and set(files) == self._collection_files):
+            return
+        for relpath, data in sorted(self.store.read_many(files).items()):
+            loaded = CollectionManager.from_json(data.decode("utf-8", "replace"), source=f"{self.path}/{relpath}")
+            for name, coll in loaded.collections.items():
+                mine = self._collections.collections.get(name)
+                if mine is None:
+                    self._collections.collections[name] = coll
+                else:
+                    mine.tensor_names = mine.tensor_names | coll.tensor_names
+                    mine.include(coll.include_regex)
+            self._collections.meta["num_workers"] = max(
+                self._collections.meta.get("num_workers", 1), loaded.meta.get("num_workers", 1)
+            )
+        self._collection_files = set(files)
+
+    # -- steps and workers --------------------------------------------------------------------------
+    @property
+    def num_workers(self) -> int:
+        return max(int(self._collections.meta.get("num_workers", 1)), 1)
+
+    @property
+    def last_complete_step(self) -> int:
+        """The last step every worker has passed (-1 before that)."""
+        if len(self._last_step_of_worker) < self.num_workers:
+            return -1
+        return min(self._last_step_of_worker.values())
+
+    def workers(self) -> list[str]:
+        self.maybe_refresh()
+        return sorted(self._workers, key=_natural)
+
+    def _all_steps(self, mode=ModeKeys.GLOBAL) -> list[int]:
+        mode = to_mode(mode)
+        if mode == ModeKeys.GLOBAL:
+            return sorted(self._step_mode)
+        return sorted(self._mode_to_global[mode])
+
+    def _is_complete(self, global_step: int) -> bool:
+        return (
+            len(self._workers_for_step[global_step]) >= self.num_workers
+            or self.loaded_all_steps
+            or global_step <= self.last_complete_step
+        )
+
+    def steps(self, mode=ModeKeys.GLOBAL, show_incomplete_steps: bool = False) -> list[int]:
+        """Saved steps (mode steps when a mode is given) that every worker has finished."""
+        self.maybe_refresh()
+        mode = to_mode(mode)
+        return [s for s in self._all_steps(mode) if show_incomplete_steps or self._is_complete(self._global(mode, s))]
+
+    def _global(self, mode: ModeKeys, step: int) -> int:
+        return step if mode == ModeKeys.GLOBAL else self._mode_to_global[mode].get(step, -1)
+
+    def global_step(self, mode, mode_step: int) -> int:
+        mode = to_mode(mode)
+        if mode_step not in self._mode_to_global[mode]:
+            self.maybe_refresh(force=True)
+        if mode_step not in self._mode_to_global[mode]:
+            raise StepUnavailable(mode_step, mode)
+        return self._mode_to_global[mode][mode_step]
+
+    def mode_modestep(self, global_step: int) -> tuple[ModeKeys, int]:
+        if global_step not in self._step_mode:
+            self.maybe_refresh(force=True)
+        if global_step not in self._step_mode:
+            raise StepUnavailable(global_step, ModeKeys.GLOBAL)
+        return self._step_mode[global_step]
+
+    def mode(self, global_step: int) -> ModeKeys:
+        return self.mode_modestep(global_step)[0]
+
+    def mode_step(self, global_step: int) -> int:
+        return self.mode_modestep(global_step)[1]
+
+    def modes(self) -> list[ModeKeys]:
+        self.maybe_refresh()
+        return sorted({m for m, _ in self._step_mode.values()}, key=lambda m: m.value)
+
+    def has_passed_step(self, step: int, mode=ModeKeys.GLOBAL) -> StepState:
+        mode = to_mode(mode)
+        all_steps = self._all_steps(mode)
+        i = bisect_left(all_steps, step)
+        if i < len(all_steps):
+            g = self._global(mode, all_steps[i])
+            if all_steps[i] == step:
+                return StepState.AVAILABLE if self._is_complete(g) else StepState.NOT_YET_AVAILABLE
+            # a later step exists: this one was skipped once every worker has passed the later one
+            if g <= self.last_complete_step or self.loaded_all_steps:
+                return StepState.UNAVAILABLE
+            return StepState.NOT_YET_AVAILABLE
+        return StepState.UNAVAILABLE if self.loaded_all_steps else StepState.NOT_YET_AVAILABLE
+
+    def wait_for_steps(self, required_steps: Iterable[int], mode=ModeKeys.GLOBAL, timeout: float | None = None) -> None:
+        """Block until every step is available; StepUnavailable / NoMoreData when it never will be."""
+        mode = to_mode(mode)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for step in required_steps:
+            delay = 0.05
+            while True:
+                state = self.has_passed_step(step, mode)
+                if state == StepState.NOT_YET_AVAILABLE and not self.loaded_all_steps:
+                    self.refresh()
+                    state = self.has_passed_step(step, mode)
+                if state == StepState.AVAILABLE:
+                    break
+                if state == StepState.UNAVAILABLE:
+                    saved = self._all_steps(mode)
+                    last = saved[-1] if saved else -1
+                    if self.loaded_all_steps and step > last:
+                        raise NoMoreData(step, mode, last)
+                    raise StepUnavailable(step, mode)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"step {step} of mode {mode.name} did not appear in {self.path} within {timeout}s")
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def training_ended(self) -> bool:
+        self.maybe_refresh()
+        return self.loaded_all_steps
+
+    # -- tensors and collections --------------------------------------------------------------------
+    def tensor_names(self, show_prefixed_tensors=False, *, step=None, mode=ModeKeys.GLOBAL, regex=None, collection=None) -> list[str]:
+        self.maybe_refresh()
+        mode = to_mode(mode)
+        if step is None:
+            names = set(self._tensors) if mode == ModeKeys.GLOBAL else {n for n, t in self._tensors.items() if t.has_mode(mode)}
+        else:
+            names = set(self._tensors_at_step.get(self._global(mode, step), ()))
+        if regex is not None:
+            patterns = [regex] if isinstance(regex, str) else list(regex)
+            compiled = re.compile("|".join(f"(?:{p})" for p in patterns))
+            names = {n for n in names if compiled.match(n)}
+        if collection is not None:
+            names = {n for n in names if any(c.matches(n) for c in self._collections_named(collection))}
+        return sorted(names)
+
+    def _collections_named(self, collection) -> list[Collection]:
+        items = [collection] if isinstance(collection, (str, Collection)) else list(collection)
+        found = []
+        for item in items:
+            if isinstance(item, Collection):
+                found.append(item)
+            elif item in self._collections.collections:
+                found.append(self._collections.collections[item])
+        return found
+
+    def tensor(self, tname: str) -> Tensor:
+        if tname not in self._tensors:
+            self.maybe_refresh(force=True)
+        if tname not in self._tensors:
+            raise TensorUnavailable(tname)
+        return self._tensors[tname]
+
+    def has_tensor(self, tname: str) -> bool:
+        if tname not in self._tensors:
+            self.maybe_refresh()
+        return tname in self._tensors
+
+    def collections(self) -> dict[str, Collection]:
+        self.maybe_refresh()
+        return dict(self._collections.collections)
+
+    def collection(self, coll_name: str) -> Collection:
+        colls = self.collections()
+        if coll_name not in colls:
+            raise KeyError(f"collection {coll_name!r} was not saved in {self.path}")
+        return colls[coll_name]
+
+
+def _natural(name: str):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]

@@ -1,0 +1,1 @@
+"""A plugin package whose entry-point module cannot be imported."""

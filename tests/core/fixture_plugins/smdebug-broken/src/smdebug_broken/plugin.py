@@ -1,0 +1,1 @@
+raise ImportError("smdebug_broken needs a framework that is not installed")

@@ -1,0 +1,201 @@
+"""Hook specifications, entry-point discovery, isolation of broken plugins, alias imports.
+
+The fixture distributions smdebug-dummy and smdebug-broken (tests/core/fixture_plugins) are pip
+installed into this session's venv by nox, so discovery runs through real entry points.
+"""
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import smdebug
+from smdebug import hookspecs, plugins
+from smdebug.hook import BaseHook
+from smdebug.modes import ModeKeys
+from smdebug.trials import create_trial
+
+HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("smdebug_"))
+
+
+def test_every_hookspec_has_a_test():
+    tests = {n for n in globals() if n.startswith("test_hook_")}
+    missing = [n for n in HOOK_NAMES if f"test_hook_{n}" not in tests]
+    assert not missing, f"hook specifications without a test_hook_<name> test: {missing}"
+
+
+def test_hookspecs_have_one_line_docstrings():
+    for name in HOOK_NAMES:
+        doc = getattr(hookspecs, name).__doc__
+        assert doc and "\n" not in doc.strip(), name
+
+
+def test_defaults_registered_through_the_same_hooks():
+    pm = plugins.get_plugin_manager()
+    assert pm.has_plugin("smdebug.defaults")
+    impls = {impl.plugin_name for impl in pm.hook.smdebug_open_store.get_hookimpls()}
+    assert {"smdebug.defaults", "dummy"} <= impls
+
+
+def test_plugins_load_lazily():
+    code = "import smdebug, smdebug.plugins as p, sys; print(p._pm is None, 'smdebug_dummy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]
+
+
+def test_broken_plugin_logs_one_warning_and_others_load(caplog):
+    plugins.get_plugin_manager()
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "broken" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "smdebug-broken" in warnings[0].getMessage()
+    assert "dummy" in plugins.frameworks()
+
+
+def test_disable_plugins_env(monkeypatch):
+    monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy, broken")
+    plugins.reset()
+    pm = plugins.get_plugin_manager()
+    assert not pm.has_plugin("dummy") and not pm.has_plugin("broken")
+    assert "dummy" not in plugins.frameworks()
+
+
+def test_disable_plugins_by_distribution_name(monkeypatch):
+    monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "smdebug-dummy")
+    plugins.reset()
+    assert not plugins.get_plugin_manager().has_plugin("dummy")
+
+
+# -- one test per hook specification ----------------------------------------------------------------
+def test_hook_smdebug_framework():
+    fw = plugins.frameworks()["dummy"]
+    assert fw.package == "smdebug_dummy" and fw.import_names == ("json",)
+    assert fw.version_problem() is None
+    bad = plugins.Framework(alias="x", package="x", import_names=("pluggy",), supported=">=999")
+    assert "outside the supported range >=999" in bad.version_problem()
+    missing = plugins.Framework(alias="y", package="y", import_names=("no_such_dist_here",), supported=">=1")
+    assert "not installed" in missing.version_problem()
+
+
+def test_hook_smdebug_to_numpy():
+    from smdebug_dummy import DummyTensor
+
+    out = plugins.to_numpy(DummyTensor([1, 2, 3]))
+    assert out.dtype == np.float32 and out.tolist() == [1, 2, 3]
+    assert plugins.to_numpy(np.arange(3)).tolist() == [0, 1, 2]  # the core's default
+    assert plugins.to_numpy(object()) is None
+
+
+def test_hook_smdebug_reduce():
+    from smdebug_dummy import DummyTensor
+
+    t = DummyTensor([1, -5, 3])
+    assert plugins.reduce(t, "max", abs=True) == 5.0 and t.reduced_here == 1
+    assert plugins.reduce(t, "min", abs=False) == -5.0  # falls back to the core via to_numpy
+    assert plugins.reduce(np.array([3.0, 4.0]), "l2") == pytest.approx(5.0)
+
+
+def test_hook_smdebug_open_store():
+    store = plugins.open_store("dummy://bucket/run")
+    store.write_bytes("a/b.bin", b"xyz")
+    assert plugins.open_store("memory://dummy-store/bucket/run").read_bytes("a/b.bin") == b"xyz"
+    assert type(plugins.open_store("memory://other")).__name__ == "Store"
+
+
+def test_hook_smdebug_activate(dummy_calls):
+    import json
+
+    fw = plugins.frameworks()["dummy"]
+    assert plugins.hook().smdebug_activate(framework=fw, module=json) == "activated"
+    assert ("activate", "json") in dummy_calls
+
+
+def _short_run(out_dir, steps=2):
+    from smdebug_dummy import DummyTensor, Hook
+
+    hook = Hook(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), include_collections=["weights"])
+    hook.get_collection("weights").include("w")
+    for _ in range(steps):
+        hook.begin_step()
+        hook.save_for_step("w", DummyTensor([1, 2]))
+        hook.end_step()
+    hook.close()
+    return hook
+
+
+def test_hook_smdebug_step_begin(tmp_path, dummy_calls):
+    _short_run(str(tmp_path / "run"))
+    assert [c for c in dummy_calls if c[0] == "step_begin"] == [("step_begin", "GLOBAL", 0, 0), ("step_begin", "GLOBAL", 1, 1)]
+
+
+def test_hook_smdebug_step_end(tmp_path, dummy_calls):
+    _short_run(str(tmp_path / "run"))
+    assert [c for c in dummy_calls if c[0] == "step_end"] == [("step_end", "GLOBAL", 0, 0), ("step_end", "GLOBAL", 1, 1)]
+
+
+def test_hook_smdebug_tensor_saved(tmp_path, dummy_calls):
+    _short_run(str(tmp_path / "run"))
+    assert [c for c in dummy_calls if c[0] == "tensor_saved"] == [("tensor_saved", "w", 0), ("tensor_saved", "w", 1)]
+
+
+def test_hook_smdebug_hook_closed(tmp_path, dummy_calls):
+    hook = _short_run(str(tmp_path / "run"))
+    assert dummy_calls[-1] == ("closed", hook.out_dir)
+    assert create_trial(hook.out_dir).tensor("w").value(1).tolist() == [1, 2]
+
+
+def test_hook_smdebug_rules():
+    rules = plugins.rules()
+    assert "always_fires" in rules
+    from smdebug.rules.rule import Rule
+
+    assert issubclass(rules["always_fires"], Rule)
+
+
+# -- alias imports ----------------------------------------------------------------------------------
+def test_alias_import_resolves_to_plugin_package():
+    import smdebug.dummy as smd
+    import smdebug_dummy
+
+    assert smd is smdebug_dummy
+    from smdebug.dummy.hook import Hook
+
+    assert Hook is smdebug_dummy.Hook
+    assert importlib.import_module("smdebug.dummy.hook") is sys.modules["smdebug_dummy.hook"]
+    assert smdebug.dummy is smdebug_dummy
+    assert smdebug_dummy.__spec__.name == "smdebug_dummy"
+
+
+@pytest.mark.parametrize("alias,dist", [("pytorch", "smdebug-torch"), ("xgboost", "smdebug-xgb")])
+def test_alias_without_plugin_names_the_distribution(alias, dist):
+    code = f"import smdebug.{alias}"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "ModuleNotFoundError" in proc.stderr and f"pip install {dist}" in proc.stderr
+
+
+def test_unknown_alias_error():
+    with pytest.raises(ImportError, match="no installed smdebug plugin declares the alias 'nosuch'"):
+        importlib.import_module("smdebug.nosuch")
+
+
+def test_core_modules_are_not_aliased():
+    assert importlib.import_module("smdebug.trials").__name__ == "smdebug.trials"
+    assert smdebug.modes.TRAIN is ModeKeys.TRAIN
+
+
+def test_core_installs_and_imports_without_frameworks():
+    code = "import smdebug, sys; bad = {'torch','tensorflow','mxnet','xgboost'} & set(sys.modules); print(sorted(bad))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_fixture_plugins_are_real_distributions():
+    from importlib import metadata
+
+    eps = {ep.name: ep.value for ep in metadata.entry_points(group="smdebug")}
+    assert eps.get("dummy") == "smdebug_dummy.plugin"
+    assert Path(metadata.distribution("smdebug-dummy").locate_file("")).exists()
+

@@ -1,0 +1,334 @@
+"""A run written with the core alone (BaseHook) reads back through the Trial API with exact values."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import smdebug
+from smdebug import modes
+from smdebug.exceptions import (
+    ConfigError,
+    InvalidWorker,
+    NoMoreData,
+    StepUnavailable,
+    TensorUnavailable,
+    TensorUnavailableForStep,
+)
+from smdebug.hook import BaseHook
+from smdebug.trials import create_trial
+
+DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+
+
+def every_step():
+    return smdebug.SaveConfig(save_interval=1)
+
+
+def test_every_dtype_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {f"t_{d}": (rng.standard_normal((3, 4)) * 50).astype(d) for d in DTYPES}
+    arrays["scalar0d"] = np.float32(3.5)
+    arrays["scalar1"] = np.array([7], dtype=np.int64)
+    arrays["empty"] = np.zeros((0, 3), dtype=np.float32)
+    arrays["large"] = rng.standard_normal(1_500_000).astype(np.float32)
+    arrays["strided"] = np.arange(40, dtype=np.float64).reshape(5, 8)[:, ::3]
+    hook = BaseHook(out_dir=str(tmp_path / "run"))
+    hook.begin_step()
+    for name, value in arrays.items():
+        hook.save_tensor(name, value)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor_names(collection="default") == sorted(arrays)
+    for name, value in arrays.items():
+        got = trial.tensor(name).value(0)
+        expected = np.asarray(value)
+        assert got.dtype == expected.dtype, name
+        assert got.shape == expected.shape, name
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_bfloat16_like_values_saved_readably(tmp_path):
+    # ml_dtypes' bfloat16 may not be installed; plugins convert bfloat16 to float32 before saving
+    hook = BaseHook(out_dir=str(tmp_path / "run"))
+    hook.begin_step()
+    hook.save_tensor("x", np.array([1.5, -2.0], dtype=np.float32))
+    hook.close()
+    assert create_trial(str(tmp_path / "run")).tensor("x").value(0).tolist() == [1.5, -2.0]
+
+
+def test_many_steps_and_modes(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_config=every_step(), include_collections=["weights"])
+    hook.get_collection("weights").include("w.*")
+    hook.set_mode(modes.TRAIN)
+    for i in range(30):
+        hook.begin_step()
+        hook.save_for_step("w1", np.full(4, i, dtype=np.float32))
+        hook.save_for_step("ignored", np.ones(2))
+    hook.set_mode(modes.EVAL)
+    for i in range(5):
+        hook.begin_step()
+        hook.save_for_step("w1", np.full(4, 100 + i, dtype=np.float32))
+    hook.close()
+    trial = create_trial(out_dir=out)
+    assert trial.steps() == list(range(35))
+    assert trial.steps(mode=modes.TRAIN) == list(range(30))
+    assert trial.steps(mode=modes.EVAL) == list(range(5))
+    assert trial.mode_modestep(32) == (modes.EVAL, 2)
+    assert trial.global_step(modes.EVAL, 2) == 32
+    assert trial.tensor_names() == ["w1"]
+    t = trial.tensor("w1")
+    assert t.value(3, mode=modes.EVAL).tolist() == [103.0] * 4
+    assert t.value(33).tolist() == [103.0] * 4
+    assert t.value(29, mode=modes.TRAIN)[0] == 29
+    assert t.steps(mode=modes.EVAL) == list(range(5))
+    assert trial.modes() == [modes.TRAIN, modes.EVAL]
+    with pytest.raises(NoMoreData):
+        trial.wait_for_steps([40])
+    trial.wait_for_steps([0, 10, 34])  # finished run: returns at once
+
+
+def test_save_interval_is_respected(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_config=smdebug.SaveConfig(save_interval=10), include_collections=["weights"])
+    hook.get_collection("weights").include("w")
+    for _ in range(35):
+        hook.begin_step()
+        hook.save_for_step("w", np.ones(2))
+    hook.close()
+    trial = create_trial(out)
+    assert trial.steps() == [0, 10, 20, 30]
+    with pytest.raises(StepUnavailable):
+        trial.tensor("w").value(5)
+
+
+def test_collection_config_overrides_hook(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_config=smdebug.SaveConfig(save_interval=5), include_collections=["a", "b"])
+    hook.get_collection("a").include("x")
+    hook.get_collection("b").include("y")
+    hook.get_collection("b").save_config = smdebug.SaveConfig(save_interval=2)
+    for _ in range(7):
+        hook.begin_step()
+        hook.save_for_step("x", np.ones(1))
+        hook.save_for_step("y", np.ones(1))
+    hook.close()
+    trial = create_trial(out)
+    assert trial.tensor("x").steps() == [0, 5]
+    assert trial.tensor("y").steps() == [0, 2, 4, 6]
+    assert trial.tensor_names(collection="b") == ["y"]
+
+
+def test_end_step_zero_disables_a_default_collection(tmp_path):
+    class Hook(BaseHook):
+        default_include_collections = ("losses",)
+
+    out = str(tmp_path / "run")
+    hook = Hook(out_dir=out, save_config=every_step(), include_collections=["weights"])
+    hook.get_collection("losses").include("loss")
+    hook.get_collection("weights").include("w")
+    hook.get_collection("losses").save_config.end_step = 0
+    for _ in range(3):
+        hook.begin_step()
+        hook.save_for_step("loss", np.float32(1.0))
+        hook.save_for_step("w", np.ones(2))
+    hook.close()
+    assert create_trial(out).tensor_names() == ["w"]
+
+
+def test_reductions_stored_and_computed(tmp_path):
+    out = str(tmp_path / "run")
+    rc = smdebug.ReductionConfig(reductions=["mean", "max"], abs_reductions=["min"], norms=["l2"], abs_norms=["l1"])
+    hook = BaseHook(out_dir=out, save_config=every_step(), reduction_config=rc, include_collections=["gradients"])
+    hook.get_collection("gradients").include("gradient/.*")
+    value = np.array([[3.0, -4.0], [0.5, -0.5]], dtype=np.float32)
+    hook.begin_step()
+    hook.save_for_step("gradient/fc.weight", value)
+    hook.close()
+    trial = create_trial(out)
+    assert trial.tensor_names() == ["gradient/fc.weight"]
+    t = trial.tensor("gradient/fc.weight")
+    assert t.reduction_value(0, "mean") == pytest.approx(value.mean())
+    assert t.reduction_value(0, "max") == pytest.approx(3.0)
+    assert t.reduction_value(0, "min", abs=True) == pytest.approx(0.5)
+    assert t.reduction_value(0, "l2") == pytest.approx(np.sqrt((value**2).sum()))
+    assert t.reduction_value(0, "l1", abs=True) == pytest.approx(8.0)
+    with pytest.raises(TensorUnavailableForStep) as info:
+        t.value(0)  # only reductions were saved
+    assert info.value.has_reductions
+    with pytest.raises(TensorUnavailableForStep):
+        t.reduction_value(0, "std")  # neither stored nor computable
+    index = json.loads(open(os.path.join(out, "index/000000000/000000000000_worker_0.json")).read())
+    names = {e["tensorname"] for e in index["tensor_payload"]}
+    assert "smdebug/reductions/abs_l1/gradient/fc.weight" in names
+    assert "smdebug/reductions/mean/gradient/fc.weight" in names
+
+
+def test_reduction_computed_from_raw_value(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out)
+    hook.begin_step()
+    hook.save_tensor("t", np.array([1.0, -3.0, 2.0]))
+    hook.close()
+    t = create_trial(out).tensor("t")
+    assert t.reduction_value(0, "min") == -3.0
+    assert t.reduction_value(0, "max", abs=True) == 3.0
+    assert t.reduction_value(0, "median") == 1.0
+
+
+def test_save_scalar_and_layout(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out)
+    hook.begin_step()
+    hook.save_scalar("lr", 0.1)
+    hook.close()
+    assert sorted(os.listdir(out)) == ["collections", "events", "index", "training_job_end.ts"]
+    assert os.path.exists(os.path.join(out, "events/000000000000/000000000000_worker_0.tfevents"))
+    assert os.path.exists(os.path.join(out, "collections/000000000/worker_0_collections.json"))
+    assert create_trial(out).tensor("scalar/lr").value(0).tolist() == pytest.approx([0.1])
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    hook = BaseHook(out_dir=str(out), dry_run=True, save_all=True)
+    hook.begin_step()
+    hook.save_tensor("t", np.ones(3))
+    hook.close()
+    assert not out.exists()
+
+
+def test_include_regex_and_save_all(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, include_regex=["relu.*"], save_config=every_step())
+    hook.begin_step()
+    hook.save_for_step("relu1_output_0", np.ones(2))
+    hook.save_for_step("conv_output_0", np.ones(2))
+    hook.close()
+    assert create_trial(out).tensor_names() == ["relu1_output_0"]
+    out2 = str(tmp_path / "run2")
+    hook = BaseHook(out_dir=out2, save_all=True, save_config=every_step())
+    hook.begin_step()
+    hook.save_for_step("anything", np.ones(2))
+    hook.close()
+    assert create_trial(out2).tensor_names(collection="all") == ["anything"]
+
+
+def test_workers(tmp_path):
+    out = str(tmp_path / "run")
+
+    def make(rank, include_workers):
+        class Hook(BaseHook):
+            def _get_worker_name(self):
+                return f"worker_{rank}"
+
+            def _get_num_workers(self):
+                return 2
+
+        hook = Hook(out_dir=out, save_config=every_step(), include_workers=include_workers, save_all=True)
+        return hook
+
+    hooks = [make(0, "all"), make(1, "all")]
+    for step in range(3):
+        for rank, hook in enumerate(hooks):
+            hook.begin_step()
+            hook.save_for_step("w", np.full(2, rank * 10 + step))
+    for hook in hooks:
+        hook.close()
+    trial = create_trial(out)
+    assert trial.workers() == ["worker_0", "worker_1"]
+    assert trial.num_workers == 2
+    t = trial.tensor("w")
+    assert t.value(2, worker="worker_1").tolist() == [12, 12]
+    assert t.value(2, worker="worker_0").tolist() == [2, 2]
+    assert t.workers(1) == ["worker_0", "worker_1"]
+    with pytest.raises(InvalidWorker):
+        t.value(0, worker="worker_7")
+
+
+def test_include_workers_one_saves_only_the_chief(tmp_path):
+    out = str(tmp_path / "run")
+
+    class Hook(BaseHook):
+        def _get_worker_name(self):
+            return "worker_1"
+
+    hook = Hook(out_dir=out, save_all=True)
+    hook.begin_step()
+    hook.save_for_step("w", np.ones(1))
+    hook.close()
+    assert not os.path.exists(out)
+
+
+def test_memory_uri(tmp_path):
+    hook = BaseHook(out_dir="memory://smdebug-test/run1", save_all=True, save_config=every_step())
+    for i in range(3):
+        hook.begin_step()
+        hook.save_for_step("w", np.full(2, i))
+    hook.close()
+    trial = create_trial("memory://smdebug-test/run1")
+    assert trial.steps() == [0, 1, 2]
+    assert trial.tensor("w").value(2).tolist() == [2, 2]
+
+
+def test_finished_run_is_refused(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out)
+    hook.begin_step()
+    hook.save_tensor("t", np.ones(1))
+    hook.close()
+    with pytest.raises(ConfigError, match="already holds a finished smdebug run"):
+        BaseHook(out_dir=out)
+
+
+def test_bad_arguments_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="include_workers"):
+        BaseHook(out_dir=str(tmp_path), include_workers="some")
+    with pytest.raises(ConfigError, match="out_dir"):
+        BaseHook(out_dir=None)
+    with pytest.raises(ConfigError, match="reduction_config"):
+        BaseHook(out_dir=str(tmp_path), reduction_config={"reductions": ["mean"]})
+
+
+def test_unknown_tensor(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out)
+    hook.begin_step()
+    hook.save_tensor("t", np.ones(1))
+    hook.close()
+    with pytest.raises(TensorUnavailable):
+        create_trial(out).tensor("nope")
+
+
+def test_create_trial_needs_a_path():
+    with pytest.raises(ValueError, match="create_trial needs the path"):
+        create_trial()
+
+
+def test_queue_bound_blocks_without_dropping(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_all=True, save_config=every_step(), max_queue_bytes=4096)
+    big = np.arange(2048, dtype=np.float32)  # 8 KiB, twice the bound: admitted alone into an empty queue
+    for i in range(20):
+        hook.begin_step()
+        hook.save_for_step("big", big + i)
+        hook.save_for_step("small", np.full(8, i))
+    hook.close()
+    trial = create_trial(out)
+    assert trial.steps() == list(range(20))
+    assert trial.tensor("big").value(19)[0] == 19
+    assert trial.tensor("small").value(7).tolist() == [7] * 8
+
+
+def test_save_failure_never_reaches_training(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    hook = BaseHook(out_dir=str(blocker / "run"), save_all=True, save_config=every_step())
+    for i in range(3):
+        hook.begin_step()
+        hook.save_for_step("w", np.ones(2))
+    hook.close()
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("could not save step 0" in m for m in messages)
+    assert any("step(s) could not be saved" in m and "0 (" in m for m in messages)
