@@ -14,7 +14,6 @@ import pytest
 
 import smdebug
 from smdebug import hookspecs, plugins
-from smdebug.hook import BaseHook
 from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
 
@@ -115,7 +114,9 @@ def test_hook_smdebug_activate(dummy_calls):
 def _short_run(out_dir, steps=2):
     from smdebug_dummy import DummyTensor, Hook
 
-    hook = Hook(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), include_collections=["weights"])
+    hook = Hook(
+        out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
     hook.get_collection("weights").include("w")
     for _ in range(steps):
         hook.begin_step()
@@ -127,17 +128,26 @@ def _short_run(out_dir, steps=2):
 
 def test_hook_smdebug_step_begin(tmp_path, dummy_calls):
     _short_run(str(tmp_path / "run"))
-    assert [c for c in dummy_calls if c[0] == "step_begin"] == [("step_begin", "GLOBAL", 0, 0), ("step_begin", "GLOBAL", 1, 1)]
+    assert [c for c in dummy_calls if c[0] == "step_begin"] == [
+        ("step_begin", "GLOBAL", 0, 0),
+        ("step_begin", "GLOBAL", 1, 1),
+    ]
 
 
 def test_hook_smdebug_step_end(tmp_path, dummy_calls):
     _short_run(str(tmp_path / "run"))
-    assert [c for c in dummy_calls if c[0] == "step_end"] == [("step_end", "GLOBAL", 0, 0), ("step_end", "GLOBAL", 1, 1)]
+    assert [c for c in dummy_calls if c[0] == "step_end"] == [
+        ("step_end", "GLOBAL", 0, 0),
+        ("step_end", "GLOBAL", 1, 1),
+    ]
 
 
 def test_hook_smdebug_tensor_saved(tmp_path, dummy_calls):
     _short_run(str(tmp_path / "run"))
-    assert [c for c in dummy_calls if c[0] == "tensor_saved"] == [("tensor_saved", "w", 0), ("tensor_saved", "w", 1)]
+    assert [c for c in dummy_calls if c[0] == "tensor_saved"] == [
+        ("tensor_saved", "w", 0),
+        ("tensor_saved", "w", 1),
+    ]
 
 
 def test_hook_smdebug_hook_closed(tmp_path, dummy_calls):
@@ -156,8 +166,9 @@ def test_hook_smdebug_rules():
 
 # -- alias imports ----------------------------------------------------------------------------------
 def test_alias_import_resolves_to_plugin_package():
-    import smdebug.dummy as smd
     import smdebug_dummy
+
+    import smdebug.dummy as smd
 
     assert smd is smdebug_dummy
     from smdebug.dummy.hook import Hook
@@ -198,4 +209,3 @@ def test_fixture_plugins_are_real_distributions():
     eps = {ep.name: ep.value for ep in metadata.entry_points(group="smdebug")}
     assert eps.get("dummy") == "smdebug_dummy.plugin"
     assert Path(metadata.distribution("smdebug-dummy").locate_file("")).exists()
-

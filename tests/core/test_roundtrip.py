@@ -92,7 +92,9 @@ def test_many_steps_and_modes(tmp_path):
 
 def test_save_interval_is_respected(tmp_path):
     out = str(tmp_path / "run")
-    hook = BaseHook(out_dir=out, save_config=smdebug.SaveConfig(save_interval=10), include_collections=["weights"])
+    hook = BaseHook(
+        out_dir=out, save_config=smdebug.SaveConfig(save_interval=10), include_collections=["weights"]
+    )
     hook.get_collection("weights").include("w")
     for _ in range(35):
         hook.begin_step()
@@ -106,7 +108,9 @@ def test_save_interval_is_respected(tmp_path):
 
 def test_collection_config_overrides_hook(tmp_path):
     out = str(tmp_path / "run")
-    hook = BaseHook(out_dir=out, save_config=smdebug.SaveConfig(save_interval=5), include_collections=["a", "b"])
+    hook = BaseHook(
+        out_dir=out, save_config=smdebug.SaveConfig(save_interval=5), include_collections=["a", "b"]
+    )
     hook.get_collection("a").include("x")
     hook.get_collection("b").include("y")
     hook.get_collection("b").save_config = smdebug.SaveConfig(save_interval=2)
@@ -140,8 +144,12 @@ def test_end_step_zero_disables_a_default_collection(tmp_path):
 
 def test_reductions_stored_and_computed(tmp_path):
     out = str(tmp_path / "run")
-    rc = smdebug.ReductionConfig(reductions=["mean", "max"], abs_reductions=["min"], norms=["l2"], abs_norms=["l1"])
-    hook = BaseHook(out_dir=out, save_config=every_step(), reduction_config=rc, include_collections=["gradients"])
+    rc = smdebug.ReductionConfig(
+        reductions=["mean", "max"], abs_reductions=["min"], norms=["l2"], abs_norms=["l1"]
+    )
+    hook = BaseHook(
+        out_dir=out, save_config=every_step(), reduction_config=rc, include_collections=["gradients"]
+    )
     hook.get_collection("gradients").include("gradient/.*")
     value = np.array([[3.0, -4.0], [0.5, -0.5]], dtype=np.float32)
     hook.begin_step()
@@ -325,7 +333,7 @@ def test_save_failure_never_reaches_training(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     hook = BaseHook(out_dir=str(blocker / "run"), save_all=True, save_config=every_step())
-    for i in range(3):
+    for _ in range(3):
         hook.begin_step()
         hook.save_for_step("w", np.ones(2))
     hook.close()

@@ -29,7 +29,9 @@ class CustomGradientRule(Rule):
 
 
 def write_gradients(out, values, interval=1, delay=0.0):
-    hook = BaseHook(out_dir=out, save_config=smdebug.SaveConfig(save_interval=interval), include_collections=["gradients"])
+    hook = BaseHook(
+        out_dir=out, save_config=smdebug.SaveConfig(save_interval=interval), include_collections=["gradients"]
+    )
     hook.get_collection("gradients").include("gradient/.*")
     for v in values:
         hook.begin_step()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from smdebug.config import ReductionConfig, SaveConfig
 from smdebug.exceptions import SMDebugTypeError
@@ -114,7 +114,9 @@ class Collection:
 
     @save_config.setter
     def save_config(self, value) -> None:
-        self._save_config = None if value is None else SaveConfig.parse(value)
+        # Never None: every mode starts "not set" and takes the hook's configuration when training starts,
+        # so `coll.save_config.end_step = 0` works on a fresh collection (reference, default collections).
+        self._save_config = SaveConfig(mode_save_configs={}) if value is None else SaveConfig.parse(value)
 
     # -- methods ------------------------------------------------------------------------------------
     def include(self, regex) -> None:
@@ -122,7 +124,9 @@ class Collection:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise SMDebugTypeError(f"invalid include_regex {pattern!r} for collection {self.name!r}: {exc}")
+                raise SMDebugTypeError(
+                    f"invalid include_regex {pattern!r} for collection {self.name!r}: {exc}"
+                ) from None
             if pattern not in self._include_regex:
                 self._include_regex.append(pattern)
         self._compiled = None
@@ -153,7 +157,7 @@ class Collection:
             "include_regex": list(self._include_regex),
             "tensor_names": sorted(self._tensor_names),
             "reduction_config": self.reduction_config.to_json_dict() if self.reduction_config else None,
-            "save_config": self.save_config.to_json_dict() if self.save_config else None,
+            "save_config": self.save_config.to_json_dict(),
             "save_histogram": self.save_histogram,
         }
 
@@ -228,6 +232,8 @@ class CollectionManager:
             for name, params in data["collections"].items():
                 manager.collections[name] = Collection.from_dict(params)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptRunError(f"{source}: malformed collections file: {type(exc).__name__}: {exc}") from None
+            raise CorruptRunError(
+                f"{source}: malformed collections file: {type(exc).__name__}: {exc}"
+            ) from None
         manager.meta.update({k: v for k, v in data.get("_meta", {}).items() if k != "num_workers"})
         return manager

@@ -130,7 +130,9 @@ class RuleEvaluationConditionMet(SMDebugError):
         self.rule_name, self.step, self.end_of_rule = rule_name, step, end_of_rule
 
     def __str__(self):
-        return f"Evaluation of the rule {self.rule_name} at step {self.step} resulted in the condition being met"
+        return (
+            f"Evaluation of the rule {self.rule_name} at step {self.step} resulted in the condition being met"
+        )
 
 
 class InsufficientInformationForRuleInvocation(SMDebugError):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import atexit
 import logging
 import weakref
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -78,10 +79,14 @@ class BaseHook:
         if include_workers not in ("one", "all"):
             raise ConfigError(f"include_workers: invalid value {include_workers!r} (expected 'one' or 'all')")
         if reduction_config is not None and not isinstance(reduction_config, ReductionConfig):
-            raise ConfigError(f"reduction_config: expected a ReductionConfig, got {type(reduction_config).__name__}")
+            raise ConfigError(
+                f"reduction_config: expected a ReductionConfig, got {type(reduction_config).__name__}"
+            )
         self.out_dir = out_dir.rstrip("/") if len(out_dir) > 1 else out_dir
         self.export_tensorboard = bool(export_tensorboard)
-        self.tensorboard_dir = tensorboard_dir or (f"{self.out_dir}/tensorboard" if export_tensorboard else None)
+        self.tensorboard_dir = tensorboard_dir or (
+            f"{self.out_dir}/tensorboard" if export_tensorboard else None
+        )
         self.dry_run = bool(dry_run)
         self.save_all = bool(save_all)
         self.include_workers = include_workers
@@ -93,6 +98,8 @@ class BaseHook:
         self.include_collections = list(dict.fromkeys([*(include or []), *self.default_include_collections]))
         self.max_queue_bytes = max_queue_bytes
 
+        self._colls_of: dict[str, frozenset[Collection]] = {}
+        self._prepared = False
         self.collection_manager = CollectionManager()
         for name in self.builtin_collections:
             self.collection_manager.get(name, cls=self.collection_class)
@@ -107,9 +114,7 @@ class BaseHook:
         self.step = -1  # the first begin_step makes it 0
         self.mode_steps: dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
         self._in_step = False
-        self._prepared = False
         self._due: set[Collection] = set()
-        self._colls_of: dict[str, frozenset[Collection]] = {}
         self._saved_any = False
         self._collections_exported = False
         self._writer: RunWriter | None = None
@@ -175,7 +180,9 @@ class BaseHook:
 
     def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
         """Save a tensor at the current step into the given collections, whatever their save config."""
-        names = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+        names = (
+            [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+        )
         colls = []
         for cname in names:
             coll = self.get_collection(cname)
@@ -285,10 +292,7 @@ class BaseHook:
         """Give every collection its effective configs (its own, completed by the hook's)."""
         self.worker = self._get_worker_name()
         for coll in self.collection_manager.collections.values():
-            if coll.save_config is None:
-                coll.save_config = self.save_config
-            elif coll.save_config is not self.save_config:
-                coll.save_config.merge_default_save_config(self.save_config)
+            coll.save_config.merge_default_save_config(self.save_config)
             if coll.name in SCALAR_COLLECTIONS:
                 coll.reduction_config = ReductionConfig(save_raw_tensor=True)
                 coll.save_histogram = False
@@ -383,7 +387,9 @@ class BaseHook:
                 if raw:
                     self._queue(name, array)
         except Exception as exc:  # never break training because of one tensor
-            logger.warning("smdebug: could not save %s at step %d: %s: %s", name, self.step, type(exc).__name__, exc)
+            logger.warning(
+                "smdebug: could not save %s at step %d: %s: %s", name, self.step, type(exc).__name__, exc
+            )
 
     def _queue(self, name: str, array: np.ndarray) -> None:
         self._get_writer().write_tensor(self.step, self.mode, self.mode_step, name, array)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 import fsspec
 

@@ -146,7 +146,9 @@ class RunWriter:
         def write():
             if st.handle is None:
                 st.handle = self.store.open_write(event_file_path(step, self.worker))
-            record = codec.frame(codec.encode_tensor_event(name, array, step, wall_time, mode.value, mode_step))
+            record = codec.frame(
+                codec.encode_tensor_event(name, array, step, wall_time, mode.value, mode_step)
+            )
             st.handle.write(record)
             st.tensors.append({"tensorname": name, "start_idx": st.offset, "length": len(record)})
             st.offset += len(record)

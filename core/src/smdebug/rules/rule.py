@@ -27,7 +27,7 @@ class Rule(ABC):
         self.rule_name = type(self).__name__
         self.logger = logger
 
-    def set_required_tensors(self, step: int) -> None:
+    def set_required_tensors(self, step: int) -> None:  # noqa: B027 (optional, not abstract)
         """Optionally declare the tensors a step needs (kept for smdebug compatibility)."""
 
     @abstractmethod
@@ -62,7 +62,9 @@ class Rule(ABC):
         try:
             return int(str(value).strip())
         except (TypeError, ValueError):
-            raise SMDebugValueError(f"{self.rule_name}: parameter {name}={value!r} is not an integer") from None
+            raise SMDebugValueError(
+                f"{self.rule_name}: parameter {name}={value!r} is not an integer"
+            ) from None
 
     @staticmethod
     def parse_list(value) -> list[str]:

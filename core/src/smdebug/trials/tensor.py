@@ -135,7 +135,9 @@ class Tensor:
 
         raise ShapeUnavailableForStep(self.name, step_num, to_mode(mode))
 
-    def reduction_value(self, step_num: int, reduction_name: str, mode=ModeKeys.GLOBAL, worker=None, abs=False):
+    def reduction_value(
+        self, step_num: int, reduction_name: str, mode=ModeKeys.GLOBAL, worker=None, abs=False
+    ):
         """The stored reduction, else the reduction computed from the saved value."""
         data = self._worker_data(step_num, mode, worker)
         loc = data.reductions.get((reduction_name, bool(abs)))

@@ -8,8 +8,8 @@ import re
 import time
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Iterable
 from enum import Enum
-from typing import Iterable
 
 from smdebug import plugins
 from smdebug.collection import Collection, CollectionManager
@@ -37,11 +37,15 @@ class StepState(Enum):
     NOT_YET_AVAILABLE = 2
 
 
-def create_trial(path: str | None = None, name: str | None = None, *, out_dir: str | None = None, **kwargs) -> Trial:
+def create_trial(
+    path: str | None = None, name: str | None = None, *, out_dir: str | None = None, **kwargs
+) -> Trial:
     """Open the run saved at ``path`` (or ``out_dir=``, as the reference writes it)."""
     path = path or out_dir
     if not path:
-        raise SMDebugValueError("create_trial needs the path of a run: create_trial(path) or create_trial(out_dir=...)")
+        raise SMDebugValueError(
+            "create_trial needs the path of a run: create_trial(path) or create_trial(out_dir=...)"
+        )
     return Trial(path, name=name, **kwargs)
 
 
@@ -96,10 +100,15 @@ class Trial:
             mode = to_mode(meta.get("mode", "GLOBAL"))
             mode_step = int(meta.get("mode_step", step))
             event_file = meta.get("event_file_name")
-            entries = [(t["tensorname"], int(t["start_idx"]), int(t["length"])) for t in index.get("tensor_payload") or []]
+            entries = [
+                (t["tensorname"], int(t["start_idx"]), int(t["length"]))
+                for t in index.get("tensor_payload") or []
+            ]
             shapes = [(s["tensorname"], tuple(s["shape"])) for s in index.get("shape_payload") or []]
         except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptRunError(f"{self.path}/{relpath}: malformed index file: {type(exc).__name__}: {exc}") from None
+            raise CorruptRunError(
+                f"{self.path}/{relpath}: malformed index file: {type(exc).__name__}: {exc}"
+            ) from None
         self._loaded_index.add(relpath)
         self._workers.add(worker)
         self._workers_for_step[step].add(worker)
@@ -132,7 +141,9 @@ class Trial:
         if not files or (self.loaded_all_steps and set(files) == self._collection_files):
             return
         for relpath, data in sorted(self.store.read_many(files).items()):
-            loaded = CollectionManager.from_json(data.decode("utf-8", "replace"), source=f"{self.path}/{relpath}")
+            loaded = CollectionManager.from_json(
+                data.decode("utf-8", "replace"), source=f"{self.path}/{relpath}"
+            )
             for name, coll in loaded.collections.items():
                 mine = self._collections.collections.get(name)
                 if mine is None:
@@ -178,7 +189,11 @@ class Trial:
         """Saved steps (mode steps when a mode is given) that every worker has finished."""
         self.maybe_refresh()
         mode = to_mode(mode)
-        return [s for s in self._all_steps(mode) if show_incomplete_steps or self._is_complete(self._global(mode, s))]
+        return [
+            s
+            for s in self._all_steps(mode)
+            if show_incomplete_steps or self._is_complete(self._global(mode, s))
+        ]
 
     def _global(self, mode: ModeKeys, step: int) -> int:
         return step if mode == ModeKeys.GLOBAL else self._mode_to_global[mode].get(step, -1)
@@ -222,7 +237,9 @@ class Trial:
             return StepState.NOT_YET_AVAILABLE
         return StepState.UNAVAILABLE if self.loaded_all_steps else StepState.NOT_YET_AVAILABLE
 
-    def wait_for_steps(self, required_steps: Iterable[int], mode=ModeKeys.GLOBAL, timeout: float | None = None) -> None:
+    def wait_for_steps(
+        self, required_steps: Iterable[int], mode=ModeKeys.GLOBAL, timeout: float | None = None
+    ) -> None:
         """Block until every step is available; StepUnavailable / NoMoreData when it never will be."""
         mode = to_mode(mode)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -242,7 +259,9 @@ class Trial:
                         raise NoMoreData(step, mode, last)
                     raise StepUnavailable(step, mode)
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"step {step} of mode {mode.name} did not appear in {self.path} within {timeout}s")
+                    raise TimeoutError(
+                        f"step {step} of mode {mode.name} did not appear in {self.path} within {timeout}s"
+                    )
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
@@ -251,11 +270,17 @@ class Trial:
         return self.loaded_all_steps
 
     # -- tensors and collections --------------------------------------------------------------------
-    def tensor_names(self, show_prefixed_tensors=False, *, step=None, mode=ModeKeys.GLOBAL, regex=None, collection=None) -> list[str]:
+    def tensor_names(
+        self, show_prefixed_tensors=False, *, step=None, mode=ModeKeys.GLOBAL, regex=None, collection=None
+    ) -> list[str]:
         self.maybe_refresh()
         mode = to_mode(mode)
         if step is None:
-            names = set(self._tensors) if mode == ModeKeys.GLOBAL else {n for n, t in self._tensors.items() if t.has_mode(mode)}
+            names = (
+                set(self._tensors)
+                if mode == ModeKeys.GLOBAL
+                else {n for n, t in self._tensors.items() if t.has_mode(mode)}
+            )
         else:
             names = set(self._tensors_at_step.get(self._global(mode, step), ()))
         if regex is not None:

@@ -10,7 +10,9 @@ CALLS = []
 
 @hookimpl
 def smdebug_framework():
-    return Framework(alias="dummy", package="smdebug_dummy", import_names=("json",), supported=">=0")
+    return Framework(
+        alias="dummy", package="smdebug_dummy", import_names=("json",), distribution="numpy", supported=">=1"
+    )
 
 
 @hookimpl

@@ -1,0 +1,478 @@
+"""Reader and writer for smdebug 1.0's event files, without protobuf.
+
+An event file is a sequence of TFRecords, each holding one serialized ``Event`` protobuf message
+(TensorFlow's event.proto, summary.proto, tensor.proto, with the field numbers smdebug 1.0 uses).
+Encoding follows the python protobuf runtime (proto3: fields in number order, scalars at their
+default value omitted, members of a oneof always written), so events are byte-identical to the ones
+smdebug 1.0.34 writes for the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Optional
+
+import crc32c as _crc32c
+import numpy as np
+
+from smdebug.exceptions import CorruptRunError, SMDebugTypeError, SMDebugValueError
+
+__all__ = [
+    "Event",
+    "SummaryValue",
+    "frame",
+    "iter_records",
+    "read_record",
+    "masked_crc32c",
+    "encode_tensor_event",
+    "encode_scalar_event",
+    "encode_histogram_event",
+    "encode_file_version_event",
+    "decode_event",
+]
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_F32 = struct.Struct("<f")
+_F64 = struct.Struct("<d")
+_HEADER = 12  # uint64 length + uint32 masked crc of the length
+_FOOTER = 4  # uint32 masked crc of the payload
+
+# ---------------------------------------------------------------------------------------------------
+# TFRecord framing
+
+
+def masked_crc32c(data) -> int:
+    """CRC32C rotated and offset as TFRecord stores it (a CRC over data containing CRCs stays useful)."""
+    crc = _crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+# smdebug 1.0 writes this footer instead of the payload's CRC unless write_checksum=True (its default is
+# False), and its own reader insists on it; it means "no checksum".
+_NO_CHECKSUM = masked_crc32c(b"0x12345678")
+
+
+def frame(payload: bytes) -> bytes:
+    """One TFRecord holding payload, with the real payload CRC in the footer."""
+    header = _U64.pack(len(payload))
+    return b"".join((header, _U32.pack(masked_crc32c(header)), payload, _U32.pack(masked_crc32c(payload))))
+
+
+def _parse_record(view: memoryview, pos: int, path: str, base: int):
+    """Check the record at view[pos:]: return (payload, end, error).
+
+    error is None or a CorruptRunError; end is where the next record starts, None when the length
+    field cannot be trusted (then nothing after it can be located).
+    """
+
+    def corrupt(what):
+        prefix = f"{path}: " if path else ""
+        return CorruptRunError(f"{prefix}record at offset {base + pos} {what}")
+
+    if len(view) - pos < _HEADER:
+        return None, None, corrupt("is truncated")
+    if _U32.unpack_from(view, pos + 8)[0] != masked_crc32c(view[pos : pos + 8]):
+        return None, None, corrupt("has a corrupt length field")
+    start = pos + _HEADER
+    stop = start + _U64.unpack_from(view, pos)[0]
+    if stop + _FOOTER > len(view):
+        return None, None, corrupt("is truncated")
+    payload = view[start:stop]
+    crc = _U32.unpack_from(view, stop)[0]
+    if crc != _NO_CHECKSUM and crc != masked_crc32c(payload):
+        return None, stop + _FOOTER, corrupt("fails its checksum")
+    return bytes(payload), stop + _FOOTER, None
+
+
+def iter_records(
+    data: bytes, path: str = "", on_error: Optional[Callable[[CorruptRunError], None]] = None
+) -> Iterator[tuple[int, bytes]]:
+    """Yield (offset, payload) for each record of a whole file's bytes.
+
+    A damaged record raises CorruptRunError, unless on_error is given: it then receives the error and
+    iteration resumes at the next record when the damaged one's length field is intact, else stops.
+    """
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        payload, end, error = _parse_record(view, pos, path, 0)
+        if error is not None:
+            if on_error is None:
+                raise error
+            on_error(error)
+            if end is None:
+                return
+        else:
+            yield pos, payload
+        pos = end
+
+
+def read_record(data: bytes, path: str = "", offset: int = 0) -> bytes:
+    """Payload of the single record data holds (an index entry's slice, which starts at offset)."""
+    payload, end, error = _parse_record(memoryview(data), 0, path, offset)
+    if error is not None:
+        raise error
+    if end != len(data):
+        prefix = f"{path}: " if path else ""
+        raise CorruptRunError(f"{prefix}record at offset {offset} is {end} bytes, not {len(data)}")
+    return payload
+
+
+# ---------------------------------------------------------------------------------------------------
+# Protobuf wire encoding. A message is built as a list of byte chunks so that a large tensor_content is
+# copied once, by the final join.
+
+# TensorFlow DataType enum value -> numpy dtype of the little-endian bytes in tensor_content.
+_DTYPES = {
+    1: np.dtype("<f4"),  # DT_FLOAT
+    2: np.dtype("<f8"),  # DT_DOUBLE
+    3: np.dtype("<i4"),  # DT_INT32
+    4: np.dtype("u1"),  # DT_UINT8
+    5: np.dtype("<i2"),  # DT_INT16
+    6: np.dtype("i1"),  # DT_INT8
+    8: np.dtype("<c8"),  # DT_COMPLEX64
+    9: np.dtype("<i8"),  # DT_INT64
+    10: np.dtype("?"),  # DT_BOOL
+    17: np.dtype("<u2"),  # DT_UINT16
+    18: np.dtype("<c16"),  # DT_COMPLEX128
+    19: np.dtype("<f2"),  # DT_HALF
+    22: np.dtype("<u4"),  # DT_UINT32
+    23: np.dtype("<u8"),  # DT_UINT64
+}
+_DT_STRING = 7
+# Keyed by (kind, itemsize) so that big-endian input maps too (it is written little-endian).
+_ENUM_OF = {(dt.kind, dt.itemsize): enum for enum, dt in _DTYPES.items()}
+_MODE_STEP, _MODE = b"mode_step", b"mode"  # smdebug's plugin names
+_BAD_TAG_CHARS = re.compile(r"[^-/\w\.]")
+
+
+def _varint(n: int) -> bytes:
+    n &= 0xFFFFFFFFFFFFFFFF  # a negative int64 is written as its 10-byte two's complement
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _key(num: int, wire_type: int) -> bytes:
+    return _varint(num << 3 | wire_type)
+
+
+def _int(num: int, value: int) -> list:
+    return [_key(num, 0), _varint(value)] if value else []
+
+
+def _double(num: int, value: float) -> list:
+    # `if value` also drops -0.0, as the python protobuf runtime does.
+    return [_key(num, 1), _F64.pack(value)] if value else []
+
+
+def _sub(num: int, chunks: list) -> list:
+    """A length-delimited field (message or bytes) made of chunks; written even when empty."""
+    return [_key(num, 2), _varint(sum(len(c) for c in chunks)), *chunks]
+
+
+def _text(num: int, text) -> list:
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    return _sub(num, [data]) if data else []
+
+
+def _event(wall_time: float, step: int, what: list) -> bytes:
+    return b"".join(_double(1, float(wall_time)) + _int(2, int(step)) + what)
+
+
+def _tensor_proto(tag: str, array: np.ndarray) -> list:
+    dims = []
+    for size in array.shape:  # smdebug names every dim "{tag}_{size}"
+        dims += _sub(2, _int(1, size) + _text(2, f"{tag}_{size}"))
+    shape = _sub(2, dims)  # present even for a 0-d array, like smdebug's TensorProto(tensor_shape=...)
+    if array.dtype.kind in "USO":
+        # smdebug leaves dtype unset and writes one utf-8 string_val per element (it only handles 1-d
+        # str arrays; other ranks go in C order here and bytes are kept as they are).
+        strings = []
+        for s in array.reshape(-1):
+            if not isinstance(s, (str, bytes)):
+                raise SMDebugTypeError(f"Cannot encode a {type(s).__name__} element of a string tensor")
+            strings += _sub(8, [s.encode("utf-8") if isinstance(s, str) else bytes(s)])
+        return shape + strings
+    enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
+    if enum is None or array.dtype.fields is not None:
+        raise SMDebugTypeError(f"Numpy dtype {array.dtype} is not supported in event files")
+    content = np.ascontiguousarray(array, dtype=_DTYPES[enum]).reshape(-1).view(np.uint8)
+    return _int(1, enum) + shape + (_sub(4, [content]) if content.size else [])
+
+
+def encode_tensor_event(
+    tag: str, array: np.ndarray, step: int, wall_time: float, mode: int, mode_step: int
+) -> bytes:
+    """Serialized Event holding one tensor, as smdebug 1.0's FileWriter.write_tensor makes it."""
+    if not isinstance(array, np.ndarray):  # smdebug's make_numpy_array turns a scalar into shape (1,)
+        array = np.array([array]) if np.isscalar(array) else np.asarray(array)
+    mode = int(getattr(mode, "value", mode))  # ModeKeys or its number
+    plugins = _sub(1, _text(1, _MODE_STEP) + _text(2, str(int(mode_step))))
+    plugins += _sub(1, _text(1, _MODE) + _text(2, str(mode)))
+    value = _text(1, tag) + _sub(8, _tensor_proto(tag, array)) + _sub(9, plugins)
+    return _event(wall_time, step, _sub(5, _sub(1, value)))
+
+
+def _clean_tag(tag: str) -> str:
+    # TensorBoard summaries get TensorFlow's tag cleaning, as in smdebug's summary.py.
+    return _BAD_TAG_CHARS.sub("_", tag).lstrip("/")
+
+
+def encode_scalar_event(tag: str, value: float, step: int, wall_time: float) -> bytes:
+    """Serialized Event with a TensorBoard scalar (Summary.Value.simple_value)."""
+    value = np.asarray(value)
+    if value.squeeze().ndim != 0:
+        raise SMDebugValueError(f"Scalar summary {tag!r} needs a single value, got shape {value.shape}")
+    x = float(value.reshape(-1)[0])
+    if abs(x) > 3.4028234663852886e38:  # protobuf saturates floats out of float32 range to +-inf
+        x = math.copysign(math.inf, x)
+    # simple_value is a oneof member, so it is written even when 0.
+    simple = [_key(2, 5), _F32.pack(x)]
+    return _event(wall_time, step, _sub(5, _sub(1, _text(1, _clean_tag(tag)) + simple)))
+
+
+def _tf_default_bins() -> np.ndarray:
+    # TensorFlow's default histogram edges: 0 and +-1e-12 * 1.1**k up to 1e20, grown by repeated
+    # multiplication (not powers) so that every edge has the same bits as smdebug's.
+    edges, v = [], 1e-12
+    while v < 1e20:
+        edges.append(v)
+        v *= 1.1
+    return np.array([-v for v in reversed(edges)] + [0.0] + edges)
+
+
+_DEFAULT_BINS = _tf_default_bins()
+
+
+def encode_histogram_event(tag: str, array: np.ndarray, step: int, wall_time: float, bins="default") -> bytes:
+    """Serialized Event with a TensorBoard histogram (HistogramProto) of array's values.
+
+    bins is "default" (TensorFlow's exponential buckets) or anything numpy.histogram accepts.
+    Raises SMDebugValueError for an empty array or when no value falls in any bucket.
+    """
+    values = np.asarray(array).astype(np.float64).reshape(-1)
+    if values.size == 0:
+        raise SMDebugValueError(f"Histogram {tag!r}: the input has no element")
+    if isinstance(bins, str) and bins == "default":
+        bins = _DEFAULT_BINS
+    counts, limits = np.histogram(values, bins=bins)
+    nonzero = np.flatnonzero(counts)
+    if nonzero.size == 0:
+        raise SMDebugValueError(f"Histogram {tag!r}: no value falls in any bucket")
+    first, last = int(nonzero[0]), int(nonzero[-1])
+    # TensorBoard reads only right edges, so keep one empty bucket left of the first non-empty one:
+    # its right edge is the left edge of the data.
+    if first > 0:
+        counts = counts[first - 1 : last + 1]
+    else:
+        counts = np.concatenate([[0], counts[: last + 1]])
+    limits = limits[first : last + 2]
+    histo = (
+        _double(1, values.min())
+        + _double(2, values.max())
+        + _double(3, float(values.size))
+        + _double(4, values.sum())
+        + _double(5, values.dot(values))
+        + _sub(6, [np.asarray(limits, "<f8").tobytes()])  # packed repeated double
+        + _sub(7, [np.asarray(counts, "<f8").tobytes()])
+    )
+    return _event(wall_time, step, _sub(5, _sub(1, _text(1, _clean_tag(tag)) + _sub(5, histo))))
+
+
+def encode_file_version_event(wall_time: float) -> bytes:
+    """The event TensorBoard expects first in a file (smdebug 1.0 itself never writes it)."""
+    return _event(wall_time, 0, _sub(3, [b"brain.Event:2"]))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decoding
+
+
+@dataclass
+class SummaryValue:
+    tag: str = ""
+    value: Optional[np.ndarray] = None  # the tensor, if the value holds one
+    simple_value: Optional[float] = None  # a TensorBoard scalar
+    mode: int = 4  # ModeKeys value; GLOBAL when the event does not say
+    mode_step: Optional[int] = None  # None when absent: the event's step applies
+
+
+@dataclass
+class Event:
+    wall_time: float = 0.0
+    step: int = 0
+    file_version: str = ""
+    values: list[SummaryValue] = field(default_factory=list)
+
+
+def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]  # IndexError when truncated
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _fields(buf: memoryview) -> Iterator[tuple[int, int, object]]:
+    """Yield (field number, wire type, value): an int for varints, else a memoryview of the raw bytes."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        key, pos = _read_varint(buf, pos)
+        wire_type = key & 7
+        if wire_type == 0:
+            value, pos = _read_varint(buf, pos)
+        else:
+            if wire_type == 2:
+                size, pos = _read_varint(buf, pos)
+            elif wire_type in (1, 5):
+                size = 8 if wire_type == 1 else 4
+            else:
+                raise ValueError(f"unsupported wire type {wire_type}")
+            value = buf[pos : pos + size]
+            pos += size
+        if pos > end:
+            raise ValueError("field runs past the end of its message")
+        yield key >> 3, wire_type, value
+
+
+def _signed64(n: int) -> int:
+    return n - (1 << 64) if n >= 1 << 63 else n
+
+
+def _varints(items: list) -> list:
+    """Integers of a repeated varint field, whether written packed (wire type 2) or not."""
+    out = []
+    for wire_type, value in items:
+        if wire_type == 0:
+            out.append(value)
+        elif wire_type == 2:
+            pos = 0
+            while pos < len(value):
+                n, pos = _read_varint(value, pos)
+                out.append(n)
+    return out
+
+
+# TensorProto field holding each dtype's values when tensor_content is absent (TensorFlow writes small
+# tensors this way): (field number, little-endian element dtype for fixed-width fields or None for varint).
+_VALUE_FIELDS = {
+    1: (5, "<f4"),  # float_val
+    2: (6, "<f8"),  # double_val
+    8: (9, "<f4"),  # scomplex_val: real, imag pairs
+    18: (12, "<f8"),  # dcomplex_val
+    3: (7, None),  # int_val, also for the narrower integer types
+    4: (7, None),
+    5: (7, None),
+    6: (7, None),
+    17: (7, None),
+    9: (10, None),  # int64_val
+    10: (11, None),  # bool_val
+    19: (13, None),  # half_val: float16 bit patterns
+    22: (16, None),  # uint32_val
+    23: (17, None),  # uint64_val
+}
+
+
+def _typed_values(dtype: int, repeated: dict) -> np.ndarray:
+    num, element = _VALUE_FIELDS[dtype]
+    items = repeated.get(num, [])
+    if element is not None:  # fixed width: packed chunks and single values are all raw bytes
+        raw = b"".join(bytes(value) for wire_type, value in items if wire_type != 0)
+        return np.frombuffer(raw, element).view(_DTYPES[dtype])
+    ints = np.array(_varints(items), dtype=np.uint64)
+    if dtype == 19:
+        return ints.astype(np.uint16).view(np.float16)
+    if dtype == 23:
+        return ints
+    return ints.view(np.int64).astype(_DTYPES[dtype])  # int32 values are sign-extended to 64 bits
+
+
+def _decode_tensor(buf: memoryview) -> np.ndarray:
+    dtype, shape, content, repeated = 0, [], None, {}
+    for num, wire_type, value in _fields(buf):
+        if num == 1 and wire_type == 0:
+            dtype = value
+        elif num == 2 and wire_type == 2:
+            for dim_num, dim_type, dim in _fields(value):
+                if dim_num == 2 and dim_type == 2:
+                    sizes = [_signed64(v) for n, t, v in _fields(dim) if n == 1 and t == 0]
+                    shape.append(sizes[-1] if sizes else 0)
+        elif num == 4 and wire_type == 2:
+            content = value
+        else:
+            repeated.setdefault(num, []).append((wire_type, value))
+    if dtype in (0, _DT_STRING):  # smdebug writes strings with dtype unset
+        strings = [bytes(v) for t, v in repeated.get(8, []) if t == 2]
+        try:
+            array = np.array([s.decode("utf-8") for s in strings], dtype=str)
+        except UnicodeDecodeError:
+            array = np.array(strings, dtype=object)
+        return array.reshape(shape)
+    if dtype not in _DTYPES:
+        raise SMDebugTypeError(f"TensorProto dtype {dtype} is not supported")
+    if content is not None:
+        return np.frombuffer(content, _DTYPES[dtype]).reshape(shape).copy()
+    values = _typed_values(dtype, repeated)
+    count = math.prod(shape)
+    if 0 < values.size < count:  # TensorFlow's convention: the last value repeats to fill the shape
+        values = np.concatenate([values, np.repeat(values[-1:], count - values.size)])
+    elif values.size == 0:
+        values = np.zeros(count, _DTYPES[dtype])
+    return values.reshape(shape).astype(_DTYPES[dtype])
+
+
+def _decode_value(buf: memoryview) -> SummaryValue:
+    sv = SummaryValue()
+    for num, wire_type, value in _fields(buf):
+        if num == 1 and wire_type == 2:
+            sv.tag = str(value, "utf-8")
+        elif num == 2 and wire_type == 5:
+            sv.simple_value = _F32.unpack(value)[0]
+        elif num == 8 and wire_type == 2:
+            sv.value = _decode_tensor(value)
+        elif num == 9 and wire_type == 2:
+            for plugin_num, plugin_type, plugin in _fields(value):
+                if plugin_num != 1 or plugin_type != 2:
+                    continue
+                parts = {n: bytes(v) for n, t, v in _fields(plugin) if t == 2}
+                name = parts.get(1, b"")
+                if name == _MODE_STEP:
+                    sv.mode_step = int(parts.get(2, b"0"))
+                elif name == _MODE:
+                    sv.mode = int(parts.get(2, b"0"))
+    return sv
+
+
+def decode_event(payload: bytes) -> Event:
+    """Parse a serialized Event (fields this codec does not use are skipped).
+
+    Raises CorruptRunError when payload is not a well-formed Event.
+    """
+    event = Event()
+    try:
+        for num, wire_type, value in _fields(memoryview(payload)):
+            if num == 1 and wire_type == 1:
+                event.wall_time = _F64.unpack(value)[0]
+            elif num == 2 and wire_type == 0:
+                event.step = _signed64(value)
+            elif num == 3 and wire_type == 2:
+                event.file_version = str(value, "utf-8")
+            elif num == 5 and wire_type == 2:
+                event.values += [_decode_value(v) for n, t, v in _fields(value) if n == 1 and t == 2]
+    except (IndexError, ValueError, struct.error) as e:
+        raise CorruptRunError(f"malformed Event: {e}") from e
+    return event

@@ -1,0 +1,426 @@
+"""When to save (SaveConfig, SaveConfigMode) and what to save (ReductionConfig).
+
+The JSON forms (``to_json_dict``/``from_dict``) are smdebug 1.0's, so smdebug can read the collections
+files we write and we can read its. Every bad value raises ConfigError naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from contextlib import contextmanager
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from smdebug.exceptions import ConfigError
+from smdebug.modes import ModeKeys, to_mode
+from smdebug.reductions import ALLOWED_NORMS, ALLOWED_REDUCTIONS
+
+DEFAULT_SAVE_INTERVAL = 500
+SAVE_CONFIG_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
+# Every name the SageMaker "reductions" parameter takes (smdebug also writes norms as "l1_norm").
+REDUCTION_NAMES = (
+    *ALLOWED_REDUCTIONS,
+    *ALLOWED_NORMS,
+    *(f"abs_{n}" for n in ALLOWED_REDUCTIONS),
+    *(f"abs_{n}" for n in ALLOWED_NORMS),
+)
+
+
+# -- value parsers shared with json_config (configs pass every value as a string) ---------------------
+def _invalid(field: str, value: Any, expected: str) -> ConfigError:
+    return ConfigError(f"{field}: invalid value {value!r} (expected {expected})")
+
+
+def _check_keys(params: dict, allowed: tuple[str, ...], owner: str) -> None:
+    for key, value in params.items():
+        if key not in allowed:
+            raise ConfigError(
+                f"{owner}.{key}: unknown key with value {value!r} (expected {', '.join(allowed)})"
+            )
+
+
+def to_bool(value: Any, field: str = "value") -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    raise _invalid(field, value, "true or false")
+
+
+def to_int(value: Any, field: str = "value", minimum: int = 0) -> int:
+    """An int, or a string holding one (bools and floats are refused: they are mistakes here)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        result = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        result = int(value)
+    else:
+        result = None
+    if result is None or result < minimum:
+        raise _invalid(field, value, "a positive integer" if minimum == 1 else "a non-negative integer")
+    return result
+
+
+def to_str_list(value: Any, field: str = "value") -> list[str]:
+    """A list of strings, or one comma-separated string; blanks are dropped."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple, set)) or not all(isinstance(x, str) for x in items):
+        raise _invalid(field, value, "a list of strings or a comma-separated string")
+    return [x.strip() for x in items if x.strip()]
+
+
+def to_steps(value: Any, field: str = "save_steps") -> list[int]:
+    """Sorted, de-duplicated steps from a list, a single step or a string like "3,7"."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        items = [x for x in value.split(",") if x.strip()]
+    elif isinstance(value, (list, tuple, set)):
+        items = list(value)
+    else:
+        items = [value]
+    try:
+        return sorted({to_int(x, field) for x in items})
+    except ConfigError:
+        raise _invalid(field, value, "a list of non-negative integers") from None
+
+
+# -- pydantic base: errors surface as ConfigError, assignments are validated too ------------------------
+@contextmanager
+def _config_errors(owner: str):
+    try:
+        yield
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        where = ".".join(str(p) for p in (owner, *err["loc"]))
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"{where}: unknown parameter") from None
+        raise ConfigError(f"{where}: invalid value {err.get('input')!r} ({err['msg']})") from None
+
+
+class ConfigModel(BaseModel):
+    model_config = ConfigDict(validate_assignment=True, extra="forbid", arbitrary_types_allowed=True)
+
+    def __init__(self, **data):
+        with _config_errors(type(self).__name__):
+            super().__init__(**data)
+
+    def __setattr__(self, name, value):
+        with _config_errors(type(self).__name__):
+            super().__setattr__(name, value)
+
+
+# -- SaveConfigMode ---------------------------------------------------------------------------------------
+class SaveConfigMode(ConfigModel):
+    """When to save within one mode. None for an argument means its default."""
+
+    save_interval: int = DEFAULT_SAVE_INTERVAL
+    start_step: int = 0
+    end_step: Optional[int] = None
+    save_steps: list[int] = Field(default_factory=list)
+
+    def __init__(self, save_interval=None, start_step=None, end_step=None, save_steps=None):
+        super().__init__(
+            save_interval=save_interval, start_step=start_step, end_step=end_step, save_steps=save_steps
+        )
+
+    @field_validator("save_interval", mode="before")
+    @classmethod
+    def _interval(cls, v):
+        return DEFAULT_SAVE_INTERVAL if v is None else to_int(v, "SaveConfigMode.save_interval", minimum=1)
+
+    @field_validator("start_step", mode="before")
+    @classmethod
+    def _start(cls, v):
+        return 0 if v is None else to_int(v, "SaveConfigMode.start_step")
+
+    @field_validator("end_step", mode="before")
+    @classmethod
+    def _end(cls, v):
+        return None if v is None else to_int(v, "SaveConfigMode.end_step")
+
+    @field_validator("save_steps", mode="before")
+    @classmethod
+    def _steps(cls, v):
+        return to_steps(v, "SaveConfigMode.save_steps")
+
+    def should_save_step(self, step: int) -> bool:
+        # save_steps is a union with the interval, not a replacement (reference examples).
+        if step in self.save_steps:
+            return True
+        in_range = self.start_step <= step and (self.end_step is None or step < self.end_step)
+        return in_range and step % self.save_interval == 0
+
+    def to_json_dict(self) -> dict:
+        return {
+            "save_interval": self.save_interval,
+            "save_steps": list(self.save_steps),
+            "start_step": self.start_step,
+            "end_step": self.end_step,
+        }
+
+    @classmethod
+    def from_dict(cls, params: dict | None, default_values: dict | None = None) -> SaveConfigMode | None:
+        """None stays None (smdebug writes it for a mode left to the default)."""
+        if params is None:
+            return None
+        merged = {**(default_values or {}), **params} if isinstance(params, dict) else params
+        if not isinstance(merged, dict):
+            raise _invalid("SaveConfigMode", params, "a dict")
+        _check_keys(merged, SAVE_CONFIG_KEYS, "SaveConfigMode")
+        return cls(**merged)
+
+
+# -- SaveConfig -------------------------------------------------------------------------------------------
+def _mode(key) -> ModeKeys:
+    try:
+        return to_mode(key)
+    except ValueError:
+        raise _invalid("mode_save_configs", key, "a mode: " + ", ".join(m.name for m in ModeKeys)) from None
+
+
+def _broadcast(field: str) -> property:
+    """A property over one SaveConfigMode field: set on every mode, read the shared (or GLOBAL) value."""
+
+    def get(self):
+        values = [getattr(c, field) for c in self._configs.values()]
+        return (
+            values[0]
+            if all(v == values[0] for v in values)
+            else getattr(self._configs[ModeKeys.GLOBAL], field)
+        )
+
+    def set(self, value):
+        for cfg in self._configs.values():
+            setattr(cfg, field, value)
+        # Kept for the modes still to inherit a default: merge_default_save_config re-applies it.
+        self._overrides[field] = getattr(self._configs[ModeKeys.GLOBAL], field)
+
+    return property(get, set, doc=f"{field} of every mode (setting it sets it for all modes)")
+
+
+class SaveConfig:
+    """A SaveConfigMode per mode.
+
+    Modes missing from ``mode_save_configs`` are *not set*: they hold SaveConfigMode() defaults until
+    ``merge_default_save_config`` copies the hook's configuration into them (what a collection does).
+    With ``mode_save_configs`` the other arguments, when given, are the defaults of dict-valued modes
+    and the configuration of the modes not listed. ``SaveConfig(mode_save_configs={})`` leaves every
+    mode to the hook.
+    """
+
+    def __init__(
+        self, mode_save_configs=None, save_interval=None, start_step=None, end_step=None, save_steps=None
+    ):
+        args = dict(
+            save_interval=save_interval, start_step=start_step, end_step=end_step, save_steps=save_steps
+        )
+        args = {k: v for k, v in args.items() if v is not None}
+        self._configs: dict[ModeKeys, SaveConfigMode] = {m: SaveConfigMode() for m in ModeKeys}
+        self._explicit: set[ModeKeys] = set()
+        self._overrides: dict[str, Any] = {}
+        if mode_save_configs is None:
+            for mode in ModeKeys:
+                self.set_save_config(mode, SaveConfigMode(**args))
+            return
+        if not isinstance(mode_save_configs, dict):
+            raise _invalid("mode_save_configs", mode_save_configs, "a dict of mode -> SaveConfigMode")
+        given = {_mode(k): v for k, v in mode_save_configs.items()}
+        for mode in ModeKeys:
+            value = given.get(mode)
+            if isinstance(value, dict):
+                value = SaveConfigMode.from_dict(value, args)
+            if value is None and args:
+                value = SaveConfigMode(**args)
+            if value is not None:
+                self.set_save_config(mode, value)
+
+    save_interval = _broadcast("save_interval")
+    start_step = _broadcast("start_step")
+    end_step = _broadcast("end_step")
+    save_steps = _broadcast("save_steps")
+
+    def get_save_config(self, mode) -> SaveConfigMode:
+        return self._configs[_mode(mode)]
+
+    def set_save_config(self, mode, save_config_mode) -> None:
+        if isinstance(save_config_mode, dict):
+            save_config_mode = SaveConfigMode.from_dict(save_config_mode)
+        if not isinstance(save_config_mode, SaveConfigMode):
+            raise _invalid(f"save_config[{_mode(mode).name}]", save_config_mode, "a SaveConfigMode")
+        # A copy: two modes (or a hook and a collection) must never share one mutable object.
+        self._configs[_mode(mode)] = save_config_mode.model_copy(deep=True)
+        self._explicit.add(_mode(mode))
+
+    def is_mode_set(self, mode) -> bool:
+        """Whether the mode was configured explicitly (else it takes the default, e.g. the hook's)."""
+        return _mode(mode) in self._explicit
+
+    def merge_default_save_config(self, default: SaveConfig) -> None:
+        """Give the modes not set the default's configuration (plus fields set through the properties)."""
+        default = SaveConfig.parse(default)
+        for mode in ModeKeys:
+            if mode not in self._explicit:
+                cfg = default.get_save_config(mode).model_copy(deep=True)
+                for field, value in self._overrides.items():
+                    setattr(cfg, field, value)
+                self._configs[mode] = cfg
+
+    def should_save_step(self, mode, step: int) -> bool:
+        return self._configs[_mode(mode)].should_save_step(step)
+
+    def to_json_dict(self) -> dict:
+        return {mode.name: self._configs[mode].to_json_dict() for mode in ModeKeys}
+
+    @classmethod
+    def from_dict(cls, params: dict | None, default_values: dict | None = None) -> SaveConfig | None:
+        """smdebug's form {"TRAIN": {...} or None, ...}; a flat {"save_interval": ...} sets all modes."""
+        if params is None:
+            return None
+        if not isinstance(params, dict):
+            raise _invalid("save_config", params, "a dict")
+        if params and all(k in SAVE_CONFIG_KEYS for k in params):
+            return cls(**{**(default_values or {}), **params})
+        modes = {
+            k: SaveConfigMode.from_dict(v, default_values) if isinstance(v, dict) else v
+            for k, v in params.items()
+        }
+        return cls(mode_save_configs=modes)
+
+    @classmethod
+    def parse(cls, obj) -> SaveConfig:
+        if obj is None:
+            return cls()
+        if isinstance(obj, SaveConfig):
+            return obj
+        if isinstance(obj, SaveConfigMode):
+            return cls(mode_save_configs={mode: obj for mode in ModeKeys})
+        if isinstance(obj, dict):
+            return cls.from_dict(obj)
+        raise _invalid("save_config", obj, "a SaveConfig, SaveConfigMode or dict")
+
+    def __eq__(self, other):
+        if not isinstance(other, SaveConfig):
+            return NotImplemented
+        return self._configs == other._configs
+
+    def __repr__(self):
+        modes = ", ".join(
+            f"{m.name}={self._configs[m]!r}{'' if m in self._explicit else ' (not set)'}" for m in ModeKeys
+        )
+        return f"SaveConfig({modes})"
+
+
+# -- ReductionConfig ----------------------------------------------------------------------------------
+def _names(value, field: str, allowed) -> list[str]:
+    names = list(dict.fromkeys(n.lower() for n in to_str_list(value, field)))
+    for name in names:
+        if name not in allowed:
+            raise _invalid(field, name, "one of " + ", ".join(allowed))
+    return names
+
+
+class ReductionConfig(ConfigModel):
+    """Reductions (floats) to save instead of, or with, the raw tensor."""
+
+    reductions: list[str] = Field(default_factory=list)
+    abs_reductions: list[str] = Field(default_factory=list)
+    norms: list[str] = Field(default_factory=list)
+    abs_norms: list[str] = Field(default_factory=list)
+    save_raw_tensor: bool = False
+    save_shape: bool = False
+
+    def __init__(
+        self,
+        reductions=None,
+        abs_reductions=None,
+        norms=None,
+        abs_norms=None,
+        save_raw_tensor=False,
+        save_shape=False,
+    ):
+        super().__init__(
+            reductions=reductions,
+            abs_reductions=abs_reductions,
+            norms=norms,
+            abs_norms=abs_norms,
+            save_raw_tensor=save_raw_tensor,
+            save_shape=save_shape,
+        )
+
+    @field_validator("reductions", "abs_reductions", mode="before")
+    @classmethod
+    def _reductions(cls, v, info):
+        return _names(v, f"ReductionConfig.{info.field_name}", ALLOWED_REDUCTIONS)
+
+    @field_validator("norms", "abs_norms", mode="before")
+    @classmethod
+    def _norms(cls, v, info):
+        return _names(v, f"ReductionConfig.{info.field_name}", ALLOWED_NORMS)
+
+    @field_validator("save_raw_tensor", "save_shape", mode="before")
+    @classmethod
+    def _bools(cls, v, info):
+        return False if v is None else to_bool(v, f"ReductionConfig.{info.field_name}")
+
+    @classmethod
+    def from_reductions_string(
+        cls, reductions, save_raw_tensor=False, save_shape=False, field: str = "reductions"
+    ) -> ReductionConfig:
+        """Parse SageMaker's "reductions" parameter, e.g. "min,abs_max,l2" (or smdebug's "abs_l2_norm")."""
+        lists: dict[str, list[str]] = {"reductions": [], "abs_reductions": [], "norms": [], "abs_norms": []}
+        for raw in to_str_list(reductions, field):
+            name = raw.lower()
+            absolute = name.startswith("abs_")
+            base = name[4:] if absolute else name
+            if base.endswith("_norm") and base[:-5] in ALLOWED_NORMS:
+                base = base[:-5]
+            kind = "reductions" if base in ALLOWED_REDUCTIONS else "norms" if base in ALLOWED_NORMS else None
+            if kind is None:
+                raise _invalid(field, raw, "a comma-separated list of " + ", ".join(REDUCTION_NAMES))
+            lists[("abs_" if absolute else "") + kind].append(base)
+        return cls(**lists, save_raw_tensor=save_raw_tensor, save_shape=save_shape)
+
+    def reduction_pairs(self) -> list[tuple[str, bool]]:
+        """(name, on absolute values) to compute, without duplicates."""
+        pairs = [(n, False) for n in (*self.reductions, *self.norms)]
+        pairs += [(n, True) for n in (*self.abs_reductions, *self.abs_norms)]
+        return list(dict.fromkeys(pairs))
+
+    def to_json_dict(self) -> dict:
+        # smdebug's form: one comma string; norms carry a "_norm" suffix there.
+        names = [*self.reductions, *(f"{n}_norm" for n in self.norms)]
+        names += [*(f"abs_{n}" for n in self.abs_reductions), *(f"abs_{n}_norm" for n in self.abs_norms)]
+        return {
+            "save_raw_tensor": self.save_raw_tensor,
+            "reductions": ",".join(names),
+            "save_shape": self.save_shape,
+        }
+
+    @classmethod
+    def from_dict(cls, params: dict | None) -> ReductionConfig | None:
+        """smdebug's form; separate abs_reductions/norms/abs_norms lists are accepted as well."""
+        if params is None:
+            return None
+        if not isinstance(params, dict):
+            raise _invalid("reduction_config", params, "a dict")
+        _check_keys(params, tuple(cls.model_fields), "ReductionConfig")
+        parsed = cls.from_reductions_string(params.get("reductions"), field="ReductionConfig.reductions")
+        lists = {
+            k: getattr(parsed, k) + to_str_list(params.get(k), f"ReductionConfig.{k}")
+            for k in ("abs_reductions", "norms", "abs_norms")
+        }
+        return cls(
+            reductions=parsed.reductions,
+            **lists,
+            save_raw_tensor=params.get("save_raw_tensor", False),
+            save_shape=params.get("save_shape", False),
+        )

@@ -1,0 +1,375 @@
+"""The SageMaker hook configuration file (debughookconfig.json) read into a HookConfig.
+
+Example::
+
+    {
+      "LocalPath": "/opt/ml/output/tensors",
+      "S3OutputPath": "s3://bucket/prefix",
+      "HookParameters": {"save_interval": "100", "train.save_interval": "10", "reductions": "min,abs_l2"},
+      "CollectionConfigurations": [
+        {"CollectionName": "weights", "CollectionParameters": {"save_steps": "1,2,3"}},
+        {"CollectionName": "metrics", "CollectionParameters": {"end_step": "0"}}
+      ],
+      "TensorBoardOutputConfig": {"LocalPath": "/opt/ml/output/tensorboard"}
+    }
+
+All parameter values are strings in files SageMaker writes; JSON numbers, booleans and lists are
+accepted as well. Unknown parameters are errors, so a typo is never silently ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+from typing import Any, Literal, Optional
+
+from pydantic import Field, field_validator
+
+from smdebug.config import (
+    SAVE_CONFIG_KEYS,
+    ConfigModel,
+    ReductionConfig,
+    SaveConfig,
+    SaveConfigMode,
+    to_bool,
+    to_int,
+    to_steps,
+    to_str_list,
+)
+from smdebug.exceptions import ConfigError
+from smdebug.modes import ModeKeys
+
+logger = logging.getLogger("smdebug")
+
+DEFAULT_CONFIG_PATH = "/opt/ml/input/config/debughookconfig.json"
+CONFIG_FILE_PATH_ENV = "SMDEBUG_CONFIG_FILE_PATH"
+# SageMaker writes TensorBoard's output config to a file of its own (smdebug reads it on SageMaker).
+TENSORBOARD_CONFIG_FILE_PATH_ENV = "TENSORBOARD_CONFIG_FILE_PATH"
+DEFAULT_TENSORBOARD_CONFIG_PATH = "/opt/ml/input/config/tensorboardoutputconfig.json"
+# Where SageMaker expects tensors and TensorBoard files when the config gives no LocalPath.
+DEFAULT_SAGEMAKER_OUT_DIR = "/opt/ml/output/tensors"
+DEFAULT_SAGEMAKER_TENSORBOARD_DIR = "/opt/ml/output/tensorboard"
+
+TOP_LEVEL_KEYS = (
+    "LocalPath",
+    "S3OutputPath",
+    "HookParameters",
+    "CollectionConfigurations",
+    "TensorBoardOutputConfig",
+)
+MODE_PREFIXES = tuple(f"{m.name.lower()}." for m in ModeKeys)
+_REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
+HOOK_KEYS = (
+    "dry_run",
+    "save_all",
+    "include_workers",
+    "include_regex",
+    *_REDUCTION_KEYS,
+    *SAVE_CONFIG_KEYS,
+    "export_tensorboard",  # smdebug reads these two off SageMaker
+    "tensorboard_dir",
+)
+COLLECTION_KEYS = ("include_regex", "save_histogram", *_REDUCTION_KEYS, *SAVE_CONFIG_KEYS)
+
+
+class CollectionSettings(ConfigModel):
+    """What the configuration says about one collection (None: left to the collection's default)."""
+
+    name: str
+    include_regex: Optional[list[str]] = None
+    save_config: Optional[SaveConfig] = None
+    reduction_config: Optional[ReductionConfig] = None
+    save_histogram: Optional[bool] = None
+
+    def __init__(
+        self, name, include_regex=None, save_config=None, reduction_config=None, save_histogram=None
+    ):
+        super().__init__(
+            name=name,
+            include_regex=include_regex,
+            save_config=save_config,
+            reduction_config=reduction_config,
+            save_histogram=save_histogram,
+        )
+
+    @field_validator("include_regex", mode="before")
+    @classmethod
+    def _regex(cls, v):
+        return None if v is None else to_str_list(v, "CollectionSettings.include_regex")
+
+    @field_validator("save_config", mode="before")
+    @classmethod
+    def _save_config(cls, v):
+        return None if v is None else SaveConfig.parse(v)
+
+    @field_validator("save_histogram", mode="before")
+    @classmethod
+    def _histogram(cls, v):
+        return None if v is None else to_bool(v, "CollectionSettings.save_histogram")
+
+
+class HookConfig(ConfigModel):
+    """The hook constructor's arguments, plus per-collection settings."""
+
+    out_dir: str
+    export_tensorboard: bool = False
+    tensorboard_dir: Optional[str] = None
+    dry_run: bool = False
+    reduction_config: Optional[ReductionConfig] = None
+    save_config: Optional[SaveConfig] = None
+    include_regex: Optional[list[str]] = None
+    include_collections: Optional[list[str]] = None
+    save_all: bool = False
+    include_workers: Literal["one", "all"] = "one"
+    collections: dict[str, CollectionSettings] = Field(default_factory=dict)
+
+    @field_validator("out_dir", mode="before")
+    @classmethod
+    def _out_dir(cls, v):
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"HookConfig.out_dir: invalid value {v!r} (expected a path or URI)")
+        return v
+
+    @field_validator("export_tensorboard", "dry_run", "save_all", mode="before")
+    @classmethod
+    def _bools(cls, v, info):
+        return to_bool(v, f"HookConfig.{info.field_name}")
+
+    @field_validator("include_regex", "include_collections", mode="before")
+    @classmethod
+    def _lists(cls, v, info):
+        return None if v is None else to_str_list(v, f"HookConfig.{info.field_name}")
+
+    @field_validator("save_config", mode="before")
+    @classmethod
+    def _save_config(cls, v):
+        return None if v is None else SaveConfig.parse(v)
+
+    @field_validator("reduction_config", mode="before")
+    @classmethod
+    def _reduction_config(cls, v):
+        return ReductionConfig.from_dict(v) if isinstance(v, dict) else v
+
+    @field_validator("include_workers", mode="before")
+    @classmethod
+    def _workers(cls, v):
+        if v not in ("one", "all"):
+            raise ConfigError(f"HookConfig.include_workers: invalid value {v!r} (expected 'one' or 'all')")
+        return v
+
+
+# -- finding and loading the file -----------------------------------------------------------------------
+def find_config_path(json_file_path: str | None = None) -> str | None:
+    """The explicit path, else $SMDEBUG_CONFIG_FILE_PATH, else the SageMaker default if it exists."""
+    if json_file_path is not None:
+        if not os.path.isfile(json_file_path):
+            raise ConfigError(f"json_file_path: hook configuration file {json_file_path!r} does not exist")
+        return json_file_path
+    env_path = os.environ.get(CONFIG_FILE_PATH_ENV)
+    if env_path:
+        if not os.path.isfile(env_path):
+            raise ConfigError(f"{CONFIG_FILE_PATH_ENV}: hook configuration file {env_path!r} does not exist")
+        return env_path
+    return DEFAULT_CONFIG_PATH if os.path.isfile(DEFAULT_CONFIG_PATH) else None
+
+
+def find_tensorboard_dir() -> str | None:
+    """LocalPath of SageMaker's separate TensorBoard config file, None when there is no such file."""
+    path = os.environ.get(TENSORBOARD_CONFIG_FILE_PATH_ENV) or DEFAULT_TENSORBOARD_CONFIG_PATH
+    if not os.path.isfile(path):
+        return None
+    data = _read_json(path)
+    return _tensorboard_section(data, path) if isinstance(data, dict) else None
+
+
+def load_hook_config(path: str) -> HookConfig:
+    data = _read_json(path)
+    config = parse_hook_config(data, source=path)
+    if not (isinstance(data, dict) and data.get("TensorBoardOutputConfig")):
+        tb_dir = find_tensorboard_dir()
+        if tb_dir is not None:  # as smdebug on SageMaker: the TensorBoard config file decides
+            config.export_tensorboard, config.tensorboard_dir = True, tb_dir
+    logger.info("smdebug: hook configuration read from %s", path)
+    return config
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the hook configuration: {exc}") from None
+
+
+def _tensorboard_section(section: Any, where: str) -> str:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: invalid value {section!r} (expected an object with LocalPath)")
+    path = section.get("LocalPath") or DEFAULT_SAGEMAKER_TENSORBOARD_DIR
+    if not isinstance(path, str):
+        raise ConfigError(f"{where}.LocalPath: invalid value {path!r} (expected a path)")
+    return path
+
+
+# -- parsing ----------------------------------------------------------------------------------------------
+def parse_hook_config(data: dict, source: str = "<dict>") -> HookConfig:
+    """Build a HookConfig from the SageMaker JSON form; errors are prefixed with `source`."""
+    try:
+        return _parse(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _parse(data: Any) -> HookConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid value {data!r} (expected a JSON object)")
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:  # tolerated: SageMaker may add sections we do not use
+            logger.warning("smdebug: ignoring unknown key %r in the hook configuration", key)
+
+    out_dir = data.get("LocalPath")
+    if out_dir is None:
+        # As smdebug: SageMaker uploads this directory to S3OutputPath. Without either key it is a mistake.
+        if not data.get("S3OutputPath"):
+            raise ConfigError("LocalPath: missing (the directory to save tensors to)")
+        out_dir = DEFAULT_SAGEMAKER_OUT_DIR
+    if not isinstance(out_dir, str) or not out_dir.strip():
+        raise ConfigError(f"LocalPath: invalid value {out_dir!r} (expected a path)")
+
+    hook = _params(data, "HookParameters", "HookParameters")
+    _check_keys(hook, HOOK_KEYS, "HookParameters")
+    hook_modes = _save_params(hook, "HookParameters")
+    args: dict[str, Any] = {"out_dir": out_dir}
+    if any(hook_modes.values()):
+        args["save_config"] = SaveConfig({m: SaveConfigMode(**p) for m, p in hook_modes.items()})
+    args["reduction_config"] = _reduction_config(hook, "HookParameters")
+    for key in ("dry_run", "save_all", "export_tensorboard"):
+        if key in hook:
+            args[key] = to_bool(hook[key], f"HookParameters.{key}")
+    if "include_regex" in hook:
+        args["include_regex"] = to_str_list(hook["include_regex"], "HookParameters.include_regex")
+    if "include_workers" in hook:
+        workers = hook["include_workers"]
+        if workers not in ("one", "all"):
+            raise ConfigError(
+                f"HookParameters.include_workers: invalid value {workers!r} (expected 'one' or 'all')"
+            )
+        args["include_workers"] = workers
+    if "tensorboard_dir" in hook:
+        args["tensorboard_dir"] = hook["tensorboard_dir"]
+    if data.get("TensorBoardOutputConfig") is not None:
+        args["tensorboard_dir"] = _tensorboard_section(
+            data["TensorBoardOutputConfig"], "TensorBoardOutputConfig"
+        )
+        args["export_tensorboard"] = True
+
+    collections: dict[str, CollectionSettings] = {}
+    for index, entry in enumerate(data.get("CollectionConfigurations") or []):
+        settings = _collection(entry, index, hook_modes)
+        previous = collections.get(settings.name)
+        collections[settings.name] = _combine(previous, settings) if previous else settings
+    if data.get("CollectionConfigurations") is not None:
+        # As smdebug: the collections configured are the ones saved (plus each hook's default ones).
+        args["include_collections"] = list(collections)
+    args["collections"] = collections
+    return HookConfig(**args)
+
+
+def _params(container: dict, key: str, where: str) -> dict:
+    value = container.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: invalid value {value!r} (expected a JSON object)")
+    # A null value means "not given".
+    return {k: v for k, v in value.items() if v is not None}
+
+
+def _check_keys(params: dict, allowed: tuple[str, ...], where: str) -> None:
+    for key in params:
+        base = key.split(".", 1)[1] if key.lower().startswith(MODE_PREFIXES) else None
+        if key in allowed or base in SAVE_CONFIG_KEYS:
+            continue
+        close = difflib.get_close_matches(key, allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"{where}.{key}: unknown key with value {params[key]!r} (expected one of {', '.join(allowed)}, "
+            f"or a save key prefixed with {', '.join(MODE_PREFIXES)}){hint}"
+        )
+
+
+def _save_params(params: dict, where: str) -> dict[ModeKeys, dict]:
+    """Per mode, the save keys given: the plain ones, overridden by the mode-prefixed ones."""
+    base: dict[str, Any] = {}
+    per_mode: dict[ModeKeys, dict] = {m: {} for m in ModeKeys}
+    for key, value in params.items():
+        prefix, _, name = key.rpartition(".")
+        if name not in SAVE_CONFIG_KEYS or (prefix and f"{prefix.lower()}." not in MODE_PREFIXES):
+            continue
+        field = f"{where}.{key}"
+        if name == "save_steps":
+            parsed = to_steps(value, field)
+        else:
+            parsed = to_int(value, field, minimum=1 if name == "save_interval" else 0)
+        (per_mode[ModeKeys[prefix.upper()]] if prefix else base)[name] = parsed
+    return {m: {**base, **p} for m, p in per_mode.items()}
+
+
+def _reduction_config(params: dict, where: str) -> ReductionConfig | None:
+    if not any(k in params for k in _REDUCTION_KEYS):
+        return None
+    reductions = params.get("reductions")
+    # smdebug ignores save_raw_tensor/save_shape without reductions; we honour them. With no reduction
+    # asked for, the raw tensor stays saved unless explicitly turned off.
+    raw_default = not to_str_list(reductions, f"{where}.reductions")
+    return ReductionConfig.from_reductions_string(
+        reductions,
+        save_raw_tensor=to_bool(params.get("save_raw_tensor", raw_default), f"{where}.save_raw_tensor"),
+        save_shape=to_bool(params.get("save_shape", False), f"{where}.save_shape"),
+        field=f"{where}.reductions",
+    )
+
+
+def _collection(entry: Any, index: int, hook_modes: dict[ModeKeys, dict]) -> CollectionSettings:
+    name = entry.get("CollectionName") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or not name:
+        where = f"CollectionConfigurations[{index}].CollectionName"
+        raise ConfigError(f"{where}: invalid value {name!r} (expected a collection name)")
+    where = f"CollectionConfigurations[{name}]"
+    params = _params(entry, "CollectionParameters", f"{where}.CollectionParameters")
+    _check_keys(params, COLLECTION_KEYS, where)
+    own = _save_params(params, where)
+    save_config = None
+    if any(own.values()):
+        # As smdebug: the hook's parameters of each mode, overridden by the collection's.
+        save_config = SaveConfig({m: SaveConfigMode(**{**hook_modes[m], **own[m]}) for m in ModeKeys})
+    regex, histogram = params.get("include_regex"), params.get("save_histogram")
+    return CollectionSettings(
+        name,
+        include_regex=None if regex is None else to_str_list(regex, f"{where}.include_regex"),
+        save_config=save_config,
+        reduction_config=_reduction_config(params, where),
+        save_histogram=None if histogram is None else to_bool(histogram, f"{where}.save_histogram"),
+    )
+
+
+def _combine(first: CollectionSettings, second: CollectionSettings) -> CollectionSettings:
+    """A collection listed twice (SageMaker merges rule and hook configs): as smdebug, the later entry
+    wins for each setting it gives, and include_regex patterns accumulate."""
+    regex = None
+    if first.include_regex is not None or second.include_regex is not None:
+        regex = list(dict.fromkeys([*(first.include_regex or []), *(second.include_regex or [])]))
+    return CollectionSettings(
+        first.name,
+        include_regex=regex,
+        save_config=first.save_config if second.save_config is None else second.save_config,
+        reduction_config=first.reduction_config
+        if second.reduction_config is None
+        else second.reduction_config,
+        save_histogram=first.save_histogram if second.save_histogram is None else second.save_histogram,
+    )
