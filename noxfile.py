@@ -20,6 +20,7 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout"]
 # distribution folder -> (extra pip requirements, test folder)
 DISTRIBUTIONS = {
     "core": ([], "tests/core"),
+    "torch": ([TORCH], "tests/torch"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in DISTRIBUTIONS] + ["lint"]
@@ -54,3 +55,12 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: train a small PyTorch model with the hook, then analyse the run."""
+    session.install(TORCH)
+    _install_core(session)
+    session.install("-e", str(ROOT / "plugins/smdebug-torch"))
+    session.run("python", str(ROOT / "examples/demo.py"), *session.posargs)

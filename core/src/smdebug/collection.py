@@ -141,14 +141,15 @@ class Collection:
         return name in self._tensor_names
 
     def matches(self, name: str) -> bool:
-        """Whether a tensor belongs to this collection, by name or by one of the regexes."""
+        """Whether a tensor belongs to this collection: by name, or a regex found anywhere in the name
+        (``re.search``, as smdebug 1.0 matches)."""
         if name in self._tensor_names:
             return True
         if not self._include_regex:
             return False
         if self._compiled is None:
             self._compiled = re.compile("|".join(f"(?:{p})" for p in self._include_regex))
-        return self._compiled.match(name) is not None
+        return self._compiled.search(name) is not None
 
     # -- serialisation in smdebug's collections-file form --------------------------------------------
     def to_json_dict(self) -> dict:

@@ -286,7 +286,7 @@ class Trial:
         if regex is not None:
             patterns = [regex] if isinstance(regex, str) else list(regex)
             compiled = re.compile("|".join(f"(?:{p})" for p in patterns))
-            names = {n for n in names if compiled.match(n)}
+            names = {n for n in names if compiled.search(n)}
         if collection is not None:
             names = {n for n in names if any(c.matches(n) for c in self._collections_named(collection))}
         return sorted(names)

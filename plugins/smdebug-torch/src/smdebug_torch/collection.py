@@ -1,0 +1,47 @@
+"""PyTorch collections: module inputs/outputs by module, and the built-in collections' patterns."""
+
+from __future__ import annotations
+
+import re
+
+from smdebug.collection import Collection as BaseCollection
+from smdebug.collection import CollectionKeys
+
+GRADIENT_PREFIX = "gradient/"
+INPUT_SUFFIX = "_input_"
+OUTPUT_SUFFIX = "_output_"
+
+# The patterns smdebug 1.0 gives the built-in PyTorch collections (matched anywhere in a name).
+BUILTIN_PATTERNS = {
+    CollectionKeys.WEIGHTS: "^(?!gradient).*weight",
+    CollectionKeys.BIASES: "^(?!gradient).*bias",
+    CollectionKeys.GRADIENTS: "^gradient",
+    CollectionKeys.LOSSES: "[Ll]oss_(?!input).*output",
+}
+
+
+def module_tensor_patterns(module_name: str, inputs: bool, outputs: bool) -> list[str]:
+    """The patterns of one module's input and/or output tensors (``conv1_output_0``, ...)."""
+    suffixes = ([INPUT_SUFFIX] if inputs else []) + ([OUTPUT_SUFFIX] if outputs else [])
+    return [f"^{re.escape(module_name + suffix)}\\d+$" for suffix in suffixes]
+
+
+class Collection(BaseCollection):
+    """A Collection that can also hold modules whose inputs/outputs it saves."""
+
+    # Bumped whenever a module is added to any collection, so a hook notices at its next step.
+    modules_version = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._modules: dict = {}  # module -> (include inputs, include outputs)
+
+    def add_module_tensors(self, module, inputs: bool = False, outputs: bool = True) -> None:
+        """Save this module's input and/or output tensors as part of the collection (outputs by default)."""
+        old_inputs, old_outputs = self._modules.get(module, (False, False))
+        self._modules[module] = (old_inputs or bool(inputs), old_outputs or bool(outputs))
+        Collection.modules_version += 1
+
+    @property
+    def modules(self) -> dict:
+        return self._modules

@@ -1,0 +1,337 @@
+"""The PyTorch hook: adapts torch modules, parameters and autograd to smdebug's BaseHook.
+
+Names and steps follow smdebug 1.0:
+- a step begins with each forward call of a registered model (its forward pre-hook);
+- at that moment the model's parameters are saved as ``<ModelClass>_<parameter name>``;
+- gradients are saved as ``gradient/<ModelClass>_<parameter name>`` once autograd has accumulated them;
+- every module of the model (the model itself named ``<ModelClass>``, the others by their path in
+  ``named_modules()``) and every registered loss (``<LossClass>``) saves its tensors as
+  ``<name>_input_<i>`` / ``<name>_output_<i>``, numbered across the calls of one step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from smdebug.collection import CollectionKeys
+from smdebug.exceptions import SMDebugTypeError
+from smdebug.hook import BaseHook
+from smdebug_torch.collection import (
+    BUILTIN_PATTERNS,
+    GRADIENT_PREFIX,
+    INPUT_SUFFIX,
+    OUTPUT_SUFFIX,
+    Collection,
+    module_tensor_patterns,
+)
+
+logger = logging.getLogger("smdebug")
+
+
+def _compiled_parts(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
+    """For a ``torch.compile``d module: the original module (names belong to it) and whether it was
+    compiled with ``fullgraph=True``; for any other module: itself and False."""
+    inner = getattr(module, "_orig_mod", None)
+    if isinstance(inner, torch.nn.Module) and type(module).__name__ == "OptimizedModule":
+        return inner, bool(getattr(getattr(module, "dynamo_ctx", None), "fullgraph", False))
+    return module, False
+
+
+class Hook(BaseHook):
+    framework = "pytorch"
+    collection_class = Collection
+    default_include_collections = (CollectionKeys.LOSSES,)
+
+    def __init__(
+        self,
+        out_dir: str | None = None,
+        export_tensorboard: bool = False,
+        tensorboard_dir: str | None = None,
+        dry_run: bool = False,
+        reduction_config=None,
+        save_config=None,
+        include_regex=None,
+        include_collections=None,
+        save_all: bool = False,
+        include_workers: str = "one",
+        *,
+        max_queue_bytes: int | None = None,
+    ):
+        super().__init__(
+            out_dir=out_dir,
+            export_tensorboard=export_tensorboard,
+            tensorboard_dir=tensorboard_dir,
+            dry_run=dry_run,
+            reduction_config=reduction_config,
+            save_config=save_config,
+            include_regex=include_regex,
+            include_collections=include_collections,
+            save_all=save_all,
+            include_workers=include_workers,
+            max_queue_bytes=max_queue_bytes,
+        )
+        for name, pattern in BUILTIN_PATTERNS.items():
+            self.get_collection(name).include(pattern)
+        self._module_names: dict[torch.nn.Module, str] = {}  # every hooked module -> its name
+        self._models: dict[torch.nn.Module, _Model] = {}
+        self._loss_modules: list[torch.nn.Module] = []
+        self._grad_hooked: set[int] = set()  # id() of parameters carrying a gradient hook
+        self._handles: list[Any] = []
+        self._call_index: dict[str, int] = {}  # "<module>_output_" -> next index, this step
+        self._modules_version = -1
+        self._warned: set[str] = set()
+
+    # -- distributed training ------------------------------------------------------------------
+    def _get_worker_name(self) -> str:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return f"worker_{dist.get_rank()}"
+        return super()._get_worker_name()
+
+    def _get_num_workers(self) -> int:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size()
+        return super()._get_num_workers()
+
+    # -- registration (reference: PyTorch specific Hook API) -----------------------------------
+    def register_module(self, module: torch.nn.Module) -> None:
+        """Hook the model: each forward call starts a step; parameters, gradients and module tensors
+        are saved when their collections are due."""
+        if not isinstance(module, torch.nn.Module):
+            raise SMDebugTypeError(f"register_module expects a torch.nn.Module, got {type(module).__name__}")
+        wrapper = module
+        module, fullgraph = _compiled_parts(wrapper)
+        if module in self._models or wrapper in self._models:
+            logger.warning("smdebug: %s is already registered with this hook", module._get_name())
+            return
+        model_name = module._get_name()
+        if fullgraph:
+            # No callback can run inside a graph compiled whole: steps start on the compiled wrapper.
+            logger.warning(
+                "smdebug: %s is compiled with fullgraph=True; weights, gradients and losses are saved, "
+                "module inputs/outputs inside the compiled graph are not",
+                model_name,
+            )
+        on_output = _Callback(self._on_module_output)
+        for path, sub in module.named_modules():
+            if sub not in self._module_names:  # a module shared with another registered model keeps its name
+                self._module_names[sub] = path or model_name
+                if not fullgraph:
+                    self._handles.append(sub.register_forward_hook(on_output))
+        starter = wrapper if fullgraph else module
+        self._models[starter] = _Model(model_name, module)
+        self._handles.append(starter.register_forward_pre_hook(_Callback(self._on_model_forward)))
+        self._hook_gradients(self._models[starter].params)
+
+    def register_hook(self, module: torch.nn.Module) -> None:
+        """smdebug's older name for register_module."""
+        self.register_module(module)
+
+    def register_loss(self, loss_module: torch.nn.Module) -> None:
+        """Hook a loss module (e.g. ``nn.CrossEntropyLoss()``): its output is saved in ``losses``."""
+        if not isinstance(loss_module, torch.nn.Module):
+            raise SMDebugTypeError(
+                f"register_loss expects a torch.nn.Module such as nn.CrossEntropyLoss(), "
+                f"got {type(loss_module).__name__}"
+            )
+        if loss_module in self._loss_modules:
+            return
+        self._loss_modules.append(loss_module)
+        if loss_module not in self._module_names:
+            self._module_names[loss_module] = loss_module._get_name()
+            self._handles.append(loss_module.register_forward_pre_hook(_Callback(self._on_loss_forward)))
+            self._handles.append(loss_module.register_forward_hook(_Callback(self._on_module_output)))
+        self.get_collection(CollectionKeys.LOSSES).add_module_tensors(loss_module)
+
+    def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
+        """Save a value computed outside modules (``F.cross_entropy``) as ``<tensor_name>_output_<i>``."""
+        if not isinstance(tensor_value, torch.Tensor):
+            raise SMDebugTypeError(
+                f"record_tensor_value expects a torch.Tensor, got {type(tensor_value).__name__}"
+            )
+        self._save_sequence(tensor_name + OUTPUT_SUFFIX, tensor_value)
+
+    # -- step boundaries -----------------------------------------------------------------------
+    def begin_step(self) -> None:
+        if Collection.modules_version != self._modules_version:
+            self._resolve_module_collections()
+        super().begin_step()
+        self._call_index.clear()
+
+    def _prepare(self) -> None:
+        self._resolve_module_collections()
+        super()._prepare()
+
+    def _resolve_module_collections(self) -> None:
+        """Turn modules given to ``add_module_tensors`` into patterns of their tensor names."""
+        self._modules_version = Collection.modules_version
+        for coll in self.collection_manager.collections.values():
+            for module, (inputs, outputs) in getattr(coll, "modules", {}).items():
+                name = self._module_names.get(module)
+                if name is None:
+                    self._warn_once(
+                        f"unregistered:{id(module)}",
+                        "smdebug: %s was given to add_module_tensors of collection %r but is not part of "
+                        "a module registered with register_module/register_loss; its tensors are not saved",
+                        module._get_name(),
+                        coll.name,
+                    )
+                    continue
+                coll.include(module_tensor_patterns(name, inputs, outputs))
+        self._colls_of.clear()
+
+    def close(self) -> None:
+        super().close()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    # -- torch callbacks -----------------------------------------------------------------------
+    def _on_model_forward(self, module, inputs) -> None:
+        if self._closed:
+            return
+        try:
+            model = self._models[module]
+            self.begin_step()
+            if self._anything_due():
+                model.refresh()  # like smdebug, the parameters the model has now
+                for name, param in model.params:
+                    if not _is_uninitialized(param):
+                        self._save(name, param)
+            self._hook_gradients(model.params)  # new parameters, or unfrozen since the last step
+        except Exception as exc:  # never break training
+            self._warn_once(
+                "forward", "smdebug: could not start step %d: %s: %s", self.step, type(exc).__name__, exc
+            )
+
+    def _on_loss_forward(self, module, inputs) -> None:
+        # A loss starts the step only when no model is registered to do it.
+        if not self._models and not self._closed:
+            try:
+                self.begin_step()
+            except Exception as exc:
+                self._warn_once(
+                    "loss", "smdebug: could not start step %d: %s: %s", self.step, type(exc).__name__, exc
+                )
+
+    def _on_module_output(self, module, inputs, outputs) -> None:
+        if not self._anything_due():
+            return
+        name = self._module_names.get(module)
+        if name is not None:
+            self._save_sequence(name + INPUT_SUFFIX, inputs)
+            self._save_sequence(name + OUTPUT_SUFFIX, outputs)
+
+    def _hook_gradients(self, params) -> None:
+        for name, param in params:
+            if param.requires_grad and id(param) not in self._grad_hooked and not _is_uninitialized(param):
+                self._grad_hooked.add(id(param))
+                on_gradient = _Callback(self._on_gradient, GRADIENT_PREFIX + name)
+                self._handles.append(param.register_post_accumulate_grad_hook(on_gradient))
+
+    def _on_gradient(self, name: str, param) -> None:
+        if self._anything_due() and param.grad is not None and self.is_due(name):
+            self._save(name, param.grad)
+
+    # -- saving --------------------------------------------------------------------------------
+    def _anything_due(self) -> bool:
+        return self._in_step and self._writing and bool(self._due)
+
+    def _save_sequence(self, prefix: str, value) -> None:
+        """Save the tensors of a (nested) tuple/list/dict in order, numbered after the step's earlier ones."""
+        index = self._call_index.get(prefix, 0)
+        for tensor in _tensors_in(value):
+            self._save(f"{prefix}{index}", tensor)
+            index += 1
+        self._call_index[prefix] = index
+
+    def _save(self, name: str, value) -> None:
+        if self.save_for_step(name, value):
+            # Record the name in its collections (as smdebug does), so the collections file lists it.
+            for coll in self._collections_of(name):
+                coll.add_tensor_name(name)
+
+    def _warn_once(self, key: str, message: str, *args) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
+
+class _Model:
+    """A registered model: its name and its parameters' tensor names (``Net_conv1.weight``)."""
+
+    def __init__(self, name: str, module: torch.nn.Module):
+        self.name = name
+        self.module = module
+        self.params: list[tuple[str, torch.nn.Parameter]] = []
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.params = [(f"{self.name}_{path}", p) for path, p in self.module.named_parameters()]
+
+
+def _is_uninitialized(param) -> bool:
+    """A parameter of a lazy module (nn.LazyLinear...) before its first forward pass."""
+    return isinstance(param, torch.nn.parameter.UninitializedParameter)
+
+
+def _compiler_api():
+    compiler = getattr(torch, "compiler", None)  # torch >= 2.1; torch._dynamo before
+    disable = getattr(compiler, "disable", None) or torch._dynamo.disable
+    is_compiling = getattr(compiler, "is_compiling", None) or torch._dynamo.is_compiling
+    return disable, is_compiling
+
+
+_disable, _is_compiling = _compiler_api()
+
+
+@_disable
+def _call_eagerly(callback, args):
+    """Run a callback outside of torch.compile's tracing (dynamo breaks the graph around it)."""
+    return callback._fn(*callback._args, *args)
+
+
+def _inert_callback():
+    return _inert
+
+
+def _inert(*args) -> None:
+    return None
+
+
+class _Callback:
+    """What the hook registers with torch.
+
+    torch.compile does not trace it (it runs eagerly between compiled graphs), and a copy or a pickle
+    of a registered model (``copy.deepcopy`` for an EMA model, ``torch.save(model)``) carries an inert
+    callback instead of a copy of the hook.
+    """
+
+    __slots__ = ("_fn", "_args")
+
+    def __init__(self, fn, *args):
+        self._fn = fn
+        self._args = args
+
+    def __call__(self, *args):
+        if _is_compiling():  # only true while dynamo traces: eager calls stay cheap
+            return _call_eagerly(self, args)
+        return self._fn(*self._args, *args)
+
+    def __reduce__(self):
+        return (_inert_callback, ())
+
+
+def _tensors_in(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)

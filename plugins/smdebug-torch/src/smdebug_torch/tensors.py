@@ -1,0 +1,96 @@
+"""Torch tensors to host numpy arrays, and reductions computed on the tensor's own device."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+# Dtypes numpy cannot hold (or holds badly): saved as float32 so that any reader can use them.
+_UPCAST = {torch.bfloat16}
+for _name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"):
+    if hasattr(torch, _name):
+        _UPCAST.add(getattr(torch, _name))
+# Reductions are computed in at least float32 (float16 sums overflow quickly).
+_LOW_PRECISION = _UPCAST | {torch.float16}
+
+
+def _plain(value: torch.Tensor) -> torch.Tensor:
+    """A detached, dense, plain tensor with the same values."""
+    t = value.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.is_quantized:
+        t = t.dequantize()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t
+
+
+def to_numpy(value: torch.Tensor) -> np.ndarray:
+    """Copy a tensor to a host array it does not share memory with (the writer encodes it later)."""
+    t = _plain(value)
+    if t.dtype in _UPCAST:
+        t = t.float()  # a new tensor already
+        return t.cpu().numpy()
+    if t.device.type == "cpu":
+        return t.clone().numpy()
+    return t.cpu().numpy()
+
+
+def _median(t: torch.Tensor) -> torch.Tensor:
+    """numpy's median: the mean of the two middle values when the count is even, NaN if any NaN."""
+    flat = t.reshape(-1)
+    if flat.is_floating_point() and bool(torch.isnan(flat).any()):
+        return torch.tensor(math.nan)
+    ordered = torch.sort(flat).values
+    n = ordered.numel()
+    if n % 2:
+        return ordered[n // 2]
+    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+_REDUCTIONS = {
+    "min": torch.min,
+    "max": torch.max,
+    "median": _median,
+    "mean": torch.mean,
+    "std": lambda t: torch.std(t, correction=0),  # numpy's default (ddof=0)
+    "variance": lambda t: torch.var(t, correction=0),
+    "sum": torch.sum,
+    "prod": torch.prod,
+    # norms of the flattened tensor, whatever its rank
+    "l1": lambda t: torch.linalg.vector_norm(t.reshape(-1), 1),
+    "l2": lambda t: torch.linalg.vector_norm(t.reshape(-1), 2),
+}
+
+
+def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> float | None:
+    """One reduction computed where the tensor lives; only the resulting scalar reaches the host.
+
+    Returns None when torch cannot compute it here (the core then falls back to numpy).
+    """
+    fn = _REDUCTIONS.get(reduction)
+    if fn is None:
+        raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
+    t = _plain(value)
+    if t.numel() == 0:
+        raise ValueError(f"cannot compute {reduction} of an empty tensor")
+    try:
+        if t.dtype in _LOW_PRECISION:
+            t = t.float()
+        elif t.is_complex():
+            if reduction not in ("l1", "l2") and not abs:
+                return None  # numpy's complex min/max/median semantics
+            t = t.abs()
+        elif not t.is_floating_point():  # integers and booleans, as numpy computes them
+            t = t.double()
+        if abs:
+            t = t.abs()
+        result = fn(t)
+        return float(result.item())
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None  # e.g. float64 on a device without it: numpy computes it on the host

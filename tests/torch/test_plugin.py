@@ -1,0 +1,290 @@
+"""The plugin's hooks (framework, capture, reduction) and the hook's robustness."""
+
+import copy
+import io
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import smdebug.pytorch as smd
+from smdebug import plugins
+from smdebug.exceptions import SMDebugTypeError
+from smdebug.reductions import numpy_reduction
+
+REDUCTIONS = ["min", "max", "median", "mean", "std", "variance", "sum", "prod", "l1", "l2"]
+
+
+def test_plugin_declares_the_pytorch_framework():
+    fw = plugins.frameworks()["pytorch"]
+    assert (fw.alias, fw.package, fw.import_names, fw.distribution) == (
+        "pytorch",
+        "smdebug_torch",
+        ("torch",),
+        "torch",
+    )
+    assert fw.supported == ">=2.0" and fw.version_problem() is None
+
+
+def test_entry_point_module_does_not_import_torch():
+    code = (
+        "import sys; from smdebug import plugins; plugins.frameworks(); import smdebug_torch.plugin;"
+        "import numpy as np; assert plugins.to_numpy(np.ones(2)).tolist() == [1, 1];"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_alias_import_is_the_plugin_package():
+    import smdebug.pytorch
+    import smdebug.pytorch.hook
+    import smdebug_torch
+    import smdebug_torch.hook
+
+    assert smdebug.pytorch is smdebug_torch and smdebug.pytorch.hook is smdebug_torch.hook
+    for name in ["Hook", "SaveConfig", "SaveConfigMode", "ReductionConfig", "Collection", "CollectionKeys"]:
+        assert hasattr(smd, name), name
+    assert smd.CollectionKeys.WEIGHTS == "weights" and callable(smd.create_trial) and callable(smd.get_hook)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.randn(3, 4),
+        torch.randn(5, dtype=torch.float64),
+        torch.randn(2, 3).half(),
+        torch.arange(12, dtype=torch.int32).reshape(3, 4),
+        torch.tensor([True, False]),
+        torch.tensor(2.5),
+    ],
+    ids=["float32", "float64", "float16", "int32", "bool", "scalar"],
+)
+def test_to_numpy_keeps_dtype_and_values(tensor):
+    array = plugins.to_numpy(tensor)
+    assert array.dtype == tensor.numpy().dtype and array.shape == tuple(tensor.shape)
+    np.testing.assert_array_equal(array, tensor.numpy())
+
+
+def test_to_numpy_special_tensors():
+    bf16 = torch.tensor([1.5, -2.25, 3.0], dtype=torch.bfloat16)
+    array = plugins.to_numpy(bf16)
+    assert array.dtype == np.float32 and array.tolist() == [1.5, -2.25, 3.0]
+    param = nn.Parameter(torch.ones(2, 2))
+    assert plugins.to_numpy(param * 2).tolist() == [[2, 2], [2, 2]]  # requires grad: detached
+    sparse = torch.eye(3).to_sparse()
+    np.testing.assert_array_equal(plugins.to_numpy(sparse), np.eye(3))
+    strided = torch.arange(20.0).reshape(4, 5)[:, ::2].t()
+    np.testing.assert_array_equal(plugins.to_numpy(strided), strided.numpy())
+
+
+def test_to_numpy_copies_so_later_in_place_updates_do_not_leak():
+    t = torch.zeros(3)
+    array = plugins.to_numpy(t)
+    t.add_(1)
+    assert array.tolist() == [0, 0, 0]
+
+
+def test_hooks_decline_values_that_are_not_torch_tensors():
+    from smdebug_torch import plugin
+
+    assert plugin.smdebug_to_numpy(value=np.ones(2)) is None
+    assert plugin.smdebug_reduce(value=[1.0, 2.0], reduction="max", abs=False) is None
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("absolute", [False, True], ids=["plain", "abs"])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool]
+)
+def test_reductions_computed_by_torch_equal_numpy(reduction, absolute, dtype):
+    g = torch.Generator().manual_seed(1)
+    values = torch.randn(4, 6, generator=g) * 3  # an even count: the median averages two middle values
+    if reduction == "prod":
+        values = values.clamp(-1.5, 1.5)
+    tensor = values.to(dtype) if dtype != torch.bool else values > 0
+    from smdebug_torch.tensors import reduce
+
+    got = reduce(tensor, reduction, absolute)
+    assert isinstance(got, float)
+    host = tensor.float().numpy() if dtype == torch.bfloat16 else tensor.numpy()
+    expected = numpy_reduction(host, reduction, absolute)
+    assert got == pytest.approx(expected, rel=2e-5 if dtype != torch.float64 else 1e-12, abs=1e-6)
+
+
+def test_reduction_through_the_plugin_manager_and_edge_cases():
+    assert plugins.reduce(torch.tensor([1.0, -5.0, 3.0]), "max", abs=True) == 5.0
+    assert plugins.reduce(torch.tensor([[1, 2], [3, 4]], dtype=torch.int8), "mean") == 2.5
+    assert np.isnan(plugins.reduce(torch.tensor([1.0, float("nan"), 0.0, 2.0]), "median"))
+    assert plugins.reduce(torch.tensor([1 + 1j, -2 + 0j]), "l1") == pytest.approx(np.sqrt(2) + 2)
+    # complex min has no torch meaning: numpy computes it on the host
+    assert plugins.reduce(torch.tensor([1 + 1j, -2 + 0j]), "min") == -2.0
+    big = torch.full((70000,), 60000.0, dtype=torch.float16)  # would overflow a float16 sum
+    assert plugins.reduce(big, "sum") == pytest.approx(60000.0 * 70000)
+    with pytest.raises(ValueError):
+        plugins.reduce(torch.zeros(0), "mean")
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_register_module_rejects_what_is_not_a_module(out_dir):
+    hook = smd.Hook(out_dir=out_dir)
+    with pytest.raises(SMDebugTypeError):
+        hook.register_module(lambda x: x)
+    with pytest.raises(SMDebugTypeError):
+        hook.register_loss(torch.nn.functional.mse_loss)
+    hook.close()
+
+
+def test_registering_twice_warns_and_does_not_double_count(out_dir, caplog):
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    model = Small()
+    hook.register_module(model)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        hook.register_module(model)
+    assert "already registered" in caplog.text
+    model(torch.ones(1, 3))
+    model(torch.ones(1, 3))
+    hook.close()
+    assert smd.create_trial(out_dir).steps() == [0, 1]
+
+
+def test_copies_and_pickles_of_a_registered_model_carry_no_hook(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    model = Small()
+    hook.register_module(model)
+    ema = copy.deepcopy(model)  # e.g. an EMA copy: must not be a second source of steps
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    model(torch.ones(1, 3))
+    ema(torch.ones(1, 3))
+    loaded(torch.ones(1, 3)).sum().backward()
+    hook.close()
+    assert hook.step == 0
+    assert smd.create_trial(out_dir).steps() == [0]
+
+
+def test_a_closed_hook_does_nothing(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    model = Small()
+    hook.register_module(model)
+    model(torch.ones(1, 3)).sum().backward()
+    hook.close()
+    model(torch.ones(1, 3)).sum().backward()  # hooks were removed
+    assert hook.step == 0
+    assert smd.create_trial(out_dir).steps() == [0]
+
+
+def test_a_failing_save_never_breaks_training(out_dir, caplog, monkeypatch):
+    from smdebug_torch import tensors
+
+    def broken(value):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(tensors, "to_numpy", broken)
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    model = Small()
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.ones(1, 3)).sum().backward()
+            opt.step()
+    hook.close()
+    assert "device lost" in caplog.text
+
+
+def test_add_module_tensors_for_a_module_not_registered_warns(out_dir, caplog):
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["stray"]
+    )
+    model = Small()
+    hook.register_module(model)
+    hook.get_collection("stray").add_module_tensors(nn.ReLU())
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        model(torch.ones(1, 3))
+        model(torch.ones(1, 3))
+    hook.close()
+    assert caplog.text.count("not part of a module registered") == 1
+
+
+def test_module_with_dict_output_and_loss_without_model(out_dir):
+    class DictOut(nn.Module):
+        def forward(self, x):
+            return {"logits": x * 2, "aux": (x + 1, [x - 1])}
+
+    hook = smd.Hook(out_dir=out_dir, save_all=True, save_config=smd.SaveConfig(save_interval=1))
+    model = DictOut()
+    hook.register_module(model)
+    model(torch.ones(2))
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert [trial.tensor(f"DictOut_output_{i}").value(0).tolist() for i in range(3)] == [
+        [2, 2],
+        [2, 2],
+        [0, 0],
+    ]
+
+    # a loss registered alone still gives steps
+    hook = smd.Hook(out_dir=out_dir + "2", save_config=smd.SaveConfig(save_interval=1))
+    criterion = nn.MSELoss()
+    hook.register_loss(criterion)
+    for i in range(3):
+        criterion(torch.full((2,), float(i)), torch.zeros(2))
+    hook.close()
+    loss = smd.create_trial(out_dir + "2").tensor("MSELoss_output_0")
+    assert [loss.value(s).item() for s in loss.steps()] == [0.0, 1.0, 4.0]
+
+
+def test_custom_loss_module_without_loss_in_its_name_goes_to_losses(out_dir):
+    class Criterion(nn.Module):
+        def forward(self, a, b):
+            return ((a - b) ** 2).mean()
+
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    model, criterion = Small(), Criterion()
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    criterion(model(torch.ones(1, 3)), torch.zeros(1, 2)).backward()
+    hook.close()
+    assert smd.create_trial(out_dir).tensor_names(collection="losses") == ["Criterion_output_0"]
+
+
+def test_lazy_modules_are_saved_once_initialized(out_dir, caplog):
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 1))
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients"],
+    )
+    hook.register_module(model)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        for _ in range(3):
+            model(torch.ones(2, 3)).sum().backward()
+    hook.close()
+    assert not caplog.records
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("Sequential_0.weight").steps() == [1, 2]
+    assert trial.tensor("gradient/Sequential_0.weight").steps() == [1, 2]
+    assert trial.tensor("gradient/Sequential_2.weight").steps() == [0, 1, 2]

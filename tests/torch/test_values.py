@@ -1,0 +1,453 @@
+"""What the hook saves equals what torch itself reports, step by step."""
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from scenarios import Net, batch
+from torch import nn
+
+import smdebug.pytorch as smd
+from smdebug.exceptions import TensorUnavailable, TensorUnavailableForStep
+
+
+class MLP(nn.Module):
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 8, dtype=dtype)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(8, 3, dtype=dtype)
+
+    def forward(self, x):
+        return self.fc2(self.relu(self.fc1(x)))
+
+
+def data(step, dtype=torch.float32):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(5, 6, generator=g).to(dtype), torch.randint(0, 3, (5,), generator=g)
+
+
+def train_recording(hook, model, steps, criterion=None, opt=None, dtype=torch.float32, inner=None):
+    """Train for real; record what torch reports at each step (parameters, gradients, loss) of
+    ``inner`` (the model itself unless it is wrapped)."""
+    inner = inner or model
+    criterion = criterion or nn.CrossEntropyLoss()
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    seen = []
+    for step in range(steps):
+        x, y = data(step, dtype)
+        params = {n: p.detach().clone() for n, p in inner.named_parameters()}
+        opt.zero_grad()
+        out = model(x)
+        loss = criterion(out, y)
+        loss.backward()
+        grads = {n: p.grad.detach().clone() for n, p in inner.named_parameters() if p.grad is not None}
+        seen.append(
+            {"params": params, "grads": grads, "loss": loss.item(), "x": x, "out": out.detach().clone()}
+        )
+        opt.step()
+    return seen
+
+
+def test_weights_gradients_losses_equal_torch_values(out_dir):
+    torch.manual_seed(0)
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "biases", "gradients", "losses"],
+    )
+    model = MLP()
+    criterion = nn.CrossEntropyLoss()
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    seen = train_recording(hook, model, steps=4, criterion=criterion)
+    hook.close()
+
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.tensor_names(collection="weights") == ["MLP_fc1.weight", "MLP_fc2.weight"]
+    assert trial.tensor_names(collection="biases") == ["MLP_fc1.bias", "MLP_fc2.bias"]
+    assert trial.tensor_names(collection="gradients") == [
+        "gradient/MLP_fc1.bias",
+        "gradient/MLP_fc1.weight",
+        "gradient/MLP_fc2.bias",
+        "gradient/MLP_fc2.weight",
+    ]
+    assert trial.tensor_names(collection="losses") == ["CrossEntropyLoss_output_0"]
+    for step, rec in enumerate(seen):
+        for pname, value in rec["params"].items():
+            # the weight saved at step k is the parameter as the forward pass of step k used it
+            np.testing.assert_array_equal(trial.tensor(f"MLP_{pname}").value(step), value.numpy())
+            np.testing.assert_array_equal(
+                trial.tensor(f"gradient/MLP_{pname}").value(step), rec["grads"][pname].numpy()
+            )
+        assert trial.tensor("CrossEntropyLoss_output_0").value(step) == pytest.approx(rec["loss"])
+    # weights really change from step to step (the copy is taken before optimizer.step updates in place)
+    assert not np.array_equal(
+        trial.tensor("MLP_fc1.weight").value(0), trial.tensor("MLP_fc1.weight").value(3)
+    )
+
+
+def test_module_inputs_outputs_and_repeated_calls(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["acts"]
+    )
+    model = Net()
+    hook.register_module(model)
+    hook.get_collection("acts").add_module_tensors(model.act, inputs=True, outputs=True)
+    hook.get_collection("acts").add_module_tensors(model.head)
+    calls = []
+    model.act.register_forward_hook(lambda m, i, o: calls.append((i[0].detach().clone(), o.detach().clone())))
+    x, _ = batch(0)
+    out = model(x)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor_names(collection="acts") == [
+        "act_input_0",
+        "act_input_1",
+        "act_output_0",
+        "act_output_1",
+        "head_output_0",
+    ]
+    for k, (inp, outp) in enumerate(calls):
+        np.testing.assert_array_equal(trial.tensor(f"act_input_{k}").value(0), inp.numpy())
+        np.testing.assert_array_equal(trial.tensor(f"act_output_{k}").value(0), outp.numpy())
+    np.testing.assert_array_equal(trial.tensor("head_output_0").value(0), out.detach().numpy())
+
+
+def test_eval_under_no_grad_advances_steps_without_gradients(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    model = MLP()
+    criterion = nn.CrossEntropyLoss()
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    hook.set_mode(smd.modes.TRAIN)
+    train_recording(hook, model, steps=3, criterion=criterion)
+    hook.set_mode(smd.modes.EVAL)
+    model.eval()
+    eval_losses = []
+    with torch.no_grad():
+        for step in range(4):
+            x, y = data(50 + step)
+            eval_losses.append(criterion(model(x), y).item())
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == list(range(7))
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 1, 2]
+    assert trial.steps(mode=smd.modes.EVAL) == [0, 1, 2, 3]
+    assert trial.tensor("gradient/MLP_fc1.weight").steps() == [0, 1, 2]
+    loss = trial.tensor("CrossEntropyLoss_output_0")
+    assert [loss.value(s, mode=smd.modes.EVAL).item() for s in range(4)] == pytest.approx(eval_losses)
+    final = dict(model.named_parameters())["fc1.weight"].detach().numpy()
+    np.testing.assert_array_equal(trial.tensor("MLP_fc1.weight").value(3, mode=smd.modes.EVAL), final)
+
+
+def test_frozen_layer_is_skipped_without_crash(out_dir, caplog):
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients"],
+    )
+    model = MLP()
+    model.fc1.requires_grad_(False)
+    hook.register_module(model)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        seen = train_recording(hook, model, steps=2, opt=torch.optim.SGD(model.fc2.parameters(), lr=0.1))
+    hook.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor_names(collection="gradients") == ["gradient/MLP_fc2.bias", "gradient/MLP_fc2.weight"]
+    # the frozen weight is still saved (it is a weight), and never changes
+    np.testing.assert_array_equal(
+        trial.tensor("MLP_fc1.weight").value(1), seen[0]["params"]["fc1.weight"].numpy()
+    )
+
+
+def test_unfreezing_later_starts_saving_gradients(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"]
+    )
+    model = MLP()
+    model.fc1.requires_grad_(False)
+    hook.register_module(model)
+    train_recording(hook, model, steps=1)
+    model.fc1.requires_grad_(True)
+    train_recording(hook, model, steps=1)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("gradient/MLP_fc2.weight").steps() == [0, 1]
+    assert trial.tensor("gradient/MLP_fc1.weight").steps() == [1]
+
+
+def test_half_precision_model_saved_readably(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    model = MLP().half()
+    hook.register_module(model)
+    hook.register_loss(nn.CrossEntropyLoss())
+    criterion = hook._loss_modules[0]
+    seen = train_recording(hook, model, steps=2, criterion=criterion, dtype=torch.float16)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    w = trial.tensor("MLP_fc1.weight").value(1)
+    assert w.dtype == np.float16
+    np.testing.assert_array_equal(w, seen[1]["params"]["fc1.weight"].numpy())
+    g = trial.tensor("gradient/MLP_fc2.weight").value(0)
+    np.testing.assert_array_equal(g, seen[0]["grads"]["fc2.weight"].numpy())
+    assert float(trial.tensor("CrossEntropyLoss_output_0").value(1)) == pytest.approx(
+        seen[1]["loss"], rel=1e-3
+    )
+
+
+def test_bfloat16_autocast_and_bfloat16_model_saved_as_float32(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "outs"],
+        reduction_config=smd.ReductionConfig(reductions=["mean"], norms=["l2"], save_raw_tensor=True),
+    )
+    model = MLP()
+    hook.register_module(model)
+    hook.get_collection("outs").add_module_tensors(model.fc2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = data(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+    loss.backward()
+    opt.step()
+    bf16 = MLP().to(torch.bfloat16)  # a second, pure bfloat16 model
+    hook.register_module(bf16)
+    bf16_weight = bf16.fc1.weight.detach().float().numpy()
+    bf16(x.to(torch.bfloat16)).float().sum().backward()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    saved = trial.tensor("fc2_output_0").value(0)
+    assert out.dtype == torch.bfloat16 and saved.dtype == np.float32
+    np.testing.assert_array_equal(saved, out.detach().float().numpy())
+    assert trial.tensor("fc2_output_0").reduction_value(0, "mean") == pytest.approx(
+        float(saved.mean()), rel=1e-6
+    )
+    assert trial.tensor("fc2_output_0").reduction_value(0, "l2") == pytest.approx(
+        float(np.linalg.norm(saved)), rel=1e-6
+    )
+    w = trial.tensor("MLP_fc1.weight").value(1)  # step 1 is the bfloat16 model's forward
+    assert w.dtype == np.float32
+    np.testing.assert_array_equal(w, bf16_weight)
+    assert trial.tensor("gradient/MLP_fc1.weight").value(1).dtype == np.float32
+
+
+def test_reductions_instead_of_raw_tensors_equal_numpy(out_dir):
+    reductions = ["min", "max", "median", "mean", "std", "variance", "sum", "prod"]
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients"],
+        reduction_config=smd.ReductionConfig(
+            reductions=reductions, abs_reductions=reductions, norms=["l1", "l2"], abs_norms=["l1", "l2"]
+        ),
+    )
+    model = MLP()
+    hook.register_module(model)
+    seen = train_recording(hook, model, steps=2)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    numpy_of = {
+        "min": np.min,
+        "max": np.max,
+        "median": np.median,
+        "mean": np.mean,
+        "std": np.std,
+        "variance": np.var,
+        "sum": np.sum,
+        "prod": np.prod,
+        "l1": lambda a: np.sum(np.abs(a)),
+        "l2": lambda a: np.sqrt(np.sum(a * a)),
+    }
+    for step, rec in enumerate(seen):
+        for name, value in [
+            ("MLP_fc2.weight", rec["params"]["fc2.weight"]),
+            ("gradient/MLP_fc1.bias", rec["grads"]["fc1.bias"]),
+        ]:
+            tensor = trial.tensor(name)
+            with pytest.raises((TensorUnavailableForStep, TensorUnavailable)):
+                tensor.value(step)  # only reductions were saved
+            array = value.numpy().astype(np.float64)
+            for red, fn in numpy_of.items():
+                for absolute in (False, True):
+                    expected = fn(np.abs(array) if absolute else array)
+                    got = tensor.reduction_value(step, red, abs=absolute)
+                    assert got == pytest.approx(expected, rel=1e-5, abs=1e-30), (name, red, absolute)
+
+
+def test_reduction_runs_on_the_tensor_device_and_only_scalars_reach_the_host(out_dir, monkeypatch):
+    from smdebug_torch import tensors
+
+    converted = []
+    real = tensors.to_numpy
+    monkeypatch.setattr(tensors, "to_numpy", lambda v: converted.append(tuple(v.shape)) or real(v))
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights"],
+        reduction_config=smd.ReductionConfig(norms=["l2"]),
+    )
+    model = MLP()
+    hook.register_module(model)
+    hook.register_loss(nn.CrossEntropyLoss())
+    seen = train_recording(hook, model, steps=1, criterion=hook._loss_modules[0])
+    hook.close()
+    assert converted == [()]  # only the loss (always saved raw) was copied to the host
+    expected = float(np.linalg.norm(seen[0]["params"]["fc1.weight"].numpy().astype(np.float64)))
+    assert smd.create_trial(out_dir).tensor("MLP_fc1.weight").reduction_value(0, "l2") == pytest.approx(
+        expected
+    )
+
+
+def test_only_due_steps_copy_tensors(out_dir, monkeypatch):
+    from smdebug_torch import tensors
+
+    copies = []
+    real = tensors.to_numpy
+    monkeypatch.setattr(tensors, "to_numpy", lambda v: copies.append(tuple(v.shape)) or real(v))
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_steps=[2]),
+        include_collections=["weights", "gradients"],
+    )
+    model = MLP()
+    hook.register_module(model)
+    hook.register_loss(nn.CrossEntropyLoss())
+    train_recording(hook, model, steps=4, criterion=hook._loss_modules[0])
+    hook.close()
+    # steps 0 and 2 are due (0 by the default interval of 500): 2 weights + 4 gradients + 1 loss each
+    assert len(copies) == 14
+    assert smd.create_trial(out_dir).steps() == [0, 2]
+
+
+def test_ddp_wrapped_model_names_and_values(out_dir):
+    import os
+
+    import torch.distributed as dist
+    from scenarios import _free_port
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(_free_port())
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        hook = smd.Hook(
+            out_dir=out_dir,
+            save_config=smd.SaveConfig(save_interval=1),
+            include_collections=["weights", "gradients"],
+        )
+        model = MLP()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        hook.register_module(ddp)
+        seen = train_recording(hook, ddp, steps=2)
+        assert hook._get_worker_name() == "worker_0" and hook._get_num_workers() == 1
+        hook.close()
+    finally:
+        dist.destroy_process_group()
+    trial = smd.create_trial(out_dir)
+    assert "DistributedDataParallel_module.fc1.weight" in trial.tensor_names(collection="weights")
+    np.testing.assert_array_equal(
+        trial.tensor("DistributedDataParallel_module.fc1.weight").value(1),
+        seen[1]["params"]["module.fc1.weight"].numpy(),
+    )
+    np.testing.assert_allclose(
+        trial.tensor("gradient/DistributedDataParallel_module.fc2.bias").value(1),
+        seen[1]["grads"]["module.fc2.bias"].numpy(),
+        rtol=1e-6,
+    )
+
+
+def test_model_registered_before_ddp_wrapping_keeps_plain_names(out_dir):
+    import os
+
+    import torch.distributed as dist
+    from scenarios import _free_port
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(_free_port())
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        hook = smd.Hook(
+            out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+        )
+        model = MLP()
+        hook.register_module(model)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        train_recording(hook, ddp, steps=2)
+        hook.close()
+    finally:
+        dist.destroy_process_group()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor_names(collection="weights") == ["MLP_fc1.weight", "MLP_fc2.weight"]
+    assert trial.steps() == [0, 1]
+
+
+@pytest.mark.timeout(300)
+def test_torch_compile(out_dir, caplog):
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "losses", "outs"],
+    )
+    model = MLP()
+    compiled = torch.compile(model)
+    hook.register_module(compiled)  # the compiled wrapper: names are those of the original model
+    hook.get_collection("outs").add_module_tensors(model.fc1)
+    criterion = nn.CrossEntropyLoss()
+    hook.register_loss(criterion)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        seen = train_recording(hook, compiled, steps=3, criterion=criterion, inner=model)
+    hook.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2]
+    for step, rec in enumerate(seen):
+        np.testing.assert_array_equal(
+            trial.tensor("MLP_fc1.weight").value(step), rec["params"]["fc1.weight"].numpy()
+        )
+        np.testing.assert_allclose(
+            trial.tensor("gradient/MLP_fc2.weight").value(step), rec["grads"]["fc2.weight"].numpy(), rtol=1e-5
+        )
+        assert trial.tensor("CrossEntropyLoss_output_0").value(step) == pytest.approx(rec["loss"], rel=1e-5)
+    assert trial.tensor("fc1_output_0").value(2).shape == (5, 8)
+
+
+@pytest.mark.timeout(300)
+def test_torch_compile_fullgraph_saves_weights_gradients_losses_with_one_warning(out_dir, caplog):
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients"],
+    )
+    model = MLP()
+    compiled = torch.compile(model, fullgraph=True)
+    criterion = nn.CrossEntropyLoss()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        hook.register_module(compiled)
+        hook.register_loss(criterion)
+        seen = train_recording(hook, compiled, steps=2, criterion=criterion, inner=model)
+    hook.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "fullgraph=True" in warnings[0]
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1]
+    np.testing.assert_array_equal(
+        trial.tensor("MLP_fc2.weight").value(1), seen[1]["params"]["fc2.weight"].numpy()
+    )
+    np.testing.assert_allclose(
+        trial.tensor("gradient/MLP_fc1.weight").value(1), seen[1]["grads"]["fc1.weight"].numpy(), rtol=1e-5
+    )
+    assert trial.tensor("CrossEntropyLoss_output_0").value(1) == pytest.approx(seen[1]["loss"], rel=1e-5)
