@@ -1,6 +1,7 @@
-"""Test sessions: one per distribution, each in its own virtualenv (hydra-style, one row per plugin).
+"""Test sessions, each in its own virtualenv (hydra-style: one row per distribution or suite).
 
-`nox` runs the default sessions (the README's test command, and CI's); `nox -s demo` runs the demo.
+`nox` runs the default sessions (the README's test command, and CI's); `nox -s demo` runs the demo and
+`nox -s bench` the benchmarks (neither is a default session).
 """
 
 from __future__ import annotations
@@ -16,38 +17,37 @@ nox.options.error_on_missing_interpreters = False
 
 TORCH = "torch==2.13.0"  # a CPU build on this machine's disk; a bare "torch" pulls a CUDA build
 TEST_DEPS = ["pytest>=8", "pytest-timeout"]
+DUMMY_PLUGINS = ["tests/core/fixture_plugins/smdebug-dummy", "tests/core/fixture_plugins/smdebug-broken"]
 
-# distribution folder -> (extra pip requirements, test folder)
-DISTRIBUTIONS = {
-    "core": ([], "tests/core"),
-    "torch": ([TORCH], "tests/torch"),
+# session "tests-<name>" -> (extra pip requirements, local distributions installed with -e, test folder)
+SUITES = {
+    "core": ([], [], "tests/core"),
+    "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
 }
 
-nox.options.sessions = [f"tests-{name}" for name in DISTRIBUTIONS] + ["lint"]
+nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["lint"]
 
 
-def _install_core(session: nox.Session) -> None:
-    session.install("-e", str(ROOT / "core"))
+def _install(session: nox.Session, requirements: list[str], local: list[str]) -> None:
+    if requirements:
+        session.install(*requirements)
+    session.install("-e", str(ROOT / "core"), *(arg for p in local for arg in ("-e", str(ROOT / p))))
 
 
-def _tests(name: str, extra: list[str], folder: str):
+def _tests(name: str, requirements: list[str], local: list[str], folder: str):
     @nox.session(name=f"tests-{name}")
     def session_fn(session: nox.Session) -> None:
-        session.install(*TEST_DEPS, *extra)
-        _install_core(session)
+        _install(session, [*TEST_DEPS, *requirements], local)
         if name == "core":
-            # a small real plugin distribution, to test discovery and alias imports end to end
-            session.install(str(ROOT / "tests/core/fixture_plugins/smdebug-dummy"))
-            session.install(str(ROOT / "tests/core/fixture_plugins/smdebug-broken"))
-        else:
-            session.install("-e", str(ROOT / "plugins" / f"smdebug-{name}"))
+            # small real plugin distributions, to test discovery and alias imports end to end
+            session.install(*(str(ROOT / p) for p in DUMMY_PLUGINS))
         session.run("pytest", folder, *session.posargs)
 
     return session_fn
 
 
-for _name, (_extra, _folder) in DISTRIBUTIONS.items():
-    globals()[f"tests_{_name}"] = _tests(_name, _extra, _folder)
+for _name, (_requirements, _local, _folder) in SUITES.items():
+    globals()[f"tests_{_name}"] = _tests(_name, _requirements, _local, _folder)
 
 
 @nox.session
@@ -60,7 +60,5 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: train a small PyTorch model with the hook, then analyse the run."""
-    session.install(TORCH)
-    _install_core(session)
-    session.install("-e", str(ROOT / "plugins/smdebug-torch"))
+    _install(session, [TORCH], ["plugins/smdebug-torch"])
     session.run("python", str(ROOT / "examples/demo.py"), *session.posargs)

@@ -164,6 +164,17 @@ def test_hook_smdebug_rules():
     assert issubclass(rules["always_fires"], Rule)
 
 
+def test_hook_smdebug_add_commands():
+    # the console script, in a real subprocess: a plugin's subcommand runs, a bad one is one clear line
+    smdebug_cli = Path(sys.executable).with_name("smdebug")
+    done = subprocess.run([str(smdebug_cli), "dummy-hello", "world"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "hello world\n")
+    done = subprocess.run([sys.executable, "-m", "smdebug", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "dummy-hello" in done.stdout
+    done = subprocess.run([str(smdebug_cli), "no-such-command"], capture_output=True, text=True)
+    assert done.returncode == 2 and "invalid choice: 'no-such-command'" in done.stderr
+
+
 # -- alias imports ----------------------------------------------------------------------------------
 def test_alias_import_resolves_to_plugin_package():
     import smdebug_dummy

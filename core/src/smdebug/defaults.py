@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import numbers
 
 import numpy as np
@@ -33,3 +34,11 @@ def smdebug_reduce(value, reduction, abs):
 @hookimpl(trylast=True)
 def smdebug_open_store(uri):
     return Store(uri)
+
+
+@hookimpl
+def smdebug_add_commands(subparsers):
+    from smdebug.cli import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_command(subparsers)

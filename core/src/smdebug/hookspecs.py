@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     import numpy as np
 
     from smdebug.hook import BaseHook
@@ -70,6 +72,12 @@ def smdebug_tensor_saved(hook: BaseHook, name: str, value: np.ndarray, step: int
 @hookspec
 def smdebug_hook_closed(hook: BaseHook) -> None:
     """Called when a hook has flushed everything and closed its writers."""
+
+
+# -- command line ----------------------------------------------------------------------------------
+@hookspec
+def smdebug_add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add subcommands to the ``smdebug`` command line (each parser sets ``func(args) -> exit code``)."""
 
 
 # -- rules -----------------------------------------------------------------------------------------

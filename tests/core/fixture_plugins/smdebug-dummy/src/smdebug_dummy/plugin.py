@@ -70,6 +70,13 @@ def smdebug_open_store(uri):
 
 
 @hookimpl
+def smdebug_add_commands(subparsers):
+    parser = subparsers.add_parser("dummy-hello", help="say hello (a subcommand added by a plugin)")
+    parser.add_argument("name")
+    parser.set_defaults(func=lambda args: print(f"hello {args.name}") or 0)
+
+
+@hookimpl
 def smdebug_rules():
     from smdebug.rules.rule import Rule
 

@@ -1,0 +1,5 @@
+import sys
+
+from smdebug.cli import main
+
+sys.exit(main())

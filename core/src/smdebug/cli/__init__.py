@@ -1,0 +1,40 @@
+"""The ``smdebug`` command line.
+
+Subcommands come from the ``smdebug_add_commands`` hook: the core adds its own (the modules in
+``COMMAND_MODULES``, each with an ``add_command(subparsers)`` function) and any plugin can add more.
+A subcommand's parser sets ``func``; ``func(args)`` returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from smdebug import __version__, plugins
+from smdebug.exceptions import SMDebugError
+
+# The core's own subcommands, one module each.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+EXIT_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="smdebug", description="Inspect and analyse smdebug runs.")
+    parser.add_argument("--version", action="version", version=f"smdebug {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    plugins.hook().smdebug_add_commands(subparsers=subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except (SMDebugError, OSError, ValueError, KeyError) as exc:
+        # One clear line, not a traceback: these are problems with the input, not bugs.
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"smdebug {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
