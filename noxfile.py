@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nox
@@ -17,6 +18,18 @@ nox.options.error_on_missing_interpreters = False
 
 TORCH = "torch==2.13.0"  # a CPU build on this machine's disk; a bare "torch" pulls a CUDA build
 TEST_DEPS = ["pytest>=8", "pytest-timeout"]
+# The real smdebug 1.0.34 imports only with these beside it (it forgets some and needs old others). It
+# asks for setuptools<70 elsewhere, but torch 2.13 needs >=77 and smdebug imports fine with it.
+SMDEBUG_1034 = [
+    "smdebug==1.0.34",
+    TORCH,
+    "requests",
+    "pandas",
+    "psutil",
+    "boto3",
+    "numpy<2",
+    "protobuf<=3.20.3",
+]
 DUMMY_PLUGINS = ["tests/core/fixture_plugins/smdebug-dummy", "tests/core/fixture_plugins/smdebug-broken"]
 
 # session "tests-<name>" -> (extra pip requirements, local distributions installed with -e, test folder)
@@ -48,6 +61,17 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
 
 for _name, (_requirements, _local, _folder) in SUITES.items():
     globals()[f"tests_{_name}"] = _tests(_name, _requirements, _local, _folder)
+
+
+def smdebug_1034_python(session: nox.Session) -> str:
+    """The python of a venv of its own holding the real smdebug 1.0.34 (for compat and bench)."""
+    venv = ROOT / ".nox" / "smdebug-1.0.34"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        session.run(sys.executable, "-m", "virtualenv", "-q", str(venv), external=True)
+    session.run(str(python), "-m", "pip", "install", "-q", *SMDEBUG_1034, external=True)
+    session.run(str(python), "-c", "import smdebug.pytorch, smdebug.trials", external=True)
+    return str(python)
 
 
 @nox.session
