@@ -78,7 +78,7 @@ def test_many_steps_and_modes(tmp_path):
     assert trial.steps(mode=modes.EVAL) == list(range(5))
     assert trial.mode_modestep(32) == (modes.EVAL, 2)
     assert trial.global_step(modes.EVAL, 2) == 32
-    assert trial.tensor_names() == ["w1"]
+    assert trial.tensor_names() == ["w1"] == trial.tensors()
     t = trial.tensor("w1")
     assert t.value(3, mode=modes.EVAL).tolist() == [103.0] * 4
     assert t.value(33).tolist() == [103.0] * 4

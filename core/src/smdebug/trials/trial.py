@@ -308,6 +308,10 @@ class Trial:
             raise TensorUnavailable(tname)
         return self._tensors[tname]
 
+    def tensors(self, *args, **kwargs) -> list[str]:
+        """The older name of ``tensor_names`` (the overview's example still uses it)."""
+        return self.tensor_names(*args, **kwargs)
+
     def has_tensor(self, tname: str) -> bool:
         if tname not in self._tensors:
             self.maybe_refresh()
