@@ -14,7 +14,13 @@ from smdebug import __version__, plugins
 from smdebug.exceptions import SMDebugError
 
 # The core's own subcommands, one module each.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "smdebug.cli.ls",
+    "smdebug.cli.show",
+    "smdebug.cli.plot",
+    "smdebug.cli.tensorboard",
+    "smdebug.cli.run",
+)
 
 EXIT_ERROR = 2
 

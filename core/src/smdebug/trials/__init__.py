@@ -1,6 +1,7 @@
 """Reading saved runs: ``create_trial(path)`` gives a Trial; ``trial.tensor(name)`` a Tensor."""
 
+from smdebug.trials.dataframe import to_dataframe
 from smdebug.trials.tensor import Tensor
 from smdebug.trials.trial import StepState, Trial, create_trial
 
-__all__ = ["Trial", "Tensor", "StepState", "create_trial"]
+__all__ = ["Trial", "Tensor", "StepState", "create_trial", "to_dataframe"]

@@ -1,0 +1,89 @@
+"""``smdebug ls OUT``: what a run holds (steps, modes, workers, collections, tensors)."""
+
+from __future__ import annotations
+
+import json
+
+from smdebug.cli._common import compact_steps, open_trial, table
+from smdebug.exceptions import SMDebugError
+from smdebug.modes import ModeKeys
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "ls",
+        help="list the steps, modes, workers, collections and tensors of a run",
+        description="List what a saved run holds. OUT is a local path or any fsspec URI (s3://...).",
+    )
+    parser.add_argument("out_dir", metavar="OUT", help="the run's output location")
+    parser.add_argument("--collection", help="list only the tensors of this collection")
+    parser.add_argument("--regex", help="list only the tensors whose name matches this regex")
+    parser.add_argument("--json", action="store_true", help="print the listing as JSON")
+    parser.set_defaults(func=run)
+
+
+def describe(trial, collection: str | None = None, regex: str | None = None) -> dict:
+    """The listing as plain data (what ``--json`` prints)."""
+    modes = {}
+    for mode in trial.modes():
+        steps = trial.steps(mode=mode)
+        modes[mode.name] = {"mode_steps": steps, "global_steps": [trial.global_step(mode, s) for s in steps]}
+    collections = {name: len(trial.tensor_names(collection=name)) for name in sorted(trial.collections())}
+    tensors = []
+    for name in trial.tensor_names(collection=collection, regex=regex):
+        tensor = trial.tensor(name)
+        steps = tensor.steps()
+        entry = {"name": name, "steps": len(steps), "shape": None, "saved": []}
+        if steps:
+            data = tensor._worker_data(steps[-1], ModeKeys.GLOBAL, None)
+            if data.location is not None:
+                entry["saved"].append("value")
+            entry["saved"] += [f"abs_{r}" if a else r for r, a in sorted(data.reductions)]
+            if data.shape is not None or data.location is not None:
+                try:
+                    entry["shape"] = list(tensor.shape(steps[-1]))
+                except SMDebugError:
+                    pass
+        tensors.append(entry)
+    return {
+        "path": trial.path,
+        "training_ended": trial.loaded_all_steps,
+        "workers": trial.workers(),
+        "steps": trial.steps(),
+        "modes": modes,
+        "collections": collections,
+        "tensors": tensors,
+    }
+
+
+def run(args) -> int:
+    trial = open_trial(args.out_dir)
+    info = describe(trial, args.collection, args.regex)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    state = "training ended" if info["training_ended"] else "training not ended (live or interrupted)"
+    print(f"Run {info['path']}: {state}")
+    print(f"Workers: {', '.join(info['workers']) or '-'}")
+    print(f"Steps: {compact_steps(info['steps'])}")
+    print("Modes:")
+    for name, steps in info["modes"].items():
+        print(f"  {name:<8} mode steps {compact_steps(steps['mode_steps'])}")
+    print("Collections:")
+    for name, count in info["collections"].items():
+        print(f"  {name:<20} {count} tensor{'s' if count != 1 else ''}")
+    print(f"Tensors ({len(info['tensors'])}):")
+    rows = [
+        [
+            t["name"],
+            str(t["steps"]),
+            "-" if t["shape"] is None else str(tuple(t["shape"])),
+            ", ".join(t["saved"]) or "-",
+        ]
+        for t in info["tensors"]
+    ]
+    if rows:
+        print(
+            "\n".join("  " + line for line in table(rows, ["NAME", "STEPS", "SHAPE", "SAVED"]).splitlines())
+        )
+    return 0

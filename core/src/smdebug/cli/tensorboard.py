@@ -1,0 +1,35 @@
+"""``smdebug export-tensorboard OUT LOGDIR``: a saved run as TensorBoard event files."""
+
+from __future__ import annotations
+
+from smdebug.cli._common import open_trial
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export-tensorboard",
+        help="write TensorBoard summaries of a run (scalars, reductions, histograms)",
+        description="Write TensorBoard event files for a saved run under LOGDIR, one folder per mode "
+        "(LOGDIR/TRAIN, LOGDIR/EVAL, ...): scalars for one-element values of scalar collections and for "
+        "saved reductions, histograms for tensors of collections with save_histogram. Then: "
+        "tensorboard --logdir LOGDIR",
+    )
+    parser.add_argument("out_dir", metavar="OUT", help="the run's output location (path or URI)")
+    parser.add_argument("logdir", metavar="LOGDIR", help="where to write the event files (path or URI)")
+    parser.add_argument("--worker", help="whose values to export (default: the first worker)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from smdebug.tensorboard import export_tensorboard
+
+    trial = open_trial(args.out_dir)
+    if args.worker is not None and args.worker not in trial.workers():
+        raise ValueError(f"worker {args.worker!r} not in the run (workers: {', '.join(trial.workers())})")
+    counts = export_tensorboard(trial, args.logdir, worker=args.worker)
+    modes = ", ".join(m.name for m in trial.modes())
+    print(
+        f"wrote {counts['scalars']} scalars and {counts['histograms']} histograms to {args.logdir} "
+        f"(modes: {modes or '-'}); view them with: tensorboard --logdir {args.logdir}"
+    )
+    return 0
