@@ -118,46 +118,12 @@ def hook() -> Any:
 
 # -- typed facade over the hooks -------------------------------------------------------------------
 def frameworks() -> dict[str, Framework]:
-    """Every framework the installed plugins serve, by alias (a plugin that fails to say is skipped)."""
+    """Every framework the installed plugins serve, by alias."""
     found: dict[str, Framework] = {}
-    for fw in _call_each("smdebug_framework"):
+    for fw in hook().smdebug_framework():
         if fw is not None:
             found.setdefault(fw.alias, fw)
     return found
-
-
-def activate(framework: Framework, module: Any) -> Any:
-    """The first hook an ``smdebug_activate`` implementation returns; one that raises is logged and the
-    next is tried, so a broken plugin cannot stop another plugin's activation (see smdebug.activation)."""
-    for result in _call_each("smdebug_activate", framework=framework, module=module):
-        if result is not None:
-            return result
-    return None
-
-
-_failed: set[tuple[str, str]] = set()
-
-
-def _call_each(name: str, **kwargs: Any):
-    """The results of a hook's implementations, called one at a time in pluggy's order, each inside its
-    own try/except (a failing one is logged once and skipped). Wrappers are not run."""
-    for impl in reversed(getattr(hook(), name).get_hookimpls()):
-        if impl.hookwrapper or getattr(impl, "wrapper", False):
-            continue
-        try:
-            result = impl.function(*(kwargs[arg] for arg in impl.argnames))
-        except Exception as exc:
-            if (impl.plugin_name, name) not in _failed:
-                _failed.add((impl.plugin_name, name))
-                logger.warning(
-                    "smdebug: plugin %r failed in %s and is skipped: %s: %s",
-                    impl.plugin_name,
-                    name,
-                    type(exc).__name__,
-                    exc,
-                )
-            continue
-        yield result
 
 
 def to_numpy(value: Any):
