@@ -36,6 +36,7 @@ DUMMY_PLUGINS = ["tests/core/fixture_plugins/smdebug-dummy", "tests/core/fixture
 SUITES = {
     "core": ([], [], "tests/core"),
     "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
+    "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["lint"]
@@ -86,3 +87,24 @@ def demo(session: nox.Session) -> None:
     """The main job: train a small PyTorch model with the hook, then analyse the run."""
     _install(session, [TORCH], ["plugins/smdebug-torch"])
     session.run("python", str(ROOT / "examples/demo.py"), *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks against the real smdebug 1.0.34; prints the table and writes bench/RESULTS.md."""
+    _install(session, [TORCH, "s3fs", "moto[server]", "psutil"], ["plugins/smdebug-torch"])
+    reference = smdebug_1034_python(session)
+    # torch alone (no smdebug at all): the baseline of the import-time row
+    baseline = ROOT / ".nox" / "bench-baseline"
+    if not (baseline / "bin" / "python").exists():
+        session.run(sys.executable, "-m", "virtualenv", "-q", str(baseline), external=True)
+    session.run(str(baseline / "bin" / "python"), "-m", "pip", "install", "-q", TORCH, "numpy", external=True)
+    session.run(
+        "python",
+        str(ROOT / "bench" / "run.py"),
+        "--smdebug-python",
+        reference,
+        "--baseline-python",
+        str(baseline / "bin" / "python"),
+        *session.posargs,
+    )

@@ -57,10 +57,13 @@ def masked_crc32c(data) -> int:
 _NO_CHECKSUM = masked_crc32c(b"0x12345678")
 
 
-def frame(payload: bytes) -> bytes:
-    """One TFRecord holding payload, with the real payload CRC in the footer."""
+def frame(payload: bytes, checksum: bool = True) -> bytes:
+    """One TFRecord holding payload, with the real payload CRC in the footer (TensorBoard's form), or
+    with checksum=False smdebug's "no checksum" footer: smdebug 1.0's reader rejects anything else in
+    tensor event files."""
     header = _U64.pack(len(payload))
-    return b"".join((header, _U32.pack(masked_crc32c(header)), payload, _U32.pack(masked_crc32c(payload))))
+    footer = masked_crc32c(payload) if checksum else _NO_CHECKSUM
+    return b"".join((header, _U32.pack(masked_crc32c(header)), payload, _U32.pack(footer)))
 
 
 def _parse_record(view: memoryview, pos: int, path: str, base: int):
@@ -112,14 +115,20 @@ def iter_records(
         pos = end
 
 
-def read_record(data: bytes, path: str = "", offset: int = 0) -> bytes:
-    """Payload of the single record data holds (an index entry's slice, which starts at offset)."""
+def read_record(data: bytes, path: str = "", offset: int = 0, crc: Optional[int] = None) -> bytes:
+    """Payload of the single record data holds (an index entry's slice, which starts at offset).
+
+    crc is the payload's masked CRC32C when the index entry gives one: it checks records whose footer
+    is smdebug's "no checksum" constant.
+    """
     payload, end, error = _parse_record(memoryview(data), 0, path, offset)
+    prefix = f"{path}: " if path else ""
     if error is not None:
         raise error
     if end != len(data):
-        prefix = f"{path}: " if path else ""
         raise CorruptRunError(f"{prefix}record at offset {offset} is {end} bytes, not {len(data)}")
+    if crc is not None and masked_crc32c(payload) != crc:
+        raise CorruptRunError(f"{prefix}record at offset {offset} fails its checksum")
     return payload
 
 

@@ -84,6 +84,20 @@ class TensorUnavailableForStep(SMDebugError):
         return msg
 
 
+class CorruptTensorRecord(TensorUnavailableForStep, CorruptRunError):
+    """A saved value's record is damaged (truncated, or fails its checksum): that value is skipped.
+
+    It is a TensorUnavailableForStep, so rules pass over it, and a CorruptRunError.
+    """
+
+    def __init__(self, tname, step, mode, reason):
+        super().__init__(tname, step, mode)
+        self.reason = reason  # names the file and the offset
+
+    def __str__(self):
+        return f"Value for tensor {self.tname} at step {self.step} with mode {_name(self.mode)} is unreadable: {self.reason}"
+
+
 class ShapeUnavailableForStep(SMDebugError):
     def __init__(self, tname, step, mode=ModeKeys.GLOBAL):
         super().__init__(tname, step, mode)

@@ -29,8 +29,8 @@ from smdebug.config import ReductionConfig, SaveConfig, SaveConfigMode
 from smdebug.exceptions import ConfigError, SMDebugTypeError
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
-from smdebug.store import Store
-from smdebug.writer import END_OF_JOB_FILE, RunWriter, collections_file_path
+from smdebug.store import Store, redact
+from smdebug.writer import END_OF_JOB_FILE, RunWriter, at_exit, collections_file_path, existing_run
 
 logger = logging.getLogger("smdebug")
 
@@ -239,14 +239,10 @@ class BaseHook:
         if self._writer is not None:
             self._export_collections()
             self._writer.write_file(END_OF_JOB_FILE, b"")
-            failed = self._writer.close()
-            if failed:
-                logger.warning(
-                    "smdebug: %d step(s) could not be saved to %s: %s",
-                    len(failed),
-                    self.out_dir,
-                    ", ".join(f"{s} ({why})" for s, why in sorted(failed.items())),
-                )
+            self._writer.close()
+            unsaved = self._writer.unsaved_report()
+            if unsaved:
+                logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.store.uri, unsaved)
         plugins.hook().smdebug_hook_closed(hook=self)
 
     # -- step boundaries (called by framework plugins) ---------------------------------------------
@@ -400,6 +396,7 @@ class BaseHook:
         if self._writer is None:
             self._store = plugins.open_store(self.out_dir)
             self._writer = RunWriter(self._store, self.worker, self.max_queue_bytes)
+            at_exit(_close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
         return self._writer
 
     def _export_collections(self) -> None:
@@ -414,18 +411,24 @@ class BaseHook:
         self._collections_exported = True
 
     def _check_out_dir(self) -> None:
-        """Refuse an out_dir that already holds a finished run (no silent mixing of two runs)."""
+        """Refuse an out_dir that already holds a run (no silent mixing of two runs). The workers of one
+        distributed run share it: files of other workers are fine, this worker's own are not."""
         if self.dry_run:
             return
         try:
+            worker = self._get_worker_name()
+        except Exception:  # a plugin not initialised yet: only a finished run can be recognised
+            worker = None
+        try:
             store = plugins.open_store(self.out_dir)
-            finished = store.exists(END_OF_JOB_FILE)
+            found = existing_run(store, worker)
         except Exception as exc:  # an unreachable location is reported when writing, not here
-            logger.debug("smdebug: could not check %s: %s", self.out_dir, exc)
+            logger.debug("smdebug: could not check %s: %s", redact(self.out_dir), type(exc).__name__)
             return
-        if finished:
+        if found:
             raise ConfigError(
-                f"out_dir: {self.out_dir} already holds a finished smdebug run; choose a new directory"
+                f"out_dir: {redact(self.out_dir)} already holds {found}; smdebug does not mix two runs in "
+                "one directory: choose a new out_dir"
             )
 
     def __repr__(self):
@@ -433,3 +436,15 @@ class BaseHook:
             f"<{type(self).__name__} out_dir={self.out_dir!r} step={self.step} mode={self.mode.name} "
             f"include_collections={self.include_collections}>"
         )
+
+
+def _close_at_exit(ref, writer: RunWriter) -> None:
+    """Interpreter exit: close the hook (flush, collections, end marker), or at least its writer."""
+    hook = ref()
+    try:
+        if hook is not None:
+            hook.close()
+        else:
+            writer.close()
+    except Exception as exc:  # never let saving break interpreter exit
+        logger.warning("smdebug: could not close at exit: %s", writer.store.describe(exc))

@@ -2,29 +2,47 @@
 
 Paths handed to a Store are relative to the run's root and are built by smdebug from step numbers and
 worker names only, never from tensor names; ``_relpath`` still refuses anything that could escape.
+
+S3 goes through s3fs, configured the standard ways: the AWS environment (``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ``AWS_MAX_ATTEMPTS``, ...), fsspec's (``FSSPEC_S3_ENDPOINT_URL``...), or
+``storage_options``. Error messages go through ``redact`` so that credentials never reach a log.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 import uuid
 from collections.abc import Iterable
 
 import fsspec
 
+# A step staged for a remote store stays in memory up to this size, then spills to a local temp file.
+SPOOL_BYTES = 8 * 1024 * 1024
+# Files up to this size are uploaded with one PUT (retryable as a whole); larger ones are streamed.
+SINGLE_PUT_BYTES = 64 * 1024 * 1024
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID")
+_SECRET_OPTIONS = ("secret", "token", "key", "aws_secret_access_key", "aws_session_token", "aws_access_key_id")
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
 
 class Store:
     """Reads and writes the files of one run under ``root``."""
 
-    def __init__(self, root: str, fs: fsspec.AbstractFileSystem | None = None):
+    def __init__(self, root: str, fs: fsspec.AbstractFileSystem | None = None, **storage_options):
         if fs is None:
-            fs, path = fsspec.core.url_to_fs(root)
+            fs, path = fsspec.core.url_to_fs(root, **storage_options)
         else:
             path = fs._strip_protocol(root)
-        self.uri = root
+        self.uri = redact(root)
         self.fs = fs
         self.root = path.rstrip("/") or "/"
         self.is_local = "file" in _protocols(fs)
+        self._secrets = _secrets_of(fs)
+
+    def __repr__(self):
+        return f"<Store {self.uri}>"
 
     # -- paths --------------------------------------------------------------------------------------
     def path(self, relpath: str) -> str:
@@ -33,6 +51,10 @@ class Store:
     def relative(self, path: str) -> str:
         return path[len(self.root) + 1 :] if path.startswith(self.root + "/") else path
 
+    def describe(self, exc: BaseException) -> str:
+        """``Type: message`` of an error, with any credential masked."""
+        return redact(f"{type(exc).__name__}: {exc}", self._secrets)
+
     # -- writing ------------------------------------------------------------------------------------
     def write_bytes(self, relpath: str, data: bytes) -> None:
         """Write a whole file so that readers see either nothing or all of it."""
@@ -40,11 +62,19 @@ class Store:
         if self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink(tmp)
+                raise
         else:  # object stores publish an object atomically on PUT
             self.fs.pipe_file(path, data)
+
+    def stage(self, relpath: str) -> StagedFile:
+        """A file written piece by piece and published whole by ``commit()`` (which may be retried)."""
+        return StagedFile(self, relpath)
 
     def open_write(self, relpath: str):
         path = self.path(relpath)
@@ -64,32 +94,58 @@ class Store:
         return self.fs.cat_file(path, start=start, end=end)
 
     def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes]:
-        """Fetch several whole files; remote filesystems fetch them concurrently."""
+        """Fetch several whole files; remote filesystems fetch them concurrently. Missing ones are left out."""
         relpaths = list(relpaths)
         if self.is_local:
-            return {p: self.read_bytes(p) for p in relpaths}
+            out = {}
+            for p in relpaths:
+                try:
+                    out[p] = self.read_bytes(p)
+                except FileNotFoundError:
+                    pass
+            return out
+        if not relpaths:
+            return {}
         fetched = self.fs.cat([self.path(p) for p in relpaths], on_error="omit")
         return {self.relative(self.fs._strip_protocol(k)): v for k, v in fetched.items()}
 
-    def read_ranges(self, relpath_ranges: list[tuple[str, int, int]]) -> list[bytes]:
-        """Fetch byte ranges [start, end) of files; remote filesystems fetch them concurrently."""
+    def read_ranges(self, relpath_ranges: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
+        """Fetch byte ranges [start, end) of files; remote filesystems fetch them concurrently.
+
+        A range that cannot be read gives its exception in place of bytes; a range past the end of a
+        file gives the bytes there are (fewer than asked).
+        """
         if self.is_local:
-            out = []
+            out: list[bytes | BaseException] = []
             handles: dict[str, object] = {}
             try:
                 for rel, start, end in relpath_ranges:
-                    f = handles.get(rel) or handles.setdefault(rel, open(self.path(rel), "rb"))
-                    f.seek(start)
-                    out.append(f.read(end - start))
+                    try:
+                        f = handles.get(rel) or handles.setdefault(rel, open(self.path(rel), "rb"))
+                        f.seek(start)
+                        out.append(f.read(end - start))
+                    except OSError as exc:
+                        out.append(exc)
             finally:
                 for f in handles.values():
                     f.close()
             return out
+        if not relpath_ranges:
+            return []
         paths = [self.path(r) for r, _, _ in relpath_ranges]
-        return self.fs.cat_ranges(paths, [s for _, s, _ in relpath_ranges], [e for _, _, e in relpath_ranges])
+        starts = [s for _, s, _ in relpath_ranges]
+        ends = [e for _, _, e in relpath_ranges]
+        try:
+            return list(self.fs.cat_ranges(paths, starts, ends, on_error="return"))
+        except TypeError:  # a filesystem whose cat_ranges has no on_error
+            return list(self.fs.cat_ranges(paths, starts, ends))
 
     def exists(self, relpath: str) -> bool:
-        return self.fs.exists(self.path(relpath))
+        path = self.path(relpath)
+        if self.is_local:
+            return os.path.exists(path)
+        self.fs.invalidate_cache(path)  # another process may have written it since we last listed
+        return self.fs.exists(path)
 
     def list(self, relprefix: str) -> list[str]:
         """Every file under relprefix (recursively), as sorted paths relative to the root."""
@@ -105,6 +161,114 @@ class Store:
             except FileNotFoundError:
                 found = []
         return sorted(self.relative(p) for p in found if ".tmp-" not in p)
+
+    def list_dirs(self, relprefix: str) -> list[str]:
+        """The immediate subfolders of relprefix, as sorted paths relative to the root."""
+        base = self.path(relprefix)
+        if self.is_local:
+            try:
+                names = [e.name for e in os.scandir(base) if e.is_dir()]
+            except FileNotFoundError:
+                return []
+            return sorted(f"{relprefix}/{n}" for n in names)
+        self.fs.invalidate_cache(base)
+        try:
+            entries = self.fs.ls(base, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(self.relative(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory")
+
+
+class StagedFile:
+    """One file being written: locally a temp file beside its destination, remotely a spooled buffer.
+
+    ``commit`` publishes it whole (rename, or upload); if an upload fails, ``commit`` can be called again.
+    """
+
+    def __init__(self, store: Store, relpath: str):
+        self.store = store
+        self.relpath = relpath
+        self.size = 0
+        path = store.path(relpath)
+        if store.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            self._file = open(self._tmp, "wb")
+        else:
+            self._tmp = None
+            self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self.size += len(data)
+
+    @property
+    def in_memory(self) -> int:
+        """Bytes this file holds in memory (0 once spilled to disk)."""
+        if self._tmp is not None or getattr(self._file, "_rolled", True):
+            return 0
+        return self.size
+
+    def spill(self) -> None:
+        """Move a remote file's buffer to a local temp file, to keep memory bounded while it waits."""
+        if self._tmp is None and not self._file._rolled:
+            self._file.rollover()
+
+    def commit(self) -> None:
+        path = self.store.path(self.relpath)
+        if self._tmp is not None:
+            if not self._file.closed:
+                self._file.close()
+            os.replace(self._tmp, path)
+            self._tmp = None
+            return
+        fs, f = self.store.fs, self._file
+        f.seek(0)
+        if self.size <= SINGLE_PUT_BYTES:
+            fs.pipe_file(path, f.read())
+        else:
+            with fs.open(path, "wb") as out:
+                while chunk := f.read(8 * 1024 * 1024):
+                    out.write(chunk)
+        f.close()
+
+    def discard(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            if self._tmp is not None:
+                _unlink(self._tmp)
+
+
+def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
+    """text with URL passwords and the credentials of the environment replaced by ***."""
+    text = _URL_USERINFO.sub("***@", str(text))
+    secrets = [os.environ.get(name) for name in _SECRET_ENV] + list(extra_secrets)
+    for secret in secrets:
+        if secret and len(secret) >= 8:  # short values would mask ordinary words
+            text = text.replace(secret, "***")
+    return text
+
+
+def _secrets_of(fs) -> list[str]:
+    found = []
+
+    def walk(options):
+        for k, v in (options or {}).items():
+            if isinstance(v, dict):
+                walk(v)
+            elif isinstance(v, str) and k.lower() in _SECRET_OPTIONS:
+                found.append(v)
+
+    walk(getattr(fs, "storage_options", None))
+    return found
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _protocols(fs) -> tuple[str, ...]:

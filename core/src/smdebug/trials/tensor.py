@@ -10,6 +10,8 @@ import numpy as np
 
 from smdebug import codec
 from smdebug.exceptions import (
+    CorruptRunError,
+    CorruptTensorRecord,
     InvalidWorker,
     NoMoreData,
     StepNotYetAvailable,
@@ -27,6 +29,7 @@ class Location(NamedTuple):
     event_file: str
     start: int
     length: int
+    crc: int | None = None  # the payload's masked CRC32C, when the index gives it
 
 
 @dataclass
@@ -120,7 +123,7 @@ class Tensor:
         data = self._worker_data(step_num, mode, worker)
         if data.location is None:
             raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
-        return self._fetch(data.location)
+        return self._fetch(data.location, step_num, mode)
 
     def values(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
         return {s: self.value(s, mode=mode, worker=worker) for s in self.steps(mode=mode)}
@@ -130,7 +133,7 @@ class Tensor:
         if data.shape is not None:
             return data.shape
         if data.location is not None:
-            return tuple(self._fetch(data.location).shape)
+            return tuple(self._fetch(data.location, step_num, mode).shape)
         from smdebug.exceptions import ShapeUnavailableForStep
 
         raise ShapeUnavailableForStep(self.name, step_num, to_mode(mode))
@@ -142,30 +145,28 @@ class Tensor:
         data = self._worker_data(step_num, mode, worker)
         loc = data.reductions.get((reduction_name, bool(abs)))
         if loc is not None:
-            stored = self._fetch(loc)
+            stored = self._fetch(loc, step_num, mode)
             return stored.reshape(-1)[0] if stored.size == 1 else stored
         if data.location is None:
             raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
-        return numpy_reduction(self._fetch(data.location), reduction_name, abs)
+        return numpy_reduction(self._fetch(data.location, step_num, mode), reduction_name, abs)
 
     def reduction_values(self, step_num: int, mode=ModeKeys.GLOBAL, worker=None) -> dict:
         data = self._worker_data(step_num, mode, worker)
         return {key: self.reduction_value(step_num, key[0], mode, worker, key[1]) for key in data.reductions}
 
-    def _fetch(self, loc: Location) -> np.ndarray:
-        raw = self.trial.store.read_ranges([(loc.event_file, loc.start, loc.start + loc.length)])[0]
-        return _decode_value(raw, loc, self.trial.path)
-
-
-def _decode_value(raw: bytes, loc: Location, path: str) -> np.ndarray:
-    payload = codec.read_record(raw, path=f"{path}/{loc.event_file}", offset=loc.start)
-    event = codec.decode_event(payload)
-    for v in event.values:
-        if v.value is not None:
-            return v.value
-    from smdebug.exceptions import CorruptRunError
-
-    raise CorruptRunError(f"{path}/{loc.event_file}: record at offset {loc.start} holds no tensor")
+    def _fetch(self, loc: Location, step_num: int, mode) -> np.ndarray:
+        mode = to_mode(mode)
+        payload = self.trial._read_record(loc, self.name, step_num, mode)
+        where = f"{self.trial.path}/{loc.event_file}: record at offset {loc.start}"
+        try:
+            event = codec.decode_event(payload)
+        except CorruptRunError as exc:
+            raise CorruptTensorRecord(self.name, step_num, mode, f"{where}: {exc}") from None
+        for v in event.values:
+            if v.value is not None:
+                return v.value
+        raise CorruptTensorRecord(self.name, step_num, mode, f"{where} holds no tensor")
 
 
 def _natural(name: str):

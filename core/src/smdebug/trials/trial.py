@@ -11,10 +11,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from enum import Enum
 
-from smdebug import plugins
+from smdebug import codec, plugins
 from smdebug.collection import Collection, CollectionManager
 from smdebug.exceptions import (
     CorruptRunError,
+    CorruptTensorRecord,
     NoMoreData,
     SMDebugValueError,
     StepUnavailable,
@@ -22,6 +23,7 @@ from smdebug.exceptions import (
 )
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import parse_reduction_tensor_name
+from smdebug.trials.fetch import RecordFetcher
 from smdebug.trials.tensor import Location, Tensor
 from smdebug.writer import END_OF_JOB_FILE
 
@@ -65,6 +67,9 @@ class Trial:
         self._tensors_at_step: dict[int, set[str]] = defaultdict(set)
         self._collections = CollectionManager()
         self._collection_files: set[str] = set()
+        self._done_index_dirs: set[str] = set()  # index folders no worker writes into any more
+        self._fetcher = RecordFetcher(self.store)
+        self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
         self.loaded_all_steps = False
         self._last_refresh = 0.0
         self._no_refresh = 0
@@ -77,13 +82,37 @@ class Trial:
     def refresh(self) -> None:
         """Load the index files and collections written since the last refresh."""
         ended = self.store.exists(END_OF_JOB_FILE)  # before listing, so nothing written before it is missed
-        new = [p for p in self.store.list("index") if p not in self._loaded_index and _INDEX_NAME.search(p)]
+        new = [p for p in self._list_index() if p not in self._loaded_index and _INDEX_NAME.search(p)]
         if new:
+            # fetched concurrently; loaded in step order so a step is known whole or not at all
             for relpath, data in sorted(self.store.read_many(new).items()):
                 self._load_index(relpath, data)
         self._load_collections()
+        self._mark_done_index_dirs()
         self.loaded_all_steps = ended
         self._last_refresh = time.monotonic()
+
+    def _list_index(self) -> list[str]:
+        """Index files, listing again only the folders (1000 steps each) still being written."""
+        if not self._done_index_dirs:
+            return self.store.list("index")
+        found = []
+        for folder in self.store.list_dirs("index"):
+            if folder not in self._done_index_dirs:
+                found += self.store.list(folder)
+        return found
+
+    def _mark_done_index_dirs(self) -> None:
+        last = self.last_complete_step
+        for relpath in self._loaded_index:
+            folder = relpath.rsplit("/", 1)[0]
+            if folder not in self._done_index_dirs and folder.startswith("index/"):
+                try:
+                    number = int(folder[len("index/") :])
+                except ValueError:
+                    continue
+                if (number + 1) * 1000 - 1 <= last:
+                    self._done_index_dirs.add(folder)
 
     def maybe_refresh(self, force: bool = False) -> None:
         if self.loaded_all_steps or self._no_refresh:
@@ -101,9 +130,11 @@ class Trial:
             mode_step = int(meta.get("mode_step", step))
             event_file = meta.get("event_file_name")
             entries = [
-                (t["tensorname"], int(t["start_idx"]), int(t["length"]))
+                (t["tensorname"], int(t["start_idx"]), int(t["length"]), t.get("crc32c"))
                 for t in index.get("tensor_payload") or []
             ]
+            if entries and not isinstance(event_file, str):
+                raise ValueError("meta.event_file_name is missing")
             shapes = [(s["tensorname"], tuple(s["shape"])) for s in index.get("shape_payload") or []]
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptRunError(
@@ -115,8 +146,9 @@ class Trial:
         self._last_step_of_worker[worker] = max(step, self._last_step_of_worker.get(worker, -1))
         self._step_mode[step] = (mode, mode_step)
         self._mode_to_global[mode][mode_step] = step
-        for name, start, length in entries:
-            loc = Location(event_file, start, length)
+        for name, start, length, crc in entries:
+            loc = Location(event_file, start, length, crc if isinstance(crc, int) else None)
+            self._fetcher.add(event_file, step, worker, name, start, length)
             parsed = parse_reduction_tensor_name(name)
             if parsed is not None:
                 base, reduction, absolute = parsed
@@ -128,6 +160,23 @@ class Trial:
         for name, shape in shapes:
             self._tensor(name).add_step(step, mode, mode_step, worker, shape=shape)
             self._tensors_at_step[step].add(name)
+
+    def _read_record(self, loc: Location, tname: str, step: int, mode: ModeKeys) -> bytes:
+        """The payload of one saved record; a damaged one is reported once (file, offset) and skipped
+        by raising CorruptTensorRecord."""
+        where = f"{self.path}/{loc.event_file}"
+        raw = self._fetcher.get(loc.event_file, loc.start, loc.length)
+        try:
+            if isinstance(raw, BaseException):
+                raise CorruptRunError(
+                    f"{where}: record at offset {loc.start} cannot be read: {self.store.describe(raw)}"
+                )
+            return codec.read_record(raw, path=where, offset=loc.start, crc=loc.crc)
+        except CorruptRunError as exc:
+            if (loc.event_file, loc.start) not in self._reported:
+                self._reported.add((loc.event_file, loc.start))
+                logger.warning("smdebug: skipping a damaged record of %s: %s", tname, exc)
+            raise CorruptTensorRecord(tname, step, mode, str(exc)) from None
 
     def _tensor(self, name: str) -> Tensor:
         t = self._tensors.get(name)

@@ -1,0 +1,233 @@
+"""Benchmark workloads, run the same way in our venv and in the real smdebug 1.0.34's venv.
+
+    python bench/workloads.py <workload> '<json arguments>'
+
+Every workload prints one JSON line (its figures) as the last line of stdout. Only the API both
+implementations share is used (``smdebug.pytorch``, ``smdebug.trials.create_trial``); the only
+difference is the writer's memory bound, which smdebug 1.0.34 does not have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from importlib import metadata
+
+
+def implementation() -> str:
+    try:
+        return "smdebug " + metadata.version("smdebug")
+    except metadata.PackageNotFoundError:
+        return "ours " + metadata.version("smdebug-core")
+
+
+def _torch():
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    return torch
+
+
+def _cnn(torch):
+    nn = torch.nn
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+            self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+            self.fc1 = nn.Linear(16 * 7 * 7, 64)
+            self.fc2 = nn.Linear(64, 10)
+
+        def forward(self, x):
+            x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+            x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+            return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+    return CNN()
+
+
+def _mlp(torch, sizes):
+    nn = torch.nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+
+        def forward(self, x):
+            for i, layer in enumerate(self.layers):
+                x = layer(x)
+                if i < len(self.layers) - 1:
+                    x = torch.relu(x)
+            return x
+
+    return MLP()
+
+
+def _hook(config: str, out_dir: str, **ours_only):
+    import smdebug.pytorch as smd
+
+    every_step = dict(
+        include_collections=["weights", "biases", "gradients", "losses"],
+        save_config=smd.SaveConfig(save_interval=1),
+    )
+    if config == "default":
+        kwargs = {}
+    elif config == "raw":
+        kwargs = every_step
+    elif config == "reductions":
+        kwargs = dict(
+            every_step, reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"])
+        )
+    elif config == "weights":
+        kwargs = dict(include_collections=["weights", "biases"], save_config=smd.SaveConfig(save_interval=1))
+    else:
+        raise ValueError(f"unknown hook config {config!r}")
+    if implementation().startswith("ours"):
+        kwargs.update(ours_only)
+    return smd.Hook(out_dir=out_dir, **kwargs)
+
+
+def _trainer(torch, model, batches):
+    loss_fn = torch.nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step, loss_fn
+
+
+def overhead(config: str, out_dir: str, steps: int = 300, block: int = 10, warmup: int = 20) -> dict:
+    """Step time with and without the hook, in one process: two identical CNNs trained in alternating
+    blocks of ``block`` steps (the order flips every block), one of them registered with the hook."""
+    torch = _torch()
+    batches = [(torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))) for _ in range(8)]
+    plain, hooked = _cnn(torch), _cnn(torch)
+    hooked.load_state_dict(plain.state_dict())
+    plain_step, _ = _trainer(torch, plain, batches)
+    hooked_step, loss_fn = _trainer(torch, hooked, batches)
+    hook = _hook(config, out_dir)
+    hook.register_module(hooked)
+    hook.register_loss(loss_fn)
+    for i in range(warmup):
+        plain_step(i)
+        hooked_step(i)
+    clock = time.perf_counter
+    plain_s, hooked_s = [], []
+    for b in range(steps // block):
+        order = [(plain_step, plain_s), (hooked_step, hooked_s)]
+        for fn, times in order if b % 2 == 0 else order[::-1]:
+            t0 = clock()
+            for i in range(b * block, (b + 1) * block):
+                fn(i)
+            times.append(clock() - t0)
+    t0 = clock()
+    hook.close()
+    return {"plain_s": plain_s, "hooked_s": hooked_s, "close_s": clock() - t0, "block": block}
+
+
+def write_run(out_dir: str, steps: int = 1000) -> dict:
+    """A run with weights, biases, gradients and the loss saved at every step (13 tensors a step)."""
+    torch = _torch()
+    batches = [(torch.randn(32, 20), torch.randint(0, 4, (32,))) for _ in range(8)]
+    model = _mlp(torch, [20, 64, 64, 4])
+    step, loss_fn = _trainer(torch, model, batches)
+    hook = _hook("raw", out_dir)
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    hook.close()
+    return {"steps": steps, "seconds": time.perf_counter() - t0}
+
+
+def read(path: str, steps_per_tensor: int | None = None) -> dict:
+    """Open a trial and read every value (or the values of the first ``steps_per_tensor`` steps of every
+    tensor, to bound a slow reader's time)."""
+    from smdebug.trials import create_trial
+
+    clock = time.perf_counter
+    t0 = clock()
+    trial = create_trial(path)
+    names = trial.tensor_names()
+    steps = trial.steps()
+    t_open = clock() - t0
+    total = 0
+    for name in names:
+        total += len(trial.tensor(name).steps())
+    read_values = 0
+    checksum = 0.0
+    t0 = clock()
+    for name in names:
+        tensor = trial.tensor(name)
+        for s in tensor.steps()[:steps_per_tensor]:
+            checksum += float(tensor.value(s).sum())
+            read_values += 1
+    t_read = clock() - t0
+    return {
+        "open_s": t_open,
+        "read_s": t_read,
+        "values_read": read_values,
+        "values_total": total,
+        "tensors": len(names),
+        "steps": len(steps),
+        "checksum": checksum,
+    }
+
+
+def memory(
+    out_dir: str, hooked: bool, steps: int, width: int, layers: int, bound: int, batch: int = 8
+) -> dict:
+    """Peak RSS of training a large MLP (its weights and biases saved every step when ``hooked``)."""
+    torch = _torch()
+    model = _mlp(torch, [width] * (layers + 1))
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    batches = [(torch.randn(batch, width), torch.randint(0, width, (batch,))) for _ in range(2)]
+    step, loss_fn = _trainer(torch, model, batches)
+    hook = None
+    if hooked:
+        hook = _hook("weights", out_dir, max_queue_bytes=bound)
+        hook.register_module(model)
+        hook.register_loss(loss_fn)
+    rss_setup = _rss_now()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    if hook is not None:
+        hook.close()
+    seconds = time.perf_counter() - t0
+    saved = 0
+    for root, _, files in os.walk(out_dir):
+        saved += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return {
+        "param_bytes": param_bytes,
+        "rss_setup": rss_setup,
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "seconds": seconds,
+        "saved_bytes": saved,
+    }
+
+
+def _rss_now() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+WORKLOADS = {"overhead": overhead, "write_run": write_run, "read": read, "memory": memory}
+
+if __name__ == "__main__":
+    name, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    result = WORKLOADS[name](**args)
+    result["implementation"] = implementation()
+    print(json.dumps(result))

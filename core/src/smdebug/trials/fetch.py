@@ -1,0 +1,129 @@
+"""Batched reading of saved records for a Trial.
+
+A remote store (S3) costs one round trip per request, so asking for one value fetches, in one batch of
+concurrent range reads, that value's event file and the event files of the following steps: whole files
+when they are small (so the other tensors of those steps come along), else just the records of the same
+tensor. The records land in a cache bounded in bytes; reading every value of a run then costs about one
+request per event file. Local files are read directly.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from bisect import bisect_left
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+WINDOW_FILES = 256  # event files fetched together on a miss
+WINDOW_BYTES = 32 * 1024 * 1024  # bytes fetched together on a miss
+WHOLE_FILE_BYTES = 4 * 1024 * 1024  # event files up to this size are fetched whole
+
+
+def cache_bytes_from_env() -> int:
+    raw = os.environ.get("SMDEBUG_READ_CACHE_BYTES")
+    return int(raw) if raw else DEFAULT_CACHE_BYTES
+
+
+@dataclass
+class EventFile:
+    """What the index files say about one event file."""
+
+    step: int
+    worker: str
+    records: dict = field(default_factory=dict)  # start offset -> (length, record name)
+    by_name: dict = field(default_factory=dict)  # record name -> start offset
+    end: int = 0
+
+    def add(self, name: str, start: int, length: int) -> None:
+        self.records[start] = (length, name)
+        self.by_name[name] = start
+        self.end = max(self.end, start + length)
+
+
+class RecordFetcher:
+    def __init__(self, store, cache_bytes: int | None = None):
+        self.store = store
+        self.files: dict[str, EventFile] = {}
+        self._order: list[tuple[int, str, str]] = []  # (step, worker, file), sorted
+        self._cache: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._cached_bytes = 0
+        self.cache_bytes = cache_bytes_from_env() if cache_bytes is None else cache_bytes
+        self._lock = threading.RLock()
+        self.requests = 0  # range reads issued (for the curious and for tests)
+
+    def add(self, file: str, step: int, worker: str, name: str, start: int, length: int) -> None:
+        with self._lock:
+            info = self.files.get(file)
+            if info is None:
+                info = self.files[file] = EventFile(step, worker)
+                key = (step, worker, file)
+                self._order.insert(bisect_left(self._order, key), key)
+            info.add(name, start, length)
+
+    def get(self, file: str, start: int, length: int) -> bytes | BaseException:
+        """The bytes of one record (fewer when the file is truncated), or the error reading them."""
+        if self.store.is_local:
+            self.requests += 1
+            return self.store.read_ranges([(file, start, start + length)])[0]
+        with self._lock:
+            cached = self._cache.get((file, start))
+            if cached is not None:
+                self._cache.move_to_end((file, start))
+                return cached
+            plan = self._plan(file, start, length)
+            self.requests += len(plan)
+            results = self.store.read_ranges(plan)
+            wanted: bytes | BaseException = b""
+            for (f, lo, hi), data in zip(plan, results):
+                if isinstance(data, BaseException):
+                    if f == file and lo <= start < hi:
+                        wanted = data
+                    continue
+                for rec_start, (rec_len, _) in self.files[f].records.items():
+                    if lo <= rec_start < hi:
+                        rec = bytes(data[rec_start - lo : rec_start - lo + rec_len])
+                        if f == file and rec_start == start:
+                            wanted = rec
+                        self._put((f, rec_start), rec)
+            return wanted
+
+    def _plan(self, file: str, start: int, length: int) -> list[tuple[str, int, int]]:
+        """Ranges to fetch for a miss on (file, start): this record's file and the next ones."""
+        info = self.files.get(file)
+        if info is None:  # not from an index we loaded: just this record
+            return [(file, start, start + length)]
+        name = info.records.get(start, (length, None))[1]
+        plan, total = [], 0
+        i = bisect_left(self._order, (info.step, info.worker, file))
+        for _, _, f in self._order[i:]:
+            if len(plan) >= WINDOW_FILES or total >= WINDOW_BYTES:
+                break
+            other = self.files[f]
+            at = start if f == file else other.by_name.get(name)
+            if at is None or (f != file and (f, at) in self._cache):
+                continue
+            if other.end <= WHOLE_FILE_BYTES:
+                plan.append((f, 0, other.end))
+                total += other.end
+            else:
+                rec_len = other.records[at][0]
+                plan.append((f, at, at + rec_len))
+                total += rec_len
+        return plan
+
+    def _put(self, key: tuple[str, int], data: bytes) -> None:
+        old = self._cache.pop(key, None)
+        if old is not None:
+            self._cached_bytes -= len(old)
+        self._cache[key] = data
+        self._cached_bytes += len(data)
+        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_bytes -= len(evicted)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._cached_bytes = 0
