@@ -39,7 +39,7 @@ SUITES = {
     "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
 }
 
-nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["lint"]
+nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
 
 
 def _install(session: nox.Session, requirements: list[str], local: list[str]) -> None:
@@ -73,6 +73,15 @@ def smdebug_1034_python(session: nox.Session) -> str:
     session.run(str(python), "-m", "pip", "install", "-q", *SMDEBUG_1034, external=True)
     session.run(str(python), "-c", "import smdebug.pytorch, smdebug.trials", external=True)
     return str(python)
+
+
+@nox.session
+def compat(session: nox.Session) -> None:
+    """Both directions against the real smdebug 1.0.34, run in its own venv: each reads the other's runs."""
+    _install(session, [*TEST_DEPS, TORCH], ["plugins/smdebug-torch"])
+    reference = smdebug_1034_python(session)
+    env = {"SMDEBUG_1034_PYTHON": reference}
+    session.run("pytest", str(ROOT / "tests" / "compat"), *session.posargs, env=env)
 
 
 @nox.session

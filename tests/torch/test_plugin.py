@@ -109,7 +109,7 @@ def test_reductions_computed_by_torch_equal_numpy(reduction, absolute, dtype):
     from smdebug_torch.tensors import reduce
 
     got = reduce(tensor, reduction, absolute)
-    assert isinstance(got, float)
+    assert isinstance(got, (float, np.floating)) and np.ndim(got) == 0
     host = tensor.float().numpy() if dtype == torch.bfloat16 else tensor.numpy()
     expected = numpy_reduction(host, reduction, absolute)
     assert got == pytest.approx(expected, rel=2e-5 if dtype != torch.float64 else 1e-12, abs=1e-6)

@@ -135,6 +135,8 @@ class BaseHook:
         return 1
 
     def _to_numpy(self, value: Any) -> np.ndarray:
+        if np.isscalar(value) and not isinstance(value, np.generic):  # as smdebug 1.0: a Python scalar
+            return np.array([value])  # is saved with shape (1,)
         array = plugins.to_numpy(value)
         if array is None:
             raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
@@ -176,7 +178,7 @@ class BaseHook:
         array = np.asarray(self._to_numpy(value))
         if array.size != 1:
             raise SMDebugTypeError(f"save_scalar({name!r}): value has {array.size} elements, expected one")
-        self._write_now(SCALAR_PREFIX + name, array.reshape(1), None)
+        self._write_now(SCALAR_PREFIX + name, array, None)  # a 0-d tensor stays 0-d, as in smdebug 1.0
 
     def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
         """Save a tensor at the current step into the given collections, whatever their save config."""
@@ -372,8 +374,10 @@ class BaseHook:
                     if (reduction, absolute) in done:
                         continue
                     done.add((reduction, absolute))
-                    result = float(self._reduce(value, reduction, absolute))
-                    self._queue(reduction_tensor_name(name, reduction, absolute), np.array([result]))
+                    result = self._reduce(value, reduction, absolute)
+                    # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
+                    result = np.asarray(result if isinstance(result, np.generic) else float(result))
+                    self._queue(reduction_tensor_name(name, reduction, absolute), result)
             raw = any(c.reduction_config.save_raw_tensor for c in colls)
             shape = any(c.reduction_config.save_shape for c in colls)
             if raw or shape:

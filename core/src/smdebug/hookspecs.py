@@ -38,7 +38,7 @@ def smdebug_to_numpy(value: Any) -> np.ndarray | None:
 
 @hookspec(firstresult=True)
 def smdebug_reduce(value: Any, reduction: str, abs: bool) -> float | None:
-    """Compute one reduction of a value where it lives and return a Python float, or None if not yours."""
+    """Compute one reduction of a value where it lives; a float (a numpy scalar's dtype is stored) or None."""
 
 
 # -- storage ---------------------------------------------------------------------------------------

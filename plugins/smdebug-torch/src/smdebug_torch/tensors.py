@@ -68,7 +68,7 @@ _REDUCTIONS = {
 }
 
 
-def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> float | None:
+def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> np.floating | None:
     """One reduction computed where the tensor lives; only the resulting scalar reaches the host.
 
     Returns None when torch cannot compute it here (the core then falls back to numpy).
@@ -90,7 +90,7 @@ def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> float | No
             t = t.double()
         if abs:
             t = t.abs()
-        result = fn(t)
-        return float(result.item())
+        # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
+        return fn(t).cpu().numpy()[()]
     except (RuntimeError, TypeError, NotImplementedError):
         return None  # e.g. float64 on a device without it: numpy computes it on the host

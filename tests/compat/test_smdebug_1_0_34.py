@@ -1,0 +1,171 @@
+"""Both directions against the real smdebug 1.0.34, run in its own venv (``SMDEBUG_1034_PYTHON``).
+
+Every scenario of ``compat_scenarios`` is written twice, by our plugin (in this process) and by smdebug
+1.0.34 (in a subprocess of its venv); then each library reads both runs. We check that smdebug sees our
+runs exactly as it sees its own and as we see them, that we see smdebug's runs exactly as smdebug does,
+and that both libraries lay the same files out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import compat_scenarios
+import pytest
+
+import smdebug.pytorch as smd
+from smdebug.trials import create_trial
+
+HERE = Path(__file__).parent
+DRIVER = HERE / "smdebug_driver.py"
+TESTS_TORCH = HERE.parent / "torch"
+SCENARIOS = sorted(compat_scenarios.SCENARIOS)
+# smdebug 1.0.34's PyTorch hook stores torch's std/var (unbiased) while its own reader, like ours,
+# computes numpy's (ddof=0); we store numpy's, so only these stored values differ between writers.
+WRITER_SPECIFIC_REDUCTIONS = {"std", "variance", "abs_std", "abs_variance"}
+# Our regexes for module tensors and losses are anchored (``^act_input_\d+$`` where smdebug has
+# ``act_input_``), so the regex lists differ between writers; the tensors each collection holds do not.
+
+
+@pytest.fixture(scope="session")
+def smdebug_python():
+    python = os.environ.get("SMDEBUG_1034_PYTHON")
+    if not python or not os.path.exists(python):
+        pytest.fail(
+            "SMDEBUG_1034_PYTHON must name the python of a venv with smdebug 1.0.34: run `nox -s compat`"
+        )
+    return python
+
+
+def _run(python, *args):
+    done = subprocess.run([python, *map(str, args)], capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        pytest.fail(f"{python} {' '.join(map(str, args))} failed:\n{done.stderr[-4000:]}")
+    return done
+
+
+@pytest.fixture(scope="session")
+def seen(tmp_path_factory, smdebug_python):
+    """{("ours" | "theirs", scenario): {"smdebug": what smdebug reads, "us": what we read, "path": run}}."""
+    root = tmp_path_factory.mktemp("compat")
+    compat_scenarios.write_runs(smd, str(root / "ours"))
+    _run(smdebug_python, DRIVER, "write", root / "theirs")
+    runs = {(writer, s): str(root / writer / s) for writer in ("ours", "theirs") for s in SCENARIOS}
+    _run(smdebug_python, DRIVER, "read", root / "seen.json", *runs.values())
+    with open(root / "seen.json") as f:
+        by_smdebug = json.load(f)
+    return {
+        key: {
+            "path": path,
+            "smdebug": by_smdebug[path],
+            "us": json.loads(json.dumps(compat_scenarios.describe(create_trial, smd.modes, path))),
+        }
+        for key, path in runs.items()
+    }
+
+
+def _differences(a, b, path="", limit=12):
+    """Where two JSON values differ, as short readable lines."""
+    out = []
+
+    def walk(x, y, where):
+        if len(out) >= limit:
+            return
+        if isinstance(x, dict) and isinstance(y, dict):
+            for k in sorted(set(x) | set(y)):
+                if k not in x or k not in y:
+                    side = "second" if k not in x else "first"
+                    out.append(f"{where}/{k}: only in the {side}")
+                else:
+                    walk(x[k], y[k], f"{where}/{k}")
+        elif x != y:
+            out.append(f"{where}: {str(x)[:200]} != {str(y)[:200]}")
+
+    walk(a, b, path)
+    return out
+
+
+def _assert_same(a, b, what):
+    diff = _differences(a, b)
+    assert not diff, what + ":\n" + "\n".join(diff)
+
+
+def _writer_neutral(view):
+    """What must not depend on which library wrote the run."""
+    view = json.loads(json.dumps(view))
+    for tensor in view["tensors"].values():
+        for entry in tensor["values"].values():
+            for name in WRITER_SPECIFIC_REDUCTIONS:
+                entry["reductions"].pop(name, None)
+    for coll in view["collections"].values():
+        coll.pop("include_regex")
+    return view
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_smdebug_reads_our_run_as_its_own(seen, scenario):
+    ours, theirs = seen["ours", scenario]["smdebug"], seen["theirs", scenario]["smdebug"]
+    assert ours["tensor_names"], "the scenario saved nothing"
+    _assert_same(
+        _writer_neutral(ours),
+        _writer_neutral(theirs),
+        "smdebug 1.0.34 reads our run (first) differently from its own (second)",
+    )
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_smdebug_reads_our_run_as_we_do(seen, scenario):
+    run = seen["ours", scenario]
+    _assert_same(run["smdebug"], run["us"], "our run as read by smdebug 1.0.34 (first) and by us (second)")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_we_read_smdebug_run_as_smdebug_does(seen, scenario):
+    run = seen["theirs", scenario]
+    _assert_same(
+        run["us"], run["smdebug"], "smdebug 1.0.34's run as read by us (first) and by smdebug (second)"
+    )
+
+
+def _files(root):
+    return sorted(str(p.relative_to(root)) for p in Path(root).rglob("*") if p.is_file())
+
+
+def _index_view(path):
+    with open(path) as f:
+        index = json.load(f)
+    return {
+        "meta": index["meta"],
+        "tensors": sorted(t["tensorname"] for t in index["tensor_payload"]),
+        "shapes": sorted((s["tensorname"], s["shape"]) for s in index.get("shape_payload", [])),
+    }
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_same_files_index_and_collections(seen, scenario):
+    ours, theirs = seen["ours", scenario]["path"], seen["theirs", scenario]["path"]
+    assert _files(ours) == _files(theirs)
+    for rel in _files(ours):
+        if rel.startswith("index/"):
+            _assert_same(_index_view(f"{ours}/{rel}"), _index_view(f"{theirs}/{rel}"), rel)
+        elif rel.startswith("collections/"):
+            with open(f"{ours}/{rel}") as a, open(f"{theirs}/{rel}") as b:
+                mine, reference = json.load(a), json.load(b)
+            both = set(mine["collections"]) & set(reference["collections"])
+            for coll, ref in ((mine["collections"][n], reference["collections"][n]) for n in both):
+                coll.pop("include_regex"), ref.pop("include_regex")
+                # smdebug leaves a mode its SaveConfig did not name null; we give it the defaults
+                for mode in [m for m, config in (ref["save_config"] or {}).items() if config is None]:
+                    coll["save_config"].pop(mode, None), ref["save_config"].pop(mode)
+            _assert_same(mine, reference, rel)
+
+
+def test_golden_names_file_is_current(smdebug_python, tmp_path):
+    """tests/torch's golden names are still what smdebug 1.0.34 saves for its scenarios."""
+    out = tmp_path / "names.json"
+    _run(smdebug_python, TESTS_TORCH / "scenarios.py", out)
+    with open(out) as f, open(TESTS_TORCH / "data" / "smdebug_1_0_34_names.json") as g:
+        _assert_same(json.load(f), json.load(g), "smdebug 1.0.34 now (first) and the golden file (second)")
