@@ -37,6 +37,7 @@ SUITES = {
     "core": ([], [], "tests/core"),
     "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
     "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
+    "analysis": ([TORCH, "tensorboard", "matplotlib", "pandas"], ["plugins/smdebug-torch"], "tests/analysis"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]

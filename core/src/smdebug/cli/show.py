@@ -22,7 +22,7 @@ def add_command(subparsers) -> None:
     parser.add_argument("--step", type=int, help="print the value at this step (a mode step with --mode)")
     add_mode_argument(parser)
     parser.add_argument("--worker", help="whose value to show (default: the first worker)")
-    parser.add_argument("--full", action="store_true", help="print every element of large values")
+    parser.add_argument("--full", action="store_true", help="print every element, in full precision")
     parser.set_defaults(func=run)
 
 
@@ -97,7 +97,7 @@ def _show_step(trial, tensor, step: int, mode: ModeKeys, worker, full: bool) -> 
         return 0
     value = np.asarray(tensor.value(step, mode=mode, worker=worker))
     print(f"  shape: {value.shape}  dtype: {value.dtype}")
-    options = {"threshold": np.inf} if full else {}
+    options = {"threshold": np.inf, "floatmode": "unique"} if full else {}  # every element, exactly
     with np.printoptions(**options):
         print(np.array2string(value, prefix="  ") if value.ndim else repr(value.item()))
     return 0
