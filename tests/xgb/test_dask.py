@@ -1,0 +1,86 @@
+"""xgboost.dask on a LocalCluster of two worker processes: each worker saves as worker_<collective rank>."""
+
+import logging
+import os
+
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import make_data
+from distributed import Client, LocalCluster
+from xgboost import dask as dxgb
+
+import smdebug.xgboost as smd
+
+PARAMS = {"max_depth": 3, "objective": "binary:logistic", "eval_metric": "logloss", "nthread": 1}
+
+
+@pytest.fixture(scope="module")
+def client():
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def dtrain(client):
+    X, y = make_data(n=400)
+    # one chunk per worker, so that both take part in the training
+    return dxgb.DaskDMatrix(client, da.from_array(X, chunks=(200, 5)), da.from_array(y, chunks=200))
+
+
+def train(client, dtrain, hook, rounds=4):
+    return dxgb.train(
+        client, PARAMS, dtrain, num_boost_round=rounds, evals=[(dtrain, "train")], callbacks=[hook]
+    )
+
+
+@pytest.mark.parametrize(
+    "include_workers, workers", [("one", ["worker_0"]), ("all", ["worker_0", "worker_1"])]
+)
+def test_include_workers(client, dtrain, out_dir, include_workers, workers):
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_workers=include_workers,
+        include_collections=["metrics", "feature_importance", "trees"],
+    )
+    result = train(client, dtrain, hook)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.training_ended()
+    assert trial.workers() == workers
+    assert trial.num_workers == len(workers)
+    assert trial.steps() == [0, 1, 2, 3]
+    collections_dir = os.path.join(out_dir, "collections", "000000000")
+    assert sorted(os.listdir(collections_dir)) == [f"{w}_collections.json" for w in workers]
+    history = result["history"]["train"]["logloss"]
+    scores = result["booster"].get_score(importance_type="gain")
+    for worker in workers:
+        # the evaluation is global (an allreduce), the model the same on every worker
+        saved = [trial.tensor("train-logloss").value(s, worker=worker)[0] for s in range(4)]
+        assert saved == pytest.approx(history)
+        assert trial.tensor("feature_importance/gain/f0").value(3, worker=worker)[0] == pytest.approx(
+            scores["f0"] / sum(scores.values()), rel=1e-9
+        )
+        trees = result["booster"].trees_to_dataframe()
+        nodes = trial.tensor("trees/Node").value(2, worker=worker)
+        assert nodes.tolist() == trees[trees.Tree == 2].Node.tolist()
+
+
+def test_worker_copies_leave_the_driver_hook_usable(client, dtrain, tmp_path):
+    hook = smd.Hook(str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=2), include_workers="all")
+    train(client, dtrain, hook, rounds=3)
+    assert hook.step == -1 and not hook._closed  # the driver's hook saw no round itself
+    hook.close()
+    trial = smd.create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 2] and trial.workers() == ["worker_0", "worker_1"]
+    np.testing.assert_array_equal(
+        trial.tensor("train-logloss").value(2, worker="worker_0"),
+        trial.tensor("train-logloss").value(2, worker="worker_1"),
+    )

@@ -1,0 +1,385 @@
+"""What the hook saves equals what xgboost itself reports, round by round."""
+
+import json
+import logging
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import xgboost as xgb
+from conftest import ALL_XGB, make_data
+
+import smdebug.xgboost as smd
+from smdebug.exceptions import ConfigError
+
+PARAMS = {
+    "max_depth": 3,
+    "eta": 0.3,
+    "objective": "binary:logistic",
+    "eval_metric": ["logloss", "auc"],
+    "nthread": 1,
+}
+ROUNDS = 6
+
+
+def train(hook, dtrain, dvalid, params=PARAMS, rounds=ROUNDS, **kwargs):
+    history = {}
+    booster = xgb.train(
+        params,
+        dtrain,
+        rounds,
+        evals=[(dtrain, "train"), (dvalid, "validation")],
+        evals_result=history,
+        verbose_eval=False,
+        callbacks=[hook],
+        **kwargs,
+    )
+    return booster, history
+
+
+def as_strings(column):
+    return ["nan" if (v is None or (isinstance(v, float) and np.isnan(v))) else str(v) for v in column]
+
+
+def test_every_collection_equals_what_xgboost_reports(out_dir, binary):
+    dtrain, dvalid, _, _, _, y_valid = binary
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=2),
+        include_collections=ALL_XGB,
+        train_data=dtrain,
+        validation_data=dvalid,
+    )
+    booster, history = train(hook, dtrain, dvalid)
+    trial = smd.create_trial(out_dir)  # readable as soon as training returns
+    assert trial.steps() == [0, 2, 4]
+    assert trial.workers() == ["worker_0"]
+    features = ["f0", "f1", "f2", "f3", "f4"]
+    trees = booster.trees_to_dataframe()
+
+    for step in trial.steps():
+        upto = booster[: step + 1]  # the model as it was after this round
+        # metrics: every eval set and metric, as evals_result records them
+        for data in ("train", "validation"):
+            for metric in ("logloss", "auc"):
+                value = trial.tensor(f"{data}-{metric}").value(step)
+                assert value.shape == (1,)
+                assert value[0] == pytest.approx(history[data][metric][step], rel=1e-12)
+        # hyperparameters: the parameters the training was given
+        assert trial.tensor("hyperparameters/max_depth").value(step).tolist() == [3]
+        assert trial.tensor("hyperparameters/eta").value(step).tolist() == [0.3]
+        assert trial.tensor("hyperparameters/objective").value(step).tolist() == ["binary:logistic"]
+        assert trial.tensor("hyperparameters/eval_metric").value(step).tolist() == ["logloss", "auc"]
+        # predictions and labels on the validation set
+        np.testing.assert_allclose(trial.tensor("predictions").value(step), upto.predict(dvalid), rtol=1e-6)
+        np.testing.assert_array_equal(trial.tensor("labels").value(step), y_valid.astype(np.float32))
+        # feature importance: every type, normalised to sum to 1
+        for kind in ("weight", "gain", "cover", "total_gain", "total_cover"):
+            scores = upto.get_score(importance_type=kind)
+            total = sum(scores.values())
+            saved = {
+                n.rsplit("/", 1)[1]
+                for n in trial.tensor_names(step=step, regex=f"^feature_importance/{kind}/")
+            }
+            assert saved == set(scores)
+            for feature, score in scores.items():
+                value = trial.tensor(f"feature_importance/{kind}/{feature}").value(step)
+                assert value.shape == (1,) and value[0] == pytest.approx(score / total, rel=1e-9)
+        # SHAP: the full contribution matrix under every feature's name, the magnitudes summed
+        contributions = upto.predict(dtrain, pred_contribs=True)
+        assert contributions.shape == (120, 6)
+        for i, feature in enumerate(features):
+            np.testing.assert_allclose(
+                trial.tensor(f"full_shap/{feature}").value(step), contributions, rtol=1e-6
+            )
+            average = trial.tensor(f"average_shap/{feature}").value(step)
+            assert average.shape == (1,)
+            assert average[0] == pytest.approx(np.abs(contributions[:, i]).sum(), rel=1e-5)
+        # trees: the trees_to_dataframe columns of the tree this round added
+        rows = trees[trees.Tree == step]
+        for column in ("Tree", "Node"):
+            assert trial.tensor(f"trees/{column}").value(step).tolist() == rows[column].tolist()
+        for column in ("ID", "Feature", "Yes", "No", "Missing", "Category"):
+            assert trial.tensor(f"trees/{column}").value(step).tolist() == as_strings(rows[column]), column
+        for column in ("Split", "Gain", "Cover"):
+            np.testing.assert_allclose(trial.tensor(f"trees/{column}").value(step), rows[column], rtol=1e-7)
+
+    # the SHAP bias column is not part of the shap collections (smdebug 1.0)
+    assert not trial.has_tensor("full_shap/bias") and not trial.has_tensor("average_shap/bias")
+    collections = trial.collections()
+    for name in ALL_XGB:
+        assert trial.tensor_names(collection=name), name
+    assert "validation-logloss" in collections["metrics"].tensor_names
+    assert "trees/Feature" in collections["trees"].tensor_names
+    hook.close()
+    assert smd.create_trial(out_dir).training_ended()
+
+
+def test_default_hook_saves_metrics_every_ten_rounds(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(out_dir)
+    booster, history = train(hook, dtrain, dvalid, rounds=12)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 10]
+    assert set(trial.tensor_names()) == {"train-logloss", "train-auc", "validation-logloss", "validation-auc"}
+    assert trial.tensor("validation-auc").value(10)[0] == pytest.approx(history["validation"]["auc"][10])
+
+
+def test_metrics_can_be_turned_off_and_losses_skip_increasing_metrics(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+    hook.get_collection("metrics").save_config.end_step = 0
+    train(hook, dtrain, dvalid, rounds=3)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert set(trial.tensor_names()) == {"train-logloss", "validation-logloss"}  # no auc among losses
+    assert trial.steps() == [0, 1, 2]
+
+
+def test_save_all_and_include_regex(tmp_path, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(str(tmp_path / "all"), save_config=smd.SaveConfig(save_steps=[1]), save_all=True)
+    train(hook, dtrain, dvalid, rounds=3)
+    hook.close()
+    names = smd.create_trial(str(tmp_path / "all")).tensor_names()
+    # everything the hook can compute without data: metrics, hyperparameters, importances, trees
+    assert {"validation-auc", "hyperparameters/eta", "feature_importance/gain/f0", "trees/Node"} <= set(names)
+
+    hook = smd.Hook(
+        str(tmp_path / "regex"),
+        save_config=smd.SaveConfig(save_interval=1),
+        include_regex=["feature_importance/weight/.*"],
+    )
+    train(hook, dtrain, dvalid, rounds=2)
+    hook.close()
+    names = smd.create_trial(str(tmp_path / "regex")).tensor_names()
+    assert {n for n in names if not n.startswith("feature_importance/weight/")} == {
+        "train-logloss",
+        "train-auc",
+        "validation-logloss",
+        "validation-auc",
+    }
+    assert "feature_importance/weight/f0" in names
+
+
+def test_hyperparameters_given_to_the_hook_win(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(
+        out_dir,
+        include_collections=["hyperparameters"],
+        hyperparameters={"num_round": 3, "objective": "binary:logistic"},
+    )
+    train(hook, dtrain, dvalid, rounds=1)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert set(trial.tensor_names(collection="hyperparameters")) == {
+        "hyperparameters/num_round",
+        "hyperparameters/objective",
+    }
+    assert trial.tensor("hyperparameters/num_round").value(0).tolist() == [3]
+
+
+def test_multiclass_trees_and_shap_per_round(out_dir):
+    X, y = make_data(task="multiclass")
+    dtrain = xgb.DMatrix(X, label=y, feature_names=["a", "b", "c", "d", "e"])
+    params = {"objective": "multi:softprob", "num_class": 3, "max_depth": 2, "nthread": 1}
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["trees", "average_shap", "full_shap", "feature_importance"],
+        train_data=dtrain,
+    )
+    booster = xgb.train(params, dtrain, 3, callbacks=[hook])
+    trial = smd.create_trial(out_dir)
+    trees = booster.trees_to_dataframe()
+    for step in range(3):
+        # three trees (one per class) a round
+        expected = trees[trees.Tree.isin([3 * step, 3 * step + 1, 3 * step + 2])]
+        assert trial.tensor("trees/ID").value(step).tolist() == expected.ID.tolist()
+        contributions = booster[: step + 1].predict(dtrain, pred_contribs=True)
+        assert contributions.shape == (160, 3, 6)
+        np.testing.assert_allclose(trial.tensor("full_shap/a").value(step), contributions, rtol=1e-6)
+        assert trial.tensor("average_shap/b").value(step)[0] == pytest.approx(
+            np.abs(contributions[:, :, 1]).sum(), rel=1e-5
+        )
+    assert "feature_importance/gain/a" in trial.tensor_names()
+
+
+def test_categorical_splits(out_dir):
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"colour": pd.Categorical(rng.integers(0, 6, 300)), "size": rng.normal(size=300)})
+    label = ((frame.colour.cat.codes % 2) + frame["size"] > 0.5).astype(float)
+    dtrain = xgb.DMatrix(frame, label=label, enable_categorical=True)
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["trees"])
+    booster = xgb.train({"max_depth": 3, "max_cat_to_onehot": 1, "nthread": 1}, dtrain, 2, callbacks=[hook])
+    trial = smd.create_trial(out_dir)
+    trees = booster.trees_to_dataframe()
+    for step in range(2):
+        rows = trees[trees.Tree == step]
+        categories = ["nan" if not isinstance(c, list) else ",".join(c) for c in rows.Category]
+        assert trial.tensor("trees/Category").value(step).tolist() == categories
+        assert any(c != "nan" for c in categories)
+        assert trial.tensor("trees/Feature").value(step).tolist() == rows.Feature.tolist()
+
+
+@pytest.mark.parametrize("estimator", ["classifier", "regressor"])
+def test_scikit_learn_estimators(out_dir, estimator):
+    task = "binary" if estimator == "classifier" else "regression"
+    X, y = make_data(task=task)
+    cls = xgb.XGBClassifier if estimator == "classifier" else xgb.XGBRegressor
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["metrics", "hyperparameters", "feature_importance"],
+    )
+    model = cls(n_estimators=4, max_depth=2, n_jobs=1, callbacks=[hook])
+    model.fit(X[:120], y[:120], eval_set=[(X[120:], y[120:])], verbose=False)
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3]
+    metric = "logloss" if estimator == "classifier" else "rmse"
+    history = model.evals_result()["validation_0"][metric]
+    assert [trial.tensor(f"validation_0-{metric}").value(s)[0] for s in range(4)] == pytest.approx(history)
+    assert trial.tensor("hyperparameters/max_depth").value(0).tolist() == [2]
+    scores = model.get_booster().get_score(importance_type="gain")
+    assert trial.tensor("feature_importance/gain/f0").value(3)[0] == pytest.approx(
+        scores["f0"] / sum(scores.values()), rel=1e-9
+    )
+    assert smd.get_hook() is hook
+
+
+def test_second_training_continues_the_steps(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))
+    first, _ = train(hook, dtrain, dvalid, rounds=2)
+    _, history = train(hook, dtrain, dvalid, rounds=2, xgb_model=first)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][1])
+
+
+def test_reductions_apply_to_numeric_tensors(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        reduction_config=smd.ReductionConfig(reductions=["mean", "max"]),
+        include_collections=["predictions", "trees"],
+        validation_data=dvalid,
+    )
+    booster, _ = train(hook, dtrain, dvalid, rounds=2)
+    trial = smd.create_trial(out_dir)
+    predictions = booster.predict(dvalid)
+    assert trial.tensor("predictions").reduction_value(1, "mean") == pytest.approx(
+        predictions.mean(), rel=1e-6
+    )
+    assert trial.tensor("trees/Gain").reduction_value(1, "max") > 0
+    assert trial.tensor("trees/Feature").value(1).dtype.kind == "U"  # text stays whole
+    assert trial.tensor("validation-logloss").value(1).shape == (1,)  # metrics stay raw
+
+
+def test_missing_data_and_linear_booster_warn_once_and_go_on(out_dir, binary, caplog_smdebug):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=ALL_XGB)
+    params = {**PARAMS, "booster": "gblinear"}
+    train(hook, dtrain, dvalid, params=params, rounds=3)
+    hook.close()
+    messages = [r.getMessage() for r in caplog_smdebug.records if r.levelno == logging.WARNING]
+    assert sum("validation_data" in m for m in messages) == 1
+    assert sum("train_data" in m for m in messages) == 1
+    assert sum("gblinear" in m for m in messages) == 2  # feature importance and trees
+    names = smd.create_trial(out_dir).tensor_names()
+    assert "validation-logloss" in names and "hyperparameters/booster" in names
+    assert not any(n.startswith(("trees/", "feature_importance/", "predictions")) for n in names)
+
+
+def test_data_from_files(out_dir, tmp_path, binary):
+    _, _, X, y, Xv, yv = binary
+    with open(tmp_path / "train.libsvm", "w") as f:
+        for label, row in zip(y, X):
+            f.write(f"{label:g} " + " ".join(f"{j}:{float(v)!r}" for j, v in enumerate(row)) + "\n")
+    np.savetxt(tmp_path / "valid.csv", np.column_stack([yv, Xv]), delimiter=";")
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["labels", "predictions", "average_shap"],
+        train_data=(str(tmp_path / "train.libsvm"), "text/x-libsvm"),
+        validation_data=(str(tmp_path / "valid.csv"), "text/csv"),
+    )
+    booster, _ = train(hook, xgb.DMatrix(X, label=y), xgb.DMatrix(Xv, label=yv), rounds=1)
+    trial = smd.create_trial(out_dir)
+    np.testing.assert_array_equal(trial.tensor("labels").value(0), yv.astype(np.float32))
+    np.testing.assert_allclose(
+        trial.tensor("predictions").value(0), booster.predict(xgb.DMatrix(Xv)), rtol=1e-6
+    )
+    contributions = booster.predict(xgb.DMatrix(X), pred_contribs=True)
+    assert trial.tensor("average_shap/f0").value(0)[0] == pytest.approx(
+        np.abs(contributions[:, 0]).sum(), rel=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"train_data": np.zeros((2, 2))}, "train_data: expected an xgboost.DMatrix"),
+        ({"validation_data": ("/no/such/file.csv", "csv")}, "is not a local file"),
+        ({"train_data": (__file__, "parquet")}, "content type 'parquet'"),
+        ({"train_data": (__file__, "libsvm")}, "cannot read"),
+        ({"hyperparameters": [("eta", 1)]}, "hyperparameters: expected a dict"),
+        ({"include_workers": "some"}, "include_workers"),
+    ],
+)
+def test_bad_arguments_fail_at_creation(out_dir, kwargs, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        smd.Hook(out_dir, **kwargs)
+
+
+def test_dry_run_writes_nothing(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(out_dir, dry_run=True, save_config=smd.SaveConfig(save_interval=1))
+    train(hook, dtrain, dvalid, rounds=2)
+    hook.close()
+    assert not os.path.exists(out_dir)
+
+
+def test_hook_from_json_config(tmp_path, binary, monkeypatch):
+    dtrain, dvalid = binary[:2]
+    out_dir = str(tmp_path / "run")
+    config = {
+        "LocalPath": out_dir,
+        "HookParameters": {"save_interval": "2"},
+        "CollectionConfigurations": [
+            {"CollectionName": "feature_importance"},
+            {"CollectionName": "metrics", "CollectionParameters": {"save_interval": "1"}},
+        ],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", str(path))
+    hook = smd.Hook.create_from_json_file()
+    assert isinstance(hook, smd.Hook) and smd.get_hook() is hook
+    train(hook, dtrain, dvalid, rounds=4)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("train-auc").steps() == [0, 1, 2, 3]
+    assert trial.tensor("feature_importance/weight/f0").steps() == [0, 2]
+    monkeypatch.delenv("SMDEBUG_CONFIG_FILE_PATH")
+    assert smd.Hook.create_from_json_file() is None or os.path.exists(
+        "/opt/ml/input/config/debughookconfig.json"
+    )
+    assert smd.get_hook(json_config_path=str(path)) is hook
+
+
+def test_get_hook_creates_from_json(tmp_path, monkeypatch):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"LocalPath": str(tmp_path / "run")}))
+    monkeypatch.setenv("SMDEBUG_CONFIG_FILE_PATH", str(path))
+    from smdebug import hook as core_hook
+
+    monkeypatch.setattr(core_hook, "_active_hook", None)
+    assert smd.get_hook() is None
+    hook = smd.get_hook(create_if_not_exists=True)
+    assert isinstance(hook, smd.Hook) and hook.out_dir == str(tmp_path / "run")
+    assert smd.get_hook() is hook
