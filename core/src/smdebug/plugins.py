@@ -118,12 +118,59 @@ def hook() -> Any:
 
 # -- typed facade over the hooks -------------------------------------------------------------------
 def frameworks() -> dict[str, Framework]:
-    """Every framework the installed plugins serve, by alias."""
+    """Every framework the installed plugins serve, by alias (a plugin that fails to say is skipped)."""
     found: dict[str, Framework] = {}
-    for fw in hook().smdebug_framework():
-        if fw is not None:
-            found.setdefault(fw.alias, fw)
+    for plugin_name, fw, exc in _call_each("smdebug_framework"):
+        if exc is not None:
+            _log_failure(plugin_name, "smdebug_framework", exc)
+        elif fw is not None and fw.alias not in found:
+            found[fw.alias] = fw
+            _declared_by[fw.alias] = plugin_name
     return found
+
+
+def activate(framework: Framework, module: Any) -> Any:
+    """The first hook an ``smdebug_activate`` implementation returns (see smdebug.activation). An error of
+    the plugin that declared the framework is raised; another plugin's is logged and the next one is
+    tried, so a broken plugin cannot stop another plugin's activation."""
+    for plugin_name, result, exc in _call_each("smdebug_activate", framework=framework, module=module):
+        if exc is not None:
+            if plugin_name == _declared_by.get(framework.alias):
+                raise exc
+            _log_failure(plugin_name, "smdebug_activate", exc)
+        elif result is not None:
+            return result
+    return None
+
+
+_declared_by: dict[str, str] = {}  # framework alias -> name of the plugin that declared it
+_failed: set[tuple[str, str]] = set()
+
+
+def _call_each(name: str, **kwargs: Any):
+    """(plugin name, result, exception) for each implementation of a hook, called one at a time in
+    pluggy's order, each inside its own try/except. Wrappers are not run."""
+    for impl in reversed(getattr(hook(), name).get_hookimpls()):
+        if impl.hookwrapper or getattr(impl, "wrapper", False):
+            continue
+        try:
+            result = impl.function(*(kwargs[arg] for arg in impl.argnames))
+        except Exception as exc:
+            yield impl.plugin_name, None, exc
+        else:
+            yield impl.plugin_name, result, None
+
+
+def _log_failure(plugin_name: str, hook_name: str, exc: Exception) -> None:
+    if (plugin_name, hook_name) not in _failed:  # once per process, however often the hook is called
+        _failed.add((plugin_name, hook_name))
+        logger.warning(
+            "smdebug: plugin %r failed in %s and is skipped: %s: %s",
+            plugin_name,
+            hook_name,
+            type(exc).__name__,
+            exc,
+        )
 
 
 def to_numpy(value: Any):
