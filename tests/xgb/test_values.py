@@ -283,7 +283,7 @@ def test_reductions_apply_to_numeric_tensors(out_dir, binary):
 def test_missing_data_and_linear_booster_warn_once_and_go_on(out_dir, binary, caplog_smdebug):
     dtrain, dvalid = binary[:2]
     hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=ALL_XGB)
-    params = {**PARAMS, "booster": "gblinear"}
+    params = {**{k: v for k, v in PARAMS.items() if k != "max_depth"}, "booster": "gblinear"}
     train(hook, dtrain, dvalid, params=params, rounds=3)
     hook.close()
     messages = [r.getMessage() for r in caplog_smdebug.records if r.levelno == logging.WARNING]
@@ -366,9 +366,8 @@ def test_hook_from_json_config(tmp_path, binary, monkeypatch):
     assert trial.tensor("train-auc").steps() == [0, 1, 2, 3]
     assert trial.tensor("feature_importance/weight/f0").steps() == [0, 2]
     monkeypatch.delenv("SMDEBUG_CONFIG_FILE_PATH")
-    assert smd.Hook.create_from_json_file() is None or os.path.exists(
-        "/opt/ml/input/config/debughookconfig.json"
-    )
+    monkeypatch.setattr("smdebug.json_config.DEFAULT_CONFIG_PATH", str(tmp_path / "absent.json"))
+    assert smd.Hook.create_from_json_file() is None
     assert smd.get_hook(json_config_path=str(path)) is hook
 
 
