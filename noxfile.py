@@ -18,6 +18,10 @@ nox.options.error_on_missing_interpreters = False
 
 TORCH = "torch==2.13.0"  # a CPU build on this machine's disk; a bare "torch" pulls a CUDA build
 TEST_DEPS = ["pytest>=8", "pytest-timeout"]
+# xgboost's CPU-only build (6 MB); "xgboost" is 130 MB of CUDA kernels and pulls NVIDIA's NCCL. Plugins in
+# NO_DEPS install without their dependencies, which their row's requirements supply under another name.
+XGBOOST = ["xgboost-cpu", "dask[dataframe]", "distributed", "scikit-learn"]  # + the tests' Dask, sklearn
+NO_DEPS = {"plugins/smdebug-xgb"}
 # The real smdebug 1.0.34 imports only with these beside it (it forgets some and needs old others). It
 # asks for setuptools<70 elsewhere, but torch 2.13 needs >=77 and smdebug imports fine with it.
 SMDEBUG_1034 = [
@@ -31,13 +35,18 @@ SMDEBUG_1034 = [
     "protobuf<=3.20.3",
 ]
 DUMMY_PLUGINS = ["tests/core/fixture_plugins/smdebug-dummy", "tests/core/fixture_plugins/smdebug-broken"]
+# a toy framework, its plugin and a broken plugin, installed as a third party ships them (not editable)
+THIRDPARTY = ["tests/thirdparty/toyml", "tests/thirdparty/smdebug-toyml", "tests/thirdparty/smdebug-toybroken"]
 
 # session "tests-<name>" -> (extra pip requirements, local distributions installed with -e, test folder)
 SUITES = {
     "core": ([], [], "tests/core"),
     "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
     "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
+    "xgb": (XGBOOST, ["plugins/smdebug-xgb"], "tests/xgb"),
     "analysis": ([TORCH, "tensorboard", "matplotlib", "pandas"], ["plugins/smdebug-torch"], "tests/analysis"),
+    "rules": ([TORCH], ["plugins/smdebug-torch"], "tests/rules"),
+    "thirdparty": ([], [], "tests/thirdparty"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
@@ -46,7 +55,10 @@ nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
 def _install(session: nox.Session, requirements: list[str], local: list[str]) -> None:
     if requirements:
         session.install(*requirements)
-    session.install("-e", str(ROOT / "core"), *(arg for p in local for arg in ("-e", str(ROOT / p))))
+    with_deps = [p for p in local if p not in NO_DEPS]
+    session.install("-e", str(ROOT / "core"), *(arg for p in with_deps for arg in ("-e", str(ROOT / p))))
+    if no_deps := [p for p in local if p in NO_DEPS]:
+        session.install("--no-deps", *(arg for p in no_deps for arg in ("-e", str(ROOT / p))))
 
 
 def _tests(name: str, requirements: list[str], local: list[str], folder: str):
@@ -56,6 +68,8 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
         if name == "core":
             # small real plugin distributions, to test discovery and alias imports end to end
             session.install(*(str(ROOT / p) for p in DUMMY_PLUGINS))
+        if name == "thirdparty":
+            session.install(*(str(ROOT / p) for p in THIRDPARTY))
         session.run("pytest", folder, *session.posargs)
 
     return session_fn
