@@ -7,6 +7,7 @@ library (through ``smdebug_driver.py``), so runs and what each library reads of 
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import torch
@@ -222,6 +223,58 @@ def scenario_scalars_and_tensors(smd, out_dir):
     hook.close()
 
 
+def _distributed_rank(smd, out_dir):
+    """One rank of scenario_distributed (RANK, WORLD_SIZE, MASTER_* in the environment, as torchrun sets)."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    try:
+        hook, model, criterion = _setup(
+            smd,
+            out_dir,
+            MLP,
+            include_collections=["weights", "gradients", "losses", "relu_out"],
+            include_workers="all",
+            save_config=smd.SaveConfig(save_interval=2),
+        )
+        hook.get_collection("relu_out").add_module_tensors(model.relu, outputs=True)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        hook.register_module(ddp)
+        hook.register_loss(criterion)
+        _train(hook, ddp, criterion, steps=3, start=10 * rank)  # each rank its own data
+        hook.close()
+        dist.barrier()  # no rank tears the group down while the other still uses it
+    finally:
+        dist.destroy_process_group()
+
+
+def scenario_distributed(smd, out_dir):
+    """Two real gloo ranks, a DistributedDataParallel model, every worker saving (include_workers="all")."""
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "distributed-rank", out_dir],
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=240)[0] for p in ranks]
+    for rank, (p, out) in enumerate(zip(ranks, outputs)):
+        if p.returncode:
+            raise RuntimeError(f"rank {rank} of scenario_distributed failed:\n{out[-3000:]}")
+
+
 SCENARIOS = {
     name[len("scenario_") :]: fn for name, fn in sorted(globals().items()) if name.startswith("scenario_")
 }
@@ -284,3 +337,9 @@ def describe(create_trial, modes, path) -> dict:
                 info["values"][key] = {"value": value, "reductions": reductions}
         out["tensors"][name] = info
     return out
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["distributed-rank"]:
+    import smdebug.pytorch  # whichever smdebug this interpreter has: ours or 1.0.34
+
+    _distributed_rank(smdebug.pytorch, sys.argv[2])
