@@ -175,23 +175,30 @@ def plot(
 
     figure = Figure(figsize=(9, 3.6 * len(panels)), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
+    axes = figure.subplots(len(panels), 1, squeeze=False, sharex=True)[:, 0]
     for i, (ax, drawn) in enumerate(zip(axes, panels)):
+        one_mode = len({series.mode for series in drawn}) == 1  # then the legend needs no mode
         for series in drawn:
             style = "-" if series.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL) else "--"
+            label = series.label.rsplit(" [", 1)[0] if one_mode else series.label
             ax.plot(
                 series.steps,
                 series.values,
                 style,
                 marker="." if len(series.steps) < 60 else None,
-                label=series.label,
+                label=label,
             )
         if i < len(logs) and logs[i]:
             ax.set_yscale("log")
         ax.set_xlabel("step")
+        ax.xaxis.set_tick_params(labelbottom=True)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small", loc="best")
+        legend_title = drawn[0].mode.name if one_mode and drawn[0].mode != ModeKeys.GLOBAL else None
+        if len(drawn) > 4:  # many curves: keep the legend off them
+            ax.legend(fontsize="small", title=legend_title, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        else:
+            ax.legend(fontsize="small", title=legend_title, loc="best")
         if panel_titles is not None and i < len(panel_titles):
             ax.set_title(panel_titles[i])
     if title:
