@@ -42,7 +42,11 @@ SUITES = {
     "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
     "xgb": (XGBOOST, ["plugins/smdebug-xgb"], "tests/xgb"),
     "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
-    "analysis": ([TORCH, "tensorboard", "matplotlib", "pandas"], ["plugins/smdebug-torch"], "tests/analysis"),
+    "analysis": (
+        [TORCH, "tensorboard", "matplotlib", "pandas", "s3fs", "moto[server]"],
+        ["plugins/smdebug-torch"],
+        "tests/analysis",
+    ),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
