@@ -110,6 +110,8 @@ def reset() -> None:
     global _pm
     with _lock:
         _pm = None
+        _failed.clear()
+        _declared_by.clear()
 
 
 def hook() -> Any:

@@ -41,3 +41,13 @@ def smdebug_reduce(value, reduction, abs):
     from smdebug_torch.tensors import reduce
 
     return reduce(value, reduction, abs)
+
+
+@hookimpl
+def smdebug_activate(framework, module):
+    # Called just after ``import torch`` when a hook configuration is present (smdebug.activation).
+    if framework.alias != "pytorch":
+        return None
+    from smdebug_torch.activation import activate
+
+    return activate()

@@ -1,0 +1,1 @@
+"""A third-party plugin with bugs: it must not break smdebug nor the other plugins."""
