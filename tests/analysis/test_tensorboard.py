@@ -179,3 +179,36 @@ def test_summaries_for_rules():
     assert summaries_for("smdebug/reductions/l2/w", np.array([1.0]), []) == [
         ("scalar", "smdebug/reductions/l2/w")
     ]
+
+
+def test_json_config_tensorboard_output_and_save_histogram(tmp_path, tb):
+    """The SageMaker JSON form: TensorBoardOutputConfig.LocalPath, and save_histogram per collection."""
+    import json
+
+    import torch
+    from conftest import Net
+
+    import smdebug.pytorch as smd
+
+    config = {
+        "LocalPath": str(tmp_path / "run"),
+        "TensorBoardOutputConfig": {"LocalPath": str(tmp_path / "tb")},
+        "HookParameters": {"save_interval": "1"},
+        "CollectionConfigurations": [
+            {"CollectionName": "gradients", "CollectionParameters": {"save_histogram": "false"}},
+            {"CollectionName": "weights"},
+            {"CollectionName": "losses"},
+        ],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    hook = smd.Hook.create_from_json_file(str(path))
+    model, loss_fn = Net(), torch.nn.CrossEntropyLoss()
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    for _ in range(3):
+        loss_fn(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+    hook.close()
+    read = tb(tmp_path / "tb" / "GLOBAL")
+    assert [s for s, _ in read["scalars"]["CrossEntropyLoss_output_0"]] == [0, 1, 2]
+    assert read["histograms"] and all(t.startswith("weights/") for t in read["histograms"])
