@@ -35,6 +35,12 @@ SMDEBUG_1034 = [
     "protobuf<=3.20.3",
 ]
 DUMMY_PLUGINS = ["tests/core/fixture_plugins/smdebug-dummy", "tests/core/fixture_plugins/smdebug-broken"]
+# a toy framework, its plugin and a broken plugin, installed as a third party ships them (not editable)
+THIRDPARTY = [
+    "tests/thirdparty/toyml",
+    "tests/thirdparty/smdebug-toyml",
+    "tests/thirdparty/smdebug-toybroken",
+]
 
 # session "tests-<name>" -> (extra pip requirements, local distributions installed with -e, test folder)
 SUITES = {
@@ -47,6 +53,7 @@ SUITES = {
         ["plugins/smdebug-torch"],
         "tests/analysis",
     ),
+    "thirdparty": ([], [], "tests/thirdparty"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
@@ -68,6 +75,8 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
         if name == "core":
             # small real plugin distributions, to test discovery and alias imports end to end
             session.install(*(str(ROOT / p) for p in DUMMY_PLUGINS))
+        if name == "thirdparty":
+            session.install(*(str(ROOT / p) for p in THIRDPARTY))
         session.run("pytest", folder, *session.posargs)
 
     return session_fn
