@@ -325,6 +325,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
                 logger.warning(
                     "smdebug: %s could not save steps %s to %s", self.worker, sorted(failed), self.out_dir
                 )
+        plugins.hook().smdebug_hook_closed(hook=self)  # exporters (TensorBoard) close with it
 
     def close(self) -> None:
         was_closed = self._closed
