@@ -43,8 +43,8 @@ class TreeDepth(Rule):
 
     name = "tree_depth"
 
-    def __init__(self, base_trial, depth=4, action_str: str = ""):
-        super().__init__(base_trial, action_str=action_str)
+    def __init__(self, base_trial, depth=4):
+        super().__init__(base_trial)
         self.depth = _number(self.rule_name, "depth", depth, low=0)
         self.reason = ""
 
@@ -54,7 +54,8 @@ class TreeDepth(Rule):
         if nodes.size == 0:
             return False
         columns = ("trees/ID", "trees/Yes", "trees/No", "trees/Tree")
-        if all(name in trial.tensor_names(step=step) for name in columns):
+        saved = set(trial.tensor_names(step=step))
+        if saved.issuperset(columns):
             ids, yes, no, trees = (trial.tensor(name).value(step) for name in columns)
             depths = tree_depths(ids, yes, no, trees)
             tree, depth = max(depths.items(), key=lambda item: item[1])
@@ -81,9 +82,8 @@ class FeatureImportanceOverweight(Rule):
         threshold=0.8,
         nfeatures=3,
         tensor_regex=".*feature_importance/weight",
-        action_str: str = "",
     ):
-        super().__init__(base_trial, action_str=action_str)
+        super().__init__(base_trial)
         self.threshold = _number(self.rule_name, "threshold", threshold, low=0.0, high=1.0)
         self.nfeatures = _number(self.rule_name, "nfeatures", nfeatures, kind=int, low=1)
         patterns = self.parse_list(tensor_regex)
