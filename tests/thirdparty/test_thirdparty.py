@@ -8,10 +8,12 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import site
 import subprocess
 import sys
 import textwrap
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -96,6 +98,21 @@ def test_startup_file_is_installed_by_the_core():
     assert "smdebug-activation.pth" in {
         Path(str(f)).name for f in metadata.distribution("smdebug-core").files
     }
+
+
+def test_core_wheel_carries_the_startup_file(tmp_path):
+    # a plain `pip install ./core` installs the wheel built here (a copy: no build files in the checkout)
+    src = tmp_path / "core"
+    shutil.copytree(HERE.parent.parent / "core", src, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp_path, src],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("smdebug_core-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("smdebug-activation.pth") == (src / "smdebug-activation.pth").read_bytes()
+        record = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
+        assert "smdebug-activation.pth,sha256=" in zf.read(record).decode()
 
 
 def test_discovery_through_the_entry_point():
