@@ -382,3 +382,16 @@ def test_get_hook_creates_from_json(tmp_path, monkeypatch):
     hook = smd.get_hook(create_if_not_exists=True)
     assert isinstance(hook, smd.Hook) and hook.out_dir == str(tmp_path / "run")
     assert smd.get_hook() is hook
+
+
+def test_save_scalar_before_training_is_kept(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))
+    hook.save_scalar("num_round", 3)
+    _, history = train(hook, dtrain, dvalid, rounds=3)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("scalar/num_round").steps() == [0]
+    # the rounds follow the step the scalar used, so nothing is written over
+    assert trial.tensor("train-logloss").steps() == [1, 2, 3]
+    assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][2])

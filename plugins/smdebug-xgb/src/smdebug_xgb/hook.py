@@ -122,7 +122,9 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
 
     # -- xgboost.callback.TrainingCallback --------------------------------------------------------------
     def before_training(self, model):
-        self._round_offset = self._rounds_done
+        # Rounds are steps 0, 1, ...; after steps this hook already used (an earlier training, or
+        # save_scalar before training) the numbering goes on, so no saved step is written over.
+        self._round_offset = max(self._rounds_done, self.step + 1)
         self._training = _Training(_params_of_train_call())
         return model
 
@@ -153,7 +155,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
     # -- one boosting round -------------------------------------------------------------------------
     def _save_round(self, model, epoch: int, evals_log) -> None:
         if self._training is None:  # called without before_training (a hand-written training loop)
-            self._round_offset, self._training = self._rounds_done, _Training(None)
+            self.before_training(model)
         step = self._round_offset + epoch
         self._rounds_done = max(self._rounds_done, step + 1)
         self.step = step - 1  # begin_step moves both counters to this round
