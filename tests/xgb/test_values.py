@@ -369,6 +369,7 @@ def test_hook_from_json_config(tmp_path, binary, monkeypatch):
     monkeypatch.setattr("smdebug.json_config.DEFAULT_CONFIG_PATH", str(tmp_path / "absent.json"))
     assert smd.Hook.create_from_json_file() is None
     assert smd.get_hook(json_config_path=str(path)) is hook
+    assert smd.Hook.hook_from_config() is None
 
 
 def test_get_hook_creates_from_json(tmp_path, monkeypatch):

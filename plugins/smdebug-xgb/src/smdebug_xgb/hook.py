@@ -109,6 +109,11 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self._warned: set[str] = set()
         self._training: _Training | None = None
 
+    @classmethod
+    def hook_from_config(cls, json_config_path: str | None = None):
+        """smdebug 1.0's older name of ``create_from_json_file``."""
+        return cls.create_from_json_file(json_config_path)
+
     # -- distributed training: XGBoost's collective (Dask, Spark, ...) ------------------------------
     def _get_worker_name(self) -> str:
         return f"worker_{xgb.collective.get_rank()}"
