@@ -396,3 +396,21 @@ def test_save_scalar_before_training_is_kept(out_dir, binary):
     # the rounds follow the step the scalar used, so nothing is written over
     assert trial.tensor("train-logloss").steps() == [1, 2, 3]
     assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][2])
+
+
+def test_cross_validation_saves_metrics_and_hyperparameters(out_dir, binary, caplog_smdebug):
+    dtrain = binary[0]
+    hook = smd.Hook(
+        out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["hyperparameters", "trees"]
+    )
+    result = xgb.cv({**PARAMS, "eval_metric": "logloss"}, dtrain, 3, nfold=3, callbacks=[hook])
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2]
+    # the mean over the folds, as xgboost.cv reports it
+    assert [trial.tensor("test-logloss").value(s)[0] for s in range(3)] == pytest.approx(
+        result["test-logloss-mean"].tolist()
+    )
+    assert trial.tensor("hyperparameters/max_depth").value(0).tolist() == [3]
+    assert not trial.tensor_names(regex="^trees/")
+    assert any("xgboost.cv" in r.getMessage() for r in caplog_smdebug.records)

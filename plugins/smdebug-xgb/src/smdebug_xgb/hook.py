@@ -170,10 +170,10 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             if not (self._in_step and self._writing and self._due):
                 return
             self._guard("metrics", self._save_metrics, evals_log)
-            if not isinstance(model, xgb.Booster):  # xgboost.cv hands callbacks a pack of boosters
-                self._warn_once("cv", "smdebug: with xgboost.cv only metrics are saved")
-                return
             self._guard("hyperparameters", self._save_hyperparameters, model)
+            if not isinstance(model, xgb.Booster):  # xgboost.cv hands callbacks a pack of boosters
+                self._warn_once("cv", "smdebug: with xgboost.cv only metrics and hyperparameters are saved")
+                return
             self._guard("predictions", self._save_predictions, model)
             self._guard("feature importance", self._save_feature_importance, model)
             self._guard("trees", self._save_trees, model)
@@ -201,7 +201,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             return
         params = self.hyperparameters or self._training.params
         if params is None:
-            params = self._training.config_params(model)
+            params = self._training.config_params(model) if isinstance(model, xgb.Booster) else {}
         for key, value in params.items():
             self._save(HYPERPARAMETERS_PREFIX + str(key), _param_array(value))
 
