@@ -8,6 +8,7 @@ afresh (tests/thirdparty, tests/torch), where real subprocesses train with it.
 import importlib
 import json
 import logging
+import os
 import subprocess
 import sys
 from importlib.machinery import SourceFileLoader
@@ -167,6 +168,27 @@ def test_startup_never_raises(monkeypatch, caplog):
     monkeypatch.delenv("USE_SMDEBUG", raising=False)
     activation.startup()
     assert "activation could not start: RuntimeError: plugin manager exploded" in caplog.text
+
+
+# -- the startup file's line, run as the interpreter runs it (site.addpackage execs lines starting "import")
+PTH = Path(__file__).parents[2] / "core" / "smdebug-activation.pth"
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_startup_line_imports_nothing_unless_configured(configured, tmp_path):
+    (line,) = [x for x in PTH.read_text().splitlines() if x.startswith("import ")]
+    code = (
+        f"import sys; before = set(sys.modules); exec({line!r}); "
+        "new = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('smdebug', 'pluggy')); "
+        "print(bool(new), [type(f).__name__ for f in sys.meta_path if 'PostImport' in type(f).__name__])"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("SMDEBUG_CONFIG_FILE_PATH", "SMDEBUG_DISABLE")}
+    if configured:
+        env["SMDEBUG_CONFIG_FILE_PATH"] = str(tmp_path / "hook.json")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    on = configured or Path(DEFAULT_CONFIG_PATH).is_file()  # (on SageMaker, always configured)
+    expected = "True ['_PostImportFinder']" if on else "False []"
+    assert out.stdout.strip() == expected
 
 
 # -- smdebug run (the command is a plain python child here; frameworks are in their plugins' sessions) --
