@@ -30,8 +30,9 @@ USE_ENV = "USE_SMDEBUG"  # smdebug 1.0's switch: USE_SMDEBUG=0 turns it off
 CONFIG_FILE_PATH_ENV = "SMDEBUG_CONFIG_FILE_PATH"
 DEFAULT_CONFIG_PATH = "/opt/ml/input/config/debughookconfig.json"
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
+# the spellings of distutils' strtobool, which smdebug 1.0 used for USE_SMDEBUG
+_TRUE = ("1", "true", "t", "yes", "y", "on")
+_FALSE = ("0", "false", "f", "no", "n", "off")
 
 _lock = threading.RLock()
 _finder: _PostImportFinder | None = None
