@@ -6,6 +6,7 @@ import os
 import dask.array as da
 import numpy as np
 import pytest
+import xgboost as xgb
 from conftest import make_data
 from distributed import Client, LocalCluster
 from xgboost import dask as dxgb
@@ -84,3 +85,16 @@ def test_worker_copies_leave_the_driver_hook_usable(client, dtrain, tmp_path):
         trial.tensor("train-logloss").value(2, worker="worker_0"),
         trial.tensor("train-logloss").value(2, worker="worker_1"),
     )
+
+
+def test_dask_training_after_local_training_continues_the_steps(client, dtrain, tmp_path):
+    X, y = make_data(n=100)
+    hook = smd.Hook(str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1))
+    local = xgb.DMatrix(X, label=y)
+    xgb.train(PARAMS, local, 2, evals=[(local, "local")], callbacks=[hook])  # steps 0 and 1, in this process
+    train(client, dtrain, hook, rounds=2)  # steps 2 and 3, on the workers
+    hook.close()
+    trial = smd.create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.tensor("local-logloss").steps() == [0, 1]
+    assert trial.tensor("train-logloss").steps() == [2, 3]

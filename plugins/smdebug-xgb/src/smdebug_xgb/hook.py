@@ -377,15 +377,17 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             max_queue_bytes=self.max_queue_bytes,
             **data,
         )
-        return (_restore, (kwargs, self.collection_manager))
+        first_step = max(self._rounds_done, self.step + 1)  # the workers' rounds go on from here
+        return (_restore, (kwargs, self.collection_manager, first_step))
 
 
-def _restore(kwargs: dict, collection_manager) -> Hook:
+def _restore(kwargs: dict, collection_manager, first_step: int = 0) -> Hook:
     hook = Hook.__new__(Hook)
     hook._is_copy = True
     hook.__init__(**kwargs)
     hook.collection_manager = collection_manager
     hook._colls_of.clear()
+    hook._rounds_done = first_step
     return hook
 
 
