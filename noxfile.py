@@ -54,6 +54,7 @@ SUITES = {
         "tests/analysis",
     ),
     "thirdparty": ([], [], "tests/thirdparty"),
+    "rules": ([TORCH], ["plugins/smdebug-torch"], "tests/rules"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]

@@ -160,3 +160,17 @@ class InsufficientInformationForRuleInvocation(SMDebugError):
 
 def _name(mode):
     return getattr(mode, "name", mode)
+
+
+class StopTraining(RuleEvaluationConditionMet):
+    """A rule asked training to stop (in-process, or through the stop signal ``smdebug rules --watch``
+    leaves); the PyTorch hook raises it from the next forward call."""
+
+    def __init__(self, rule_name, step, reason=""):
+        super().__init__(rule_name, step)
+        self.reason = reason
+        self.source = "rule"  # or "signal" when it came from the run's stop signal
+
+    def __str__(self):
+        why = f": {self.reason}" if self.reason else ""
+        return f"Training stopped because rule {self.rule_name} fired at step {self.step}{why}"

@@ -122,6 +122,9 @@ class BaseHook:
         self._closed = False
         self.worker = DEFAULT_WORKER
         self._check_out_dir()
+        from smdebug.rules.actions import RuleRunner
+
+        self._rules = RuleRunner(self)  # rules evaluated at step end, and the stop signal
         _active_hook = self
         ref = weakref.ref(self)
         atexit.register(lambda: (h := ref()) is not None and h.close())
@@ -231,6 +234,33 @@ class BaseHook:
                 coll.save_histogram = settings.save_histogram
         return hook
 
+    # -- rules and stopping training (smdebug.rules.actions) ---------------------------------------
+    def add_rule(self, rule, action: str | None = "stoptraining", **params):
+        """Evaluate a rule at the end of every saved step: a built-in rule's name with its parameters
+        (``hook.add_rule("loss_not_decreasing", num_steps="5")``), a Rule subclass, or a built rule.
+        With action "stoptraining" (the default) training stops when it fires; None only logs."""
+        return self._rules.add(rule, action, params)
+
+    def should_stop(self) -> bool:
+        """Whether a rule, or the run's stop signal, asked training to stop."""
+        return self._rules.stop is not None
+
+    @property
+    def stop_reason(self):
+        """The StopTraining exception describing why training should stop, or None."""
+        return self._rules.stop
+
+    @property
+    def rule_results(self) -> list:
+        """Every firing of the hook's rules so far (RuleResult: rule, step, reason)."""
+        return list(self._rules.results)
+
+    def _raise_if_stop_requested(self) -> None:
+        """Raise StopTraining once, the first time a framework plugin asks after a stop was requested."""
+        stop = self._rules.pending_stop()
+        if stop is not None:
+            raise stop
+
     def close(self) -> None:
         """End the current step, write everything still queued and mark the run as finished."""
         if self._closed:
@@ -270,6 +300,7 @@ class BaseHook:
             if self._saved_any and not self._collections_exported:
                 self._export_collections()
         plugins.hook().smdebug_step_end(hook=self, mode=self.mode, step=self.step, mode_step=self.mode_step)
+        self._rules.step_ended(self.step)
 
     @property
     def mode_step(self) -> int:

@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "smdebug.cli.show",
     "smdebug.cli.plot",
     "smdebug.cli.tensorboard",
+    "smdebug.cli.rules",
     "smdebug.cli.run",
 )
 

@@ -39,7 +39,18 @@ class Rule(ABC):
         self.base_trial.wait_for_steps([step])
         self.set_required_tensors(step)
         if self.invoke_at_step(step):
+            self.run_actions(step)
             raise RuleEvaluationConditionMet(self.rule_name, step)
+
+    def run_actions(self, step: int) -> None:
+        """Take the actions of ``action_str`` for a firing: "stoptraining" leaves the stop signal in
+        the base trial's folder, which the hook writing that run honours at its next step."""
+        if not self.action_str:
+            return
+        from smdebug.rules.actions import STOP_TRAINING, parse_actions, write_stop_signal
+
+        if STOP_TRAINING in parse_actions(self.action_str):
+            write_stop_signal(self.base_trial.path, self.rule_name, step, getattr(self, "reason", ""))
 
     # -- parsing of string parameters ---------------------------------------------------------------
     def parse_bool(self, name: str, value) -> bool:

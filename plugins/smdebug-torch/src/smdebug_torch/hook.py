@@ -191,9 +191,22 @@ class Hook(BaseHook):
         self._handles.clear()
 
     # -- torch callbacks -----------------------------------------------------------------------
+    def _end_step_or_stop(self) -> None:
+        """End the previous step (the hook's rules run, the stop signal is looked for) and raise
+        StopTraining from this forward call when a rule asked training to stop."""
+        if self._in_step:
+            try:
+                self.end_step()
+            except Exception as exc:  # never break training because of saving
+                self._warn_once(
+                    "end", "smdebug: could not end step %d: %s: %s", self.step, type(exc).__name__, exc
+                )
+        self._raise_if_stop_requested()
+
     def _on_model_forward(self, module, inputs) -> None:
         if self._closed:
             return
+        self._end_step_or_stop()
         try:
             model = self._models[module]
             self.begin_step()
@@ -211,6 +224,7 @@ class Hook(BaseHook):
     def _on_loss_forward(self, module, inputs) -> None:
         # A loss starts the step only when no model is registered to do it.
         if not self._models and not self._closed:
+            self._end_step_or_stop()
             try:
                 self.begin_step()
             except Exception as exc:

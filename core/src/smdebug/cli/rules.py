@@ -1,0 +1,252 @@
+"""``smdebug rules OUT [--rule NAME [--param K=V ...]]... [--watch]``: run built-in rules over a run.
+
+Without ``--rule`` every built-in rule that needs no parameter runs. A progress bar follows the steps (on
+stderr), then a table gives each rule's result (on stdout). Exit code: 1 when a rule fired, 0 when none
+did, 2 on an error. With ``--watch`` the command follows a live run until it ends and, the first time a
+rule fires, leaves the stop signal in the run's folder: the running hook then stops training at its next
+step (see ``smdebug.rules.actions``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+
+from smdebug.exceptions import (
+    NoMoreData,
+    RuleEvaluationConditionMet,
+    SMDebugError,
+    SMDebugValueError,
+    StepNotYetAvailable,
+    StepUnavailable,
+    TensorUnavailable,
+    TensorUnavailableForStep,
+)
+
+EXIT_FIRED = 1
+EXIT_ERROR = 2
+_SKIPPABLE = (TensorUnavailableForStep, TensorUnavailable, StepUnavailable, StepNotYetAvailable)
+
+
+class _RuleArgs(argparse.Action):
+    """--rule NAME starts a rule; each --param K=V after it is one of that rule's parameters."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        rules = getattr(namespace, "rules", None) or []
+        if option_string == "--rule":
+            rules.append((values, {}))
+        else:
+            key, sep, value = values.partition("=")
+            if not sep or not key.strip():
+                parser.error(f"--param {values!r}: expected KEY=VALUE, e.g. --param threshold=1e-7")
+            if not rules:
+                parser.error(f"--param {values}: give --rule NAME before its parameters")
+            rules[-1][1][key.strip()] = value
+        namespace.rules = rules
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "rules",
+        help="run built-in rules over a run (exit code 1 when one fires)",
+        description=__doc__.split("\n\n")[1],
+    )
+    parser.add_argument("out", metavar="OUT", help="the run's folder or URI (local, s3://, any fsspec path)")
+    parser.add_argument(
+        "--rule", action=_RuleArgs, dest="rules", metavar="NAME", help="a rule to run (repeatable)"
+    )
+    parser.add_argument(
+        "--param", action=_RuleArgs, dest="rules", metavar="K=V", help="a parameter of the preceding --rule"
+    )
+    parser.add_argument(
+        "--watch", action="store_true", help="follow a live run; stop training when a rule fires"
+    )
+    parser.add_argument("--start-step", type=int, default=0, help="first step to evaluate")
+    parser.add_argument("--end-step", type=int, default=None, help="evaluate steps before this one")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="with --watch: give up after this many seconds without a new step",
+    )
+    parser.set_defaults(func=run, rules=None)
+
+
+@dataclass
+class _State:
+    name: str
+    rule: object = None
+    fired: list = field(default_factory=list)
+    reason: str = ""
+    error: str = ""
+    skipped: str = ""
+
+
+def run(args) -> int:
+    from smdebug.rules.builtin import builtin_rules, create_rule
+    from smdebug.rules.stalled import StalledTrainingRule
+    from smdebug.trials import create_trial
+
+    trial = _open(args.out, args.watch, args.timeout, create_trial)
+    states: list[_State] = []
+    if args.rules:
+        for name, params in args.rules:
+            rule = create_rule(name, trial, **params)  # a bad name or parameter is an error
+            states.append(_State(getattr(rule, "name", "") or name, rule))
+    else:
+        for name in builtin_rules():
+            try:
+                states.append(_State(name, create_rule(name, trial)))
+            except (SMDebugError, TypeError, ValueError) as exc:
+                states.append(_State(name, skipped=f"needs parameters: {exc}"))
+    active = [s for s in states if s.rule is not None]
+    # A rule that watches for stalls waits with a time limit: it goes first so that the others, which
+    # wait for the step without one, never keep it from firing.
+    active.sort(key=lambda s: not isinstance(s.rule, StalledTrainingRule))
+
+    with _progress() as progress:
+        if args.watch:
+            message = _watch(trial, active, args, progress)
+        else:
+            message = _evaluate_saved(trial, active, args, progress)
+    _print_table(states, trial, message)
+    if any(s.fired for s in states):
+        return EXIT_FIRED
+    return EXIT_ERROR if any(s.error for s in states) else 0
+
+
+def _open(path: str, watch: bool, timeout: float | None, create_trial):
+    trial = create_trial(path)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not trial.steps(show_incomplete_steps=True) and not trial.collections():
+        if not watch:
+            if not trial.store.fs.exists(trial.store.root):
+                raise SMDebugValueError(f"{path}: no such file or directory")
+            raise SMDebugValueError(f"{path}: no smdebug run found (no index or collections files)")
+        if deadline is not None and time.monotonic() > deadline:
+            raise SMDebugValueError(f"{path}: no smdebug run appeared within {timeout:g}s")
+        time.sleep(0.2)
+        trial.refresh()
+    return trial
+
+
+def _invoke(state: _State, step: int, on_fire=None) -> None:
+    try:
+        state.rule.invoke(step)
+    except RuleEvaluationConditionMet:
+        state.fired.append(step)
+        state.reason = state.reason or getattr(state.rule, "reason", "")
+        if on_fire is not None:
+            on_fire(state, step)
+    except _SKIPPABLE:
+        pass
+    except NoMoreData:
+        raise
+    except Exception as exc:  # one broken rule does not stop the others
+        state.error = f"{type(exc).__name__}: {exc}"
+
+
+def _evaluate_saved(trial, active, args, progress) -> str:
+    steps = [
+        s for s in trial.steps() if s >= args.start_step and (args.end_step is None or s < args.end_step)
+    ]
+    task = progress.add_task("steps", total=len(steps))
+    for step in steps:
+        for state in active:
+            if not state.error:
+                try:
+                    _invoke(state, step)
+                except NoMoreData:
+                    pass
+        progress.advance(task)
+    if not trial.training_ended():
+        return f"the run is still going: evaluated the {len(steps)} steps saved so far (--watch follows it)"
+    return ""
+
+
+def _watch(trial, active, args, progress) -> str:
+    from smdebug.rules.actions import write_stop_signal
+    from smdebug.rules.stalled import StalledTrainingRule
+
+    signalled: list = []
+
+    def stop_training(state: _State, step: int) -> None:
+        if not signalled:
+            write_stop_signal(trial.store, state.rule.rule_name, step, state.reason)
+            signalled.append(state.name)
+
+    trial.refresh_interval = 0.2
+    task = progress.add_task("steps (watching)", total=None)
+    step = args.start_step
+    done = 0
+    while args.end_step is None or step < args.end_step:
+        try:
+            for state in active:
+                if isinstance(state.rule, StalledTrainingRule) and not state.error:
+                    _invoke(state, step, stop_training)
+            trial.wait_for_steps([step], timeout=args.timeout)
+            for state in active:
+                if not isinstance(state.rule, StalledTrainingRule) and not state.error:
+                    _invoke(state, step, stop_training)
+            done += 1
+            progress.update(task, completed=done, total=max(done, len(trial.steps())))
+        except StepUnavailable:
+            pass  # not saved: a later step exists
+        except NoMoreData:
+            break
+        except TimeoutError:
+            return f"stopped watching: no new step for {args.timeout:g}s"
+        later = [s for s in trial.steps(show_incomplete_steps=True) if s > step]
+        step = later[0] if later else step + 1
+    if signalled:
+        return f"stop signal left in {trial.path} when {signalled[0]} fired"
+    return ""
+
+
+def _progress():
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    return Progress(
+        TextColumn("[bold]rules[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=console.is_terminal,
+        disable=not console.is_terminal,
+    )
+
+
+def _steps_text(steps: list[int], limit: int = 6) -> str:
+    if not steps:
+        return "-"
+    if len(steps) <= limit:
+        return ", ".join(map(str, steps))
+    return f"{', '.join(map(str, steps[:limit]))}, ... ({len(steps)} steps)"
+
+
+def _print_table(states: list[_State], trial, message: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    table = Table(title=f"Rules on {trial.path}", title_justify="left")
+    for column in ("Rule", "Result", "Fired at steps", "Details"):
+        table.add_column(column, overflow="fold")
+    for s in states:
+        if s.fired:
+            result, details = "[bold red]FIRED[/bold red]", s.reason
+        elif s.error:
+            result, details = "[yellow]error[/yellow]", s.error
+        elif s.skipped:
+            result, details = "[dim]skipped[/dim]", s.skipped
+        else:
+            result, details = "[green]ok[/green]", ""
+        table.add_row(s.name, result, _steps_text(s.fired), details)
+    console.print(table)
+    if message:
+        console.print(message)

@@ -1,0 +1,134 @@
+"""The built-in rules by name, and ``create_rule``: a rule from a name plus (string) parameters.
+
+The core's rules are contributed through the ``smdebug_rules`` hook like any plugin's (the XGBoost
+plugin adds ``tree_depth`` and ``feature_importance_overweight``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+
+from smdebug.exceptions import SMDebugTypeError, SMDebugValueError
+from smdebug.rules.activations import DeadRelu, PoorWeightInitialization, SaturatedActivation
+from smdebug.rules.classification import ClassImbalance, Confusion
+from smdebug.rules.inputs import CheckInputImages, NLPSequenceRatio
+from smdebug.rules.losses import LossNotDecreasing, Overfit, Overtraining
+from smdebug.rules.rule import Rule
+from smdebug.rules.stalled import StalledTrainingRule
+from smdebug.rules.tensors import (
+    AllZero,
+    ExplodingTensor,
+    SimilarAcrossRuns,
+    TensorVariance,
+    UnchangedTensor,
+    VanishingGradient,
+    WeightUpdateRatio,
+)
+
+CORE_RULES: dict[str, type[Rule]] = {
+    cls.name: cls
+    for cls in (
+        VanishingGradient,
+        ExplodingTensor,
+        SimilarAcrossRuns,
+        WeightUpdateRatio,
+        AllZero,
+        UnchangedTensor,
+        LossNotDecreasing,
+        CheckInputImages,
+        DeadRelu,
+        Confusion,
+        ClassImbalance,
+        Overfit,
+        Overtraining,
+        TensorVariance,
+        PoorWeightInitialization,
+        SaturatedActivation,
+        NLPSequenceRatio,
+        StalledTrainingRule,
+    )
+}
+
+# Keys of a SageMaker rule configuration's RuleParameters that are not parameters of the rule.
+_NOT_PARAMETERS = ("rule_to_invoke",)
+
+
+def builtin_rules() -> dict[str, type[Rule]]:
+    """Every built-in rule, the core's and the installed plugins', by configuration name, sorted."""
+    from smdebug import plugins
+
+    found = dict(CORE_RULES)
+    for name, cls in plugins.rules().items():
+        if not (isinstance(cls, type) and issubclass(cls, Rule)):
+            continue
+        found.setdefault(name, cls)
+    return dict(sorted(found.items()))
+
+
+def find_rule(name: str) -> type[Rule]:
+    """The rule class of a configuration name (``vanishing_gradient``) or class name
+    (``VanishingGradient``); an error listing the known rules otherwise."""
+    rules = builtin_rules()
+    if not isinstance(name, str) or not name.strip():
+        raise SMDebugValueError(f"rule name {name!r} is not a rule name")
+    key = name.strip()
+    by_key = {}
+    for config_name, cls in rules.items():
+        for alias in (config_name, cls.__name__):
+            by_key.setdefault(alias.lower(), cls)
+            by_key.setdefault(alias.lower().replace("_", ""), cls)
+    cls = by_key.get(key.lower()) or by_key.get(key.lower().replace("_", ""))
+    if cls is None:
+        close = difflib.get_close_matches(key, list(rules), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise SMDebugValueError(f"unknown rule {name!r}{hint} (built-in rules: {', '.join(rules)})")
+    return cls
+
+
+def rule_parameters(cls: type[Rule]) -> dict[str, object]:
+    """A rule's parameters and their defaults (``inspect.Parameter.empty`` when required)."""
+    sig = inspect.signature(cls.__init__)
+    return {
+        n: prm.default
+        for n, prm in list(sig.parameters.items())[2:]  # self, base_trial
+        if prm.kind in (prm.POSITIONAL_OR_KEYWORD, prm.KEYWORD_ONLY)
+    }
+
+
+def create_rule(name, base_trial, other_trials=None, action_str: str = "", **params) -> Rule:
+    """Build a built-in rule from its name (or a ``rule_configs`` configuration) and its parameters,
+    given as strings the way configurations pass them: ``create_rule("vanishing_gradient", trial,
+    threshold="1e-7")``."""
+    if isinstance(name, dict):  # a rule_configs.<name>() configuration, maybe with RuleParameters
+        section = name.get("DebugRuleConfiguration", name)
+        given = dict(section.get("RuleParameters") or {})
+        name = given.get("rule_to_invoke") or section.get("RuleConfigurationName")
+        params = {**given, **params}
+    cls = find_rule(name)
+    params = {k: v for k, v in params.items() if k not in _NOT_PARAMETERS}
+    accepted = rule_parameters(cls)
+    takes_any = any(
+        prm.kind == prm.VAR_KEYWORD for prm in inspect.signature(cls.__init__).parameters.values()
+    )
+    if not takes_any:
+        for key in params:
+            if key not in accepted:
+                close = difflib.get_close_matches(key, list(accepted), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise SMDebugValueError(
+                    f"{cls.__name__}: unknown parameter {key}={params[key]!r}{hint} "
+                    f"(parameters: {', '.join(accepted) or 'none'})"
+                )
+    if other_trials:
+        if "other_trials" in accepted:
+            params.setdefault("other_trials", other_trials)
+        elif "other_trial" in accepted:
+            params.setdefault("other_trial", list(other_trials)[0])
+    try:
+        rule = cls(base_trial, **params)
+    except TypeError as exc:  # e.g. a missing required parameter of a plugin's rule
+        raise SMDebugTypeError(f"{cls.__name__}: {exc}") from None
+    if action_str:
+        rule.action_str = action_str
+    return rule

@@ -1,0 +1,55 @@
+"""StalledTrainingRule: fires when a live run writes nothing new for ``threshold`` seconds."""
+
+from __future__ import annotations
+
+import time
+
+from smdebug.exceptions import RuleEvaluationConditionMet, StepUnavailable
+from smdebug.rules import params as p
+from smdebug.rules.base import BuiltinRule
+
+
+class StalledTrainingRule(BuiltinRule):
+    """Waits for each step at most until ``threshold`` seconds have passed since the last new data (or the
+    rule's start); fires when that time runs out. A finished run never stalls. With
+    ``stop_training_on_fire`` it also leaves the stop signal that makes the running hook stop training."""
+
+    name = "stalled_training_rule"
+
+    def __init__(
+        self, base_trial, threshold=1800, stop_training_on_fire=False, training_job_name_prefix=None
+    ):
+        super().__init__(base_trial)
+        r = self.rule_name
+        self.threshold = p.to_float(r, "threshold", threshold, low=0)
+        self.stop_training_on_fire = p.to_bool(r, "stop_training_on_fire", stop_training_on_fire)
+        self.training_job_name_prefix = training_job_name_prefix
+        self._last_progress: float | None = None
+
+    def invoke(self, step):
+        now = time.monotonic()
+        if self._last_progress is None:
+            self._last_progress = now
+        remaining = max(self.threshold - (now - self._last_progress), 0.0)
+        try:
+            self.base_trial.wait_for_steps([step], timeout=remaining)
+        except TimeoutError:
+            waited = time.monotonic() - self._last_progress
+            self._last_progress = time.monotonic()  # fire once per stall period
+            self.reason = f"no new data for {waited:.0f}s (threshold {self.threshold:g}s)"
+            if self.stop_training_on_fire:
+                from smdebug.rules.actions import write_stop_signal
+
+                write_stop_signal(self.base_trial.path, self.rule_name, step, self.reason)
+            else:
+                self.run_actions(step)
+            raise RuleEvaluationConditionMet(self.rule_name, step) from None
+        except StepUnavailable:
+            self._last_progress = time.monotonic()  # a later step arrived
+            raise
+        self._last_progress = time.monotonic()
+        if self.invoke_at_step(step):
+            raise RuleEvaluationConditionMet(self.rule_name, step)
+
+    def invoke_at_step(self, step):
+        return False  # the step arrived in time
