@@ -1,9 +1,12 @@
-"""Packaging beyond pyproject.toml: install the startup file ``smdebug-activation.pth``.
+"""Packaging beyond pyproject.toml: install the startup file ``zz-smdebug-activation.pth``.
 
 The interpreter runs the ``import`` lines of the .pth files it finds in site-packages at startup, so the
 file must sit at the root of the wheel: ``build_py`` copies it there for ``pip install ./core``, and
 ``editable_wheel`` adds it to the editable wheel for ``pip install -e ./core`` (whose own .pth only puts
 ``src`` on sys.path). Both wheels list it in RECORD, so pip uninstalls it with the rest.
+
+The interpreter runs .pth files in name order; "zz-" makes this one run last, once every other .pth
+(editable installs of plugins, whichever tool made them) has put its folders on sys.path.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
-PTH = "smdebug-activation.pth"
+PTH = "zz-smdebug-activation.pth"
 HERE = Path(__file__).parent
 
 

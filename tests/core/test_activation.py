@@ -171,7 +171,7 @@ def test_startup_never_raises(monkeypatch, caplog):
 
 
 # -- the startup file's line, run as the interpreter runs it (site.addpackage execs lines starting "import")
-PTH = Path(__file__).parents[2] / "core" / "smdebug-activation.pth"
+PTH = Path(__file__).parents[2] / "core" / "zz-smdebug-activation.pth"
 
 
 @pytest.mark.parametrize("configured", [False, True])

@@ -93,9 +93,9 @@ def test_distributions_are_installed_not_editable():
 
 
 def test_startup_file_is_installed_by_the_core():
-    pth = [Path(d) / "smdebug-activation.pth" for d in site.getsitepackages()]
-    assert any(p.is_file() for p in pth), "the core did not install smdebug-activation.pth"
-    assert "smdebug-activation.pth" in {
+    pth = [Path(d) / "zz-smdebug-activation.pth" for d in site.getsitepackages()]
+    assert any(p.is_file() for p in pth), "the core did not install zz-smdebug-activation.pth"
+    assert "zz-smdebug-activation.pth" in {
         Path(str(f)).name for f in metadata.distribution("smdebug-core").files
     }
 
@@ -110,9 +110,9 @@ def test_core_wheel_carries_the_startup_file(tmp_path):
     )  # fmt: skip
     (wheel,) = tmp_path.glob("smdebug_core-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        assert zf.read("smdebug-activation.pth") == (src / "smdebug-activation.pth").read_bytes()
+        assert zf.read("zz-smdebug-activation.pth") == (src / "zz-smdebug-activation.pth").read_bytes()
         record = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
-        assert "smdebug-activation.pth,sha256=" in zf.read(record).decode()
+        assert "zz-smdebug-activation.pth,sha256=" in zf.read(record).decode()
 
 
 def test_discovery_through_the_entry_point():

@@ -77,9 +77,9 @@ def _losses(stdout):
 
 
 def test_startup_file_is_installed():
-    found = [Path(d) / "smdebug-activation.pth" for d in site.getsitepackages()]
+    found = [Path(d) / "zz-smdebug-activation.pth" for d in site.getsitepackages()]
     assert any(p.is_file() for p in found), (
-        "smdebug-activation.pth is missing from site-packages: this venv has an install of smdebug-core "
+        "zz-smdebug-activation.pth is missing from site-packages: this venv has an install of smdebug-core "
         "older than activation; reinstall the core (nox -s tests-torch does)"
     )
 

@@ -1,7 +1,7 @@
 """Activation: an unmodified script gets a hook, built from the hook configuration, the moment it imports
 a framework that an installed plugin serves.
 
-How it starts: the core installs ``smdebug-activation.pth`` into site-packages. The interpreter runs its
+How it starts: the core installs ``zz-smdebug-activation.pth`` into site-packages. The interpreter runs its
 one line at startup; without importing anything it checks whether a hook configuration is present
 (``SMDEBUG_CONFIG_FILE_PATH``, which ``smdebug run`` sets, or SageMaker's default path) and only then calls
 :func:`startup`. That puts a post-import hook on ``sys.meta_path`` for the import names the installed

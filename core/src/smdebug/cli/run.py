@@ -1,6 +1,7 @@
 """``smdebug run``: run any training command with smdebug activated on framework import.
 
-    smdebug run [--out-dir DIR] [--config FILE] [--collections NAME ...] [--save-interval N] -- python train.py ...
+    smdebug run [--out-dir DIR] [--config FILE] [--collections NAME ...] [--save-interval N] -- COMMAND
+    smdebug run --out-dir run --collections weights losses -- python train.py --epochs 2
 
 The command runs unchanged; a hook configuration (``--config``, completed by the other options) is handed
 to it through ``SMDEBUG_CONFIG_FILE_PATH``, so the plugin of each framework the script imports builds its
