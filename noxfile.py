@@ -117,7 +117,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: train a small PyTorch model with the hook, then analyse the run."""
-    _install(session, [TORCH], ["plugins/smdebug-torch"])
+    _install(session, [TORCH, "matplotlib", "pandas"], ["plugins/smdebug-torch"])  # plot, DataFrame
     session.run("python", str(ROOT / "examples/demo.py"), *session.posargs)
 
 

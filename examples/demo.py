@@ -1,10 +1,13 @@
 """The main job: train a small PyTorch model with the smdebug hook, then analyse the saved run.
 
-    nox -s demo            (or: python examples/demo.py --out-dir /tmp/smdebug-demo)
+    nox -s demo            (or: python examples/demo.py --out-dir /tmp/smdebug-demo [--healthy])
 
-The data is generated here. The model is a small MLP; one of its layers starts with weights far too
-small (the planted problem), so its gradients are tiny while the rest of the network trains. The
-analysis reads the run back with the Trial API and runs a rule over it.
+The data (four Gaussian blobs) is generated here. The model is an MLP with a planted problem: a deep
+stack of sigmoid layers, through which gradients shrink by a constant factor per layer, so the first
+layers get almost no gradient and the network stays at chance. ``--healthy`` trains the same network
+with ReLU activations instead. Then the run is read back with the Trial API: the built-in rules judge
+it (a results table), a plot shows the losses and gradient norms (PNG), the losses are shown as a
+pandas DataFrame, and the hook's TensorBoard export is ready for ``tensorboard --logdir``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +25,17 @@ from torch import nn
 
 import smdebug.pytorch as smd
 from smdebug.exceptions import RuleEvaluationConditionMet
-from smdebug.rules.rule import Rule
-from smdebug.rules.rule_invoker import invoke_rule
+from smdebug.rules import create_rule, invoke_rule
+
+HIDDEN_LAYERS = 6
+# The built-in rules that apply to this run, with the parameters given (as strings, as configs do).
+RULES = [
+    ("vanishing_gradient", {}),
+    ("loss_not_decreasing", {"num_steps": "100", "diff_percent": "10"}),
+    ("exploding_tensor", {"collection_names": "gradients"}),
+    ("weight_update_ratio", {}),
+    ("all_zero", {"collection_names": "weights"}),
+]
 
 
 def make_data(n=2048, features=20, classes=4, seed=0):
@@ -34,46 +47,30 @@ def make_data(n=2048, features=20, classes=4, seed=0):
 
 
 class Net(nn.Module):
-    def __init__(self, features=20, classes=4):
+    def __init__(self, features=20, classes=4, width=32, healthy=False):
         super().__init__()
-        self.fc1 = nn.Linear(features, 64)
-        self.fc2 = nn.Linear(64, 64)
-        self.fc3 = nn.Linear(64, classes)
-        with torch.no_grad():  # the planted problem: a layer initialised a million times too small
-            self.fc2.weight.mul_(1e-6)
-            self.fc2.bias.zero_()
+        self.inp = nn.Linear(features, width)
+        self.hidden = nn.ModuleList(nn.Linear(width, width) for _ in range(HIDDEN_LAYERS))
+        self.out = nn.Linear(width, classes)
+        # The planted problem: sigmoid's slope is at most 1/4, so each layer shrinks the gradient.
+        self.act = torch.relu if healthy else torch.sigmoid
 
     def forward(self, x):
-        return self.fc3(torch.sigmoid(self.fc2(torch.sigmoid(self.fc1(x)))))
+        x = self.act(self.inp(x))
+        for layer in self.hidden:
+            x = self.act(layer(x))
+        return self.out(x)
 
 
-class TinyGradientRule(Rule):
-    """Fires when the mean absolute gradient of some layer falls below a threshold."""
-
-    def __init__(self, base_trial, threshold="1e-4"):
-        super().__init__(base_trial)
-        self.threshold = self.parse_float("threshold", threshold)
-        self.culprits: dict[int, list[str]] = {}
-
-    def invoke_at_step(self, step):
-        small = [
-            name
-            for name in self.base_trial.tensor_names(collection="gradients", step=step)
-            if self.base_trial.tensor(name).reduction_value(step, "mean", abs=True) < self.threshold
-        ]
-        if small:
-            self.culprits[step] = small
-        return bool(small)
-
-
-def train(out_dir: str, steps: int = 200) -> None:
+def train(out_dir: str, steps: int, healthy: bool) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     x, y = make_data()
-    model, loss_fn = Net(), nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model, loss_fn = Net(healthy=healthy), nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     hook = smd.Hook(
         out_dir=out_dir,
+        export_tensorboard=True,  # TensorBoard summaries in <out_dir>/tensorboard
         save_config=smd.SaveConfig(save_interval=10),
         include_collections=["weights", "biases", "gradients", "losses"],
     )
@@ -88,48 +85,94 @@ def train(out_dir: str, steps: int = 200) -> None:
         optimizer.step()
     hook.set_mode(smd.modes.EVAL)
     with torch.no_grad():
-        for start in range(0, 512, 128):
-            loss_fn(model(x[start : start + 128]), y[start : start + 128])
+        for start in range(0, 1024, 64):
+            loss_fn(model(x[start : start + 64]), y[start : start + 64])
     hook.close()
 
 
-def analyse(out_dir: str) -> int:
+def run_rules(trial) -> list[tuple[str, str, str]]:
+    """Each rule over every saved step: (rule, parameters, result) rows."""
+    rows = []
+    for name, params in RULES:
+        rule = create_rule(name, trial, **params)
+        shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
+        try:
+            invoke_rule(rule, raise_eval_cond=True)
+            result = "ok"
+        except RuleEvaluationConditionMet as fired:
+            result = f"FIRED at step {fired.step}"
+            if name == "vanishing_gradient":
+                result += ": " + ", ".join(_vanished(trial, fired.step, rule.threshold))
+        rows.append((name, shown, result))
+    return rows
+
+
+def _vanished(trial, step: int, threshold: float) -> list[str]:
+    return [
+        name.removeprefix("gradient/")
+        for name in trial.tensor_names(collection="gradients", step=step)
+        if trial.tensor(name).reduction_value(step, "mean", abs=True) < threshold
+    ]
+
+
+def analyse(out_dir: str, plot_path: str, healthy: bool = False) -> None:
+    from smdebug.plots import plot
+    from smdebug.trials import to_dataframe
+
     trial = smd.create_trial(out_dir=out_dir)
+    train_steps = trial.steps(mode=smd.modes.TRAIN)
     print(f"\nRun saved in {out_dir}")
-    print(f"  steps (TRAIN): {trial.steps(mode=smd.modes.TRAIN)}")
-    print(f"  steps (EVAL):  {trial.steps(mode=smd.modes.EVAL)}")
-    print(f"  collections:   {sorted(trial.collections())}")
-    print(f"  tensors:       {len(trial.tensor_names())}")
+    print(
+        f"  steps: {len(train_steps)} TRAIN ({train_steps[0]}..{train_steps[-1]}), "
+        f"{len(trial.steps(mode=smd.modes.EVAL))} EVAL;  tensors: {len(trial.tensor_names())};  "
+        f"collections: {', '.join(sorted(trial.collections()))}"
+    )
+
     (loss_name,) = trial.tensor_names(collection="losses")
-    loss = trial.tensor(loss_name)
-    print(f"\n{loss_name} (TRAIN):")
-    for step in loss.steps(mode=smd.modes.TRAIN):
-        print(f"  step {step:4d}  {float(loss.value(step, mode=smd.modes.TRAIN)):.4f}")
-    print("\nmean |gradient| at the last saved step:")
-    last = trial.steps(mode=smd.modes.TRAIN)[-1]
-    for name in trial.tensor_names(collection="gradients"):
-        value = trial.tensor(name).reduction_value(last, "mean", abs=True, mode=smd.modes.TRAIN)
-        print(f"  {name:32s} {value:.3e}")
-    rule = TinyGradientRule(trial, threshold="1e-4")
-    try:
-        invoke_rule(rule, raise_eval_cond=True)
-        print("\nRule TinyGradientRule: no issue found")
-        return 0
-    except RuleEvaluationConditionMet as fired:
-        print(f"\nRule TinyGradientRule fired at step {fired.step}: {', '.join(rule.culprits[fired.step])}")
-        return 0
+    losses = to_dataframe(trial, loss_name)  # one row per saved step: step, mode, mode_step, value, ...
+    summary = losses.groupby("mode")["value"].agg(["count", "first", "last", "min"])
+    print(f"\n{loss_name} per mode (smdebug.trials.to_dataframe):")
+    print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+
+    print("\nBuilt-in rules (smdebug.rules.create_rule + invoke_rule):")
+    rows = run_rules(trial)
+    widths = [max(len(r[i]) for r in rows + [("RULE", "PARAMETERS", "RESULT")]) for i in range(3)]
+    for row in [("RULE", "PARAMETERS", "RESULT"), *rows]:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+    panels = plot(
+        trial,
+        [[loss_name], [r"^gradient/.*weight$"]],
+        plot_path,
+        log=[False, True],
+        panel_titles=["loss", "gradient l2 norms (log scale)"],
+        title="smdebug demo: " + ("healthy ReLU network" if healthy else "deep sigmoid network"),
+    )
+    print(f"\nPlot of the losses and gradient norms: {plot_path} ({sum(len(p) for p in panels)} curves)")
+    print(f"TensorBoard: tensorboard --logdir {out_dir}/tensorboard")
+    print(
+        f"More: smdebug ls {out_dir}   |   smdebug show {out_dir} {loss_name}   |   smdebug rules {out_dir}"
+    )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", help="where to save the run (default: a new temporary folder)")
+    parser.add_argument("--plot", help="PNG to write (default: demo.png beside the run)")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--healthy", action="store_true", help="train without the planted problem")
     args = parser.parse_args(argv)
     out_dir = args.out_dir or str(Path(tempfile.mkdtemp(prefix="smdebug-demo-")) / "run")
     if args.out_dir and Path(out_dir).exists():
         shutil.rmtree(out_dir)
-    train(out_dir, args.steps)
-    return analyse(out_dir)
+    plot_path = args.plot or str(Path(out_dir).parent / ("demo-relu.png" if args.healthy else "demo.png"))
+    started = time.monotonic()
+    kind = "ReLU (healthy)" if args.healthy else "sigmoid (the planted problem: vanishing gradients)"
+    print(f"Training an MLP with {HIDDEN_LAYERS} hidden {kind} layers for {args.steps} steps...")
+    train(out_dir, args.steps, args.healthy)
+    analyse(out_dir, plot_path, args.healthy)
+    print(f"\nDone in {time.monotonic() - started:.1f}s")
+    return 0
 
 
 if __name__ == "__main__":
