@@ -1,0 +1,187 @@
+"""Actions: a rule stops training in-process (hook.add_rule) or from a sidecar (smdebug rules --watch)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rule_scenarios as sc
+import torch
+from torch import nn
+
+import smdebug
+from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError, StopTraining
+from smdebug.rules import Rule
+from smdebug.rules.actions import STOP_SIGNAL_FILE, read_stop_signal, write_stop_signal
+from smdebug.trials import create_trial
+
+HERE = Path(__file__).parent
+
+
+def train(hook, lr, steps=30, on_step=None):
+    """Train an MLP with the hook; returns the number of optimizer steps done."""
+    torch.manual_seed(0)
+    x, y = sc.regression_data()
+    model, loss_fn = sc.MLP(), nn.MSELoss()
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    done = 0
+    for step in range(steps):
+        if on_step:
+            on_step(step)
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+        done += 1
+    return done
+
+
+def test_a_firing_rule_stops_pytorch_training(tmp_path):
+    out = str(tmp_path / "run")
+    hook = sc.make_hook(out)
+    rule = hook.add_rule("exploding_tensor", collection_names="weights")
+    assert type(rule).__name__ == "ExplodingTensor"
+    with pytest.raises(StopTraining) as info:
+        train(hook, lr=1e6)
+    hook.close()
+    stop = info.value
+    assert isinstance(stop, RuleEvaluationConditionMet)  # what smdebug users already catch
+    assert stop.rule_name == "ExplodingTensor" and stop.step == 3 and "NaN or infinite" in str(stop)
+    assert hook.should_stop() and hook.stop_reason is stop
+    assert [(r.rule, r.step) for r in hook.rule_results] == [("ExplodingTensor", 3)]
+    # raised from the forward call after step 3: steps 0-3 are saved, training went no further
+    assert create_trial(out).steps() == [0, 1, 2, 3]
+    assert read_stop_signal(out)["rule"] == "ExplodingTensor"  # so every worker stops
+
+
+def test_healthy_training_is_not_stopped(tmp_path):
+    hook = sc.make_hook(str(tmp_path / "run"))
+    hook.add_rule("exploding_tensor", collection_names="weights")
+    hook.add_rule("vanishing_gradient", threshold="1e-9")
+    assert train(hook, lr=0.01, steps=8) == 8
+    hook.close()
+    assert not hook.should_stop() and hook.stop_reason is None and hook.rule_results == []
+
+
+def test_action_none_only_records(tmp_path, caplog):
+    hook = sc.make_hook(str(tmp_path / "run"))
+    hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
+    assert train(hook, lr=0.0, steps=8) == 8
+    hook.close()
+    assert not hook.should_stop()
+    assert [r.step for r in hook.rule_results] == [3, 6]
+    assert "rule LossNotDecreasing fired at step 3" in caplog.text
+
+
+def test_a_custom_rule_class_and_instance(tmp_path):
+    class BigLoss(Rule):
+        def __init__(self, base_trial, limit="100"):
+            super().__init__(base_trial)
+            self.limit = float(limit)
+
+        def invoke_at_step(self, step):
+            return any(
+                self.base_trial.tensor(n).value(step).item() > self.limit
+                for n in self.base_trial.tensor_names(collection="losses", step=step)
+            )
+
+    hook = sc.make_hook(str(tmp_path / "run"))
+    hook.add_rule(BigLoss, limit="1e6")
+    with pytest.raises(StopTraining, match="BigLoss fired at step 1"):
+        train(hook, lr=1e6)
+    hook.close()
+
+
+def test_rules_are_checked_when_added(tmp_path):
+    hook = sc.make_hook(str(tmp_path / "run"))
+    with pytest.raises(SMDebugValueError, match="threshold='tiny' is not a number"):
+        hook.add_rule("vanishing_gradient", threshold="tiny")
+    with pytest.raises(SMDebugValueError, match="unknown rule"):
+        hook.add_rule("no_such_rule")
+    with pytest.raises(SMDebugValueError, match="action 'email me' is not supported"):
+        hook.add_rule("vanishing_gradient", action="email me")
+    hook.close()
+
+
+def test_the_hook_honours_a_stop_signal_at_its_next_step(tmp_path):
+    out = str(tmp_path / "run")
+    hook = sc.make_hook(out)
+
+    def sidecar(step):
+        if step == 4:
+            write_stop_signal(out, "SomeRule", 2, "planted")
+
+    with pytest.raises(StopTraining) as info:
+        train(hook, lr=0.01, on_step=sidecar)
+    hook.close()
+    assert info.value.source == "signal" and info.value.rule_name == "SomeRule" and info.value.step == 2
+    # written after step 3's update: the next forward call (which would begin step 4) raised
+    assert create_trial(out).steps() == [0, 1, 2, 3]
+
+
+def test_an_old_stop_signal_is_not_for_a_new_run(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / STOP_SIGNAL_FILE).write_text('{"rule": "Old", "step": 1}')
+    hook = sc.make_hook(str(out))
+    assert train(hook, lr=0.01, steps=3) == 3
+    hook.close()
+    assert not hook.should_stop()
+
+
+def test_framework_neutral_api_for_other_plugins(tmp_path):
+    """What a plugin such as XGBoost's uses: end_step evaluates, should_stop() says whether to stop."""
+    hook = smdebug.BaseHook(
+        out_dir=str(tmp_path / "run"),
+        include_collections=["losses"],
+        save_config=smdebug.SaveConfig(save_interval=1),
+    )
+    hook.get_collection("losses").include("loss")
+    hook.add_rule("loss_not_decreasing", num_steps="2")
+    stopped_at = None
+    for step in range(10):
+        hook.begin_step()
+        hook.save_for_step("train-loss", np.array([1.0 - 0.0001 * step], dtype=np.float32))  # 0.01% a step
+        hook.end_step()
+        if hook.should_stop():
+            stopped_at = step
+            break
+    hook.close()
+    assert stopped_at == 2 and hook.stop_reason.rule_name == "LossNotDecreasing"
+
+
+def _run(*args, **kwargs):
+    env = dict(os.environ, PYTHONPATH=str(HERE))
+    return subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs
+    )
+
+
+@pytest.mark.timeout(120)
+def test_sidecar_watch_stops_a_live_run(tmp_path):
+    out = str(tmp_path / "run")
+    watcher = _run("-m", "smdebug", "rules", out, "--watch", "--rule", "exploding_tensor", "--timeout", "60")
+    training = _run(str(HERE / "live_train.py"), out, "bad", "200")
+    train_out, train_err = training.communicate(timeout=100)
+    watch_out, watch_err = watcher.communicate(timeout=100)
+    assert training.returncode == 0, train_err
+    assert train_out.startswith("STOPPED") and "ExplodingTensor" in train_out, train_out + train_err
+    assert int(train_out.split()[1]) < 100  # stopped long before its 200 steps
+    assert watcher.returncode == 1, watch_err
+    assert "exploding_tensor" in watch_out and "FIRED" in watch_out and "stop signal left" in watch_out
+    assert read_stop_signal(out)["rule"] == "ExplodingTensor"
+
+
+@pytest.mark.timeout(120)
+def test_sidecar_watch_lets_a_healthy_run_finish(tmp_path):
+    out = str(tmp_path / "run")
+    watcher = _run("-m", "smdebug", "rules", out, "--watch", "--rule", "exploding_tensor", "--timeout", "60")
+    training = _run(str(HERE / "live_train.py"), out, "good", "8")
+    train_out, train_err = training.communicate(timeout=100)
+    watch_out, watch_err = watcher.communicate(timeout=100)
+    assert train_out.strip() == "COMPLETED", train_err
+    assert watcher.returncode == 0, watch_out + watch_err
+    assert "ok" in watch_out and read_stop_signal(out) is None

@@ -1,0 +1,91 @@
+"""``smdebug rules`` as a user runs it: a real subprocess."""
+
+import subprocess
+import sys
+
+import pytest
+import rule_scenarios as sc
+
+
+def smdebug_rules(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "smdebug", "rules", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cli")
+    bad, good = str(base / "bad"), str(base / "good")
+    sc.vanishing_gradient(bad, bad=True)
+    sc.vanishing_gradient(good, bad=False)
+    return bad, good
+
+
+def row(output, name):
+    return next(line for line in output.splitlines() if f" {name} " in line)
+
+
+def test_all_rules_on_a_run_with_a_defect(runs):
+    done = smdebug_rules(runs[0])
+    assert done.returncode == 1, done.stderr
+    assert "FIRED" in row(done.stdout, "vanishing_gradient") and "DeepSigmoid_layers.0" in done.stdout
+    assert "ok" in row(done.stdout, "exploding_tensor")
+    assert "skipped" in row(done.stdout, "all_zero")  # needs parameters to run
+    assert "0, 1, 2, 3" in row(done.stdout, "vanishing_gradient")
+
+
+def test_chosen_rules_with_parameters_on_a_healthy_run(runs):
+    done = smdebug_rules(
+        runs[1], "--rule", "vanishing_gradient", "--param", "threshold=1e-9", "--rule", "ExplodingTensor"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok" in row(done.stdout, "vanishing_gradient") and "ok" in row(done.stdout, "exploding_tensor")
+    assert "all_zero" not in done.stdout
+
+
+def test_parameters_change_the_verdict(runs):
+    done = smdebug_rules(runs[1], "--rule", "vanishing_gradient", "--param", "threshold=10")
+    assert done.returncode == 1 and "FIRED" in done.stdout
+
+
+def test_step_range(runs):
+    done = smdebug_rules(runs[0], "--rule", "vanishing_gradient", "--start-step", "1", "--end-step", "3")
+    assert done.returncode == 1 and "1, 2" in row(done.stdout, "vanishing_gradient")
+    assert "0, 1" not in done.stdout
+
+
+def test_an_fsspec_uri(runs):
+    done = smdebug_rules(f"file://{runs[0]}", "--rule", "vanishing_gradient")
+    assert done.returncode == 1 and "FIRED" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["{missing}"], "no such file or directory"),
+        (["{good}", "--rule", "vanishing_gradiant"], "unknown rule 'vanishing_gradiant'"),
+        (
+            ["{good}", "--rule", "vanishing_gradient", "--param", "threshold=abc"],
+            "threshold='abc' is not a number",
+        ),
+        (["{good}", "--rule", "all_zero"], "give collection_names or tensor_regex"),
+        (["{good}", "--rule", "dead_relu", "--param", "nope=1"], "unknown parameter nope='1'"),
+    ],
+)
+def test_errors_are_one_clear_line(runs, tmp_path, args, message):
+    args = [a.format(good=runs[1], missing=str(tmp_path / "missing")) for a in args]
+    done = smdebug_rules(*args)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("smdebug rules: error:") and message in done.stderr
+
+
+def test_param_needs_a_rule(runs):
+    done = smdebug_rules(runs[1], "--param", "threshold=1")
+    assert done.returncode == 2 and "give --rule NAME before its parameters" in done.stderr
+
+
+def test_a_folder_without_a_run(tmp_path):
+    done = smdebug_rules(str(tmp_path))
+    assert done.returncode == 2 and "no smdebug run found" in done.stderr
