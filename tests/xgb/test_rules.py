@@ -1,5 +1,9 @@
 """XGBoost's built-in rules on real boosters: they fire on a planted defect and stay quiet otherwise."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import xgboost as xgb
@@ -116,3 +120,40 @@ def test_bad_parameters_are_named(tmp_path, features, make, message):
     trial, _ = run(str(tmp_path / "run"), X, (X[:, 0] > 0).astype(float), ["feature_importance"], rounds=1)
     with pytest.raises(SMDebugValueError, match=message):
         make(trial)
+
+
+def test_rules_by_name_through_the_core(tmp_path, features):
+    from smdebug.rules import rule_configs
+    from smdebug.rules.builtin import builtin_rules, create_rule
+
+    X, rng = features
+    noise = (rng.normal(size=len(X)) > 0).astype(float)
+    trial, _ = run(
+        str(tmp_path / "run"), X, noise, ["trees", "feature_importance"], max_depth=5, min_child_weight=0
+    )
+    assert builtin_rules()["tree_depth"] is TreeDepth
+    rule = create_rule("tree_depth", trial, depth="4")
+    assert isinstance(rule, TreeDepth) and rule.depth == 4 and fires(rule)
+    rule = create_rule(rule_configs.tree_depth(), trial, depth="5")  # SageMaker's configuration form
+    assert isinstance(rule, TreeDepth) and not fires(rule)
+    rule = create_rule("FeatureImportanceOverweight", trial, threshold="0.95", nfeatures="8")
+    assert fires(rule)  # the 8 features hold all the importance
+    with pytest.raises(SMDebugValueError, match="depth"):
+        create_rule("tree_depth", trial, dept="4")
+
+
+def test_smdebug_rules_command(tmp_path, features):
+    X, rng = features
+    noise = (rng.normal(size=len(X)) > 0).astype(float)
+    out = str(tmp_path / "run")
+    run(out, X, noise, ["trees"], max_depth=6, min_child_weight=0)
+    smdebug = str(Path(sys.executable).parent / "smdebug")
+    done = subprocess.run(
+        [smdebug, "rules", out, "--rule", "tree_depth", "--param", "depth=4"], capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # fired
+    assert "FIRED" in done.stdout and "deep" in done.stdout
+    done = subprocess.run(
+        [smdebug, "rules", out, "--rule", "tree_depth", "--param", "depth=6"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
