@@ -124,7 +124,10 @@ def demo(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against the real smdebug 1.0.34; prints the table and writes bench/RESULTS.md."""
-    _install(session, [TORCH, "s3fs", "moto[server]", "psutil"], ["plugins/smdebug-torch"])
+    ours = [str(ROOT / "core"), str(ROOT / "plugins/smdebug-torch")]
+    session.install(TORCH, "s3fs", "moto[server]", "psutil", *ours)
+    # a regular install, as users have it (not editable), of this tree's code even in a reused venv
+    session.install("--force-reinstall", "--no-deps", *ours)
     reference = smdebug_1034_python(session)
     # torch alone (no smdebug at all): the baseline of the import-time row
     baseline = ROOT / ".nox" / "bench-baseline"
