@@ -89,3 +89,15 @@ def test_param_needs_a_rule(runs):
 def test_a_folder_without_a_run(tmp_path):
     done = smdebug_rules(str(tmp_path))
     assert done.returncode == 2 and "no smdebug run found" in done.stderr
+
+
+def test_rule_invoker_command_line_of_older_smdebug(runs):
+    done = subprocess.run(
+        [sys.executable, "-m", "smdebug.rules.rule_invoker", "--trial-dir", runs[0], "--rule-name"]
+        + ["VanishingGradient", "--threshold", "0.001", "--end-step", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "fired at steps [0, 1, 2]" in done.stdout, done.stderr
+    assert "RuntimeWarning" not in done.stderr

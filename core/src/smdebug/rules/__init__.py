@@ -8,9 +8,59 @@
 
 from smdebug.rules import rule_configs
 from smdebug.rules.builtin import builtin_rules, create_rule
-from smdebug.rules.generic import *  # noqa: F403 (the built-in rule classes)
-from smdebug.rules.generic import __all__ as _builtin_classes
+from smdebug.rules.generic import (
+    AllZero,
+    CheckInputImages,
+    ClassImbalance,
+    Confusion,
+    DeadRelu,
+    ExplodingTensor,
+    LossNotDecreasing,
+    NLPSequenceRatio,
+    Overfit,
+    Overtraining,
+    PoorWeightInitialization,
+    SaturatedActivation,
+    SimilarAcrossRuns,
+    StalledTrainingRule,
+    TensorVariance,
+    UnchangedTensor,
+    VanishingGradient,
+    WeightUpdateRatio,
+)
 from smdebug.rules.rule import Rule
-from smdebug.rules.rule_invoker import invoke_rule
 
-__all__ = ["Rule", "invoke_rule", "builtin_rules", "create_rule", "rule_configs", *_builtin_classes]
+__all__ = [
+    "Rule",
+    "invoke_rule",
+    "builtin_rules",
+    "create_rule",
+    "rule_configs",
+    "AllZero",
+    "CheckInputImages",
+    "ClassImbalance",
+    "Confusion",
+    "DeadRelu",
+    "ExplodingTensor",
+    "LossNotDecreasing",
+    "NLPSequenceRatio",
+    "Overfit",
+    "Overtraining",
+    "PoorWeightInitialization",
+    "SaturatedActivation",
+    "SimilarAcrossRuns",
+    "StalledTrainingRule",
+    "TensorVariance",
+    "UnchangedTensor",
+    "VanishingGradient",
+    "WeightUpdateRatio",
+]
+
+
+def __getattr__(name):
+    # Lazy, so that ``python -m smdebug.rules.rule_invoker`` does not find its module imported already.
+    if name == "invoke_rule":
+        from smdebug.rules.rule_invoker import invoke_rule
+
+        return invoke_rule
+    raise AttributeError(f"module 'smdebug.rules' has no attribute {name!r}")

@@ -182,9 +182,11 @@ class RuleRunner:
     def _step_written(self, step: int) -> bool:
         hook = self.hook
         writer = hook._writer
-        if writer is None or not hook._writing:
-            return False
-        writer.flush()  # the step's index is written once the writer has handled its end
+        if writer is None or not hook._writing or not hook._due:
+            return False  # nothing was due at this step: nothing new to judge
+        # Rules read the step back: wait until the writer has published it (this makes the saving of
+        # steps that rules judge synchronous, the price of judging them in-process).
+        writer.flush()
         if step not in writer.written_steps[-4:]:
             return False
         try:
@@ -244,7 +246,9 @@ class RuleRunner:
             return
         self._last_signal_check = now
         try:
-            signal = read_stop_signal(store if store is not None else self.hook.out_dir)
+            if store is None:  # nothing written yet: open the run's store once for the checks
+                store = self._signal_store = getattr(self, "_signal_store", None) or _store(self.hook.out_dir)
+            signal = read_stop_signal(store)
         except Exception as exc:
             logger.debug("smdebug: could not look for the stop signal: %s", exc)
             return

@@ -54,3 +54,38 @@ def _next_step(trial, step: int) -> int:
         if later:
             return later[0]
     return step + 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m smdebug.rules.rule_invoker --trial-dir DIR --rule-name NAME [--<param> VALUE ...]``,
+    the command line older smdebug releases had; parameters not listed below go to the rule."""
+    import argparse
+
+    from smdebug.rules.builtin import create_rule
+    from smdebug.trials import create_trial
+
+    parser = argparse.ArgumentParser(prog="python -m smdebug.rules.rule_invoker")
+    parser.add_argument("--trial-dir", required=True)
+    parser.add_argument("--rule-name", required=True)
+    parser.add_argument("--other-trials", default="", help="comma-separated paths of other runs")
+    parser.add_argument("--start-step", type=int, default=0)
+    parser.add_argument("--end-step", type=int, default=None)
+    parser.add_argument("--raise-rule-eval-cond-exception", action="store_true")
+    args, extra = parser.parse_known_args(argv)
+    params = {}
+    while extra:
+        key = extra.pop(0)
+        if not key.startswith("--") or not extra:
+            parser.error(f"rule parameters go as --name value pairs, got {key!r}")
+        params[key[2:].replace("-", "_")] = extra.pop(0)
+    others = [create_trial(p.strip()) for p in args.other_trials.split(",") if p.strip()]
+    rule = create_rule(args.rule_name, create_trial(args.trial_dir), other_trials=others, **params)
+    fired = invoke_rule(rule, args.start_step, args.end_step, args.raise_rule_eval_cond_exception)
+    print(
+        f"{type(rule).__name__}: fired at steps {fired}" if fired else f"{type(rule).__name__}: did not fire"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
