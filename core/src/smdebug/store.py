@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable
 
@@ -22,8 +23,17 @@ import fsspec
 SPOOL_BYTES = 8 * 1024 * 1024
 # Files up to this size are uploaded with one PUT (retryable as a whole); larger ones are streamed.
 SINGLE_PUT_BYTES = 64 * 1024 * 1024
+READ_BATCH = 64  # concurrent requests of one batched read
+READ_ATTEMPTS = 4  # a remote read that fails (other than "not found") is tried this many times
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID")
-_SECRET_OPTIONS = ("secret", "token", "key", "aws_secret_access_key", "aws_session_token", "aws_access_key_id")
+_SECRET_OPTIONS = (
+    "secret",
+    "token",
+    "key",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "aws_access_key_id",
+)
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
@@ -32,7 +42,16 @@ class Store:
 
     def __init__(self, root: str, fs: fsspec.AbstractFileSystem | None = None, **storage_options):
         if fs is None:
-            fs, path = fsspec.core.url_to_fs(root, **storage_options)
+            protocol = fsspec.core.split_protocol(root)[0]
+            if protocol not in (None, "file", "local", "memory"):
+                # Another process adds files all the time: a cached listing would hide them (s3fs even
+                # answers "not found" for a file missing from a cached listing of its folder).
+                storage_options.setdefault("use_listings_cache", False)
+            try:
+                fs, path = fsspec.core.url_to_fs(root, **storage_options)
+            except TypeError:  # a filesystem without that option
+                storage_options.pop("use_listings_cache", None)
+                fs, path = fsspec.core.url_to_fs(root, **storage_options)
         else:
             path = fs._strip_protocol(root)
         self.uri = redact(root)
@@ -106,8 +125,30 @@ class Store:
             return out
         if not relpaths:
             return {}
-        fetched = self.fs.cat([self.path(p) for p in relpaths], on_error="omit")
-        return {self.relative(self.fs._strip_protocol(k)): v for k, v in fetched.items()}
+        out: dict[str, bytes] = {}
+        todo = relpaths
+        for attempt in range(READ_ATTEMPTS):
+            # start=0: one ranged GET per file (s3fs would otherwise ask for each file's size first)
+            fetched = self.fs.cat(
+                [self.path(p) for p in todo], on_error="return", batch_size=READ_BATCH, start=0
+            )
+            failed = []
+            for key, value in fetched.items():
+                rel = self.relative(self.fs._strip_protocol(key))
+                if not isinstance(value, BaseException):
+                    out[rel] = value
+                elif not isinstance(value, FileNotFoundError):  # a busy or flaky server: ask again
+                    failed.append((rel, value))
+            if not failed:
+                break
+            todo = [rel for rel, _ in failed]
+            if attempt == READ_ATTEMPTS - 1:
+                raise OSError(
+                    f"could not read {len(failed)} file(s) of {self.uri}, e.g. {todo[0]}: "
+                    f"{self.describe(failed[0][1])}"
+                )
+            time.sleep(0.2 * 2**attempt)
+        return out
 
     def read_ranges(self, relpath_ranges: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
         """Fetch byte ranges [start, end) of files; remote filesystems fetch them concurrently.
@@ -132,13 +173,28 @@ class Store:
             return out
         if not relpath_ranges:
             return []
-        paths = [self.path(r) for r, _, _ in relpath_ranges]
-        starts = [s for _, s, _ in relpath_ranges]
-        ends = [e for _, _, e in relpath_ranges]
-        try:
-            return list(self.fs.cat_ranges(paths, starts, ends, on_error="return"))
-        except TypeError:  # a filesystem whose cat_ranges has no on_error
-            return list(self.fs.cat_ranges(paths, starts, ends))
+        out: list[bytes | BaseException] = [OSError("not read")] * len(relpath_ranges)
+        todo = list(range(len(relpath_ranges)))
+        for attempt in range(READ_ATTEMPTS):
+            paths = [self.path(relpath_ranges[i][0]) for i in todo]
+            starts = [relpath_ranges[i][1] for i in todo]
+            ends = [relpath_ranges[i][2] for i in todo]
+            try:
+                got = self.fs.cat_ranges(paths, starts, ends, on_error="return", batch_size=READ_BATCH)
+            except TypeError:  # a filesystem whose cat_ranges takes neither
+                got = self.fs.cat_ranges(paths, starts, ends)
+            retry = []
+            for i, value in zip(todo, got):
+                out[i] = value
+                if isinstance(value, BaseException) and not isinstance(
+                    value, (FileNotFoundError, ValueError)
+                ):
+                    retry.append(i)
+            if not retry or attempt == READ_ATTEMPTS - 1:
+                break
+            todo = retry
+            time.sleep(0.2 * 2**attempt)
+        return out
 
     def exists(self, relpath: str) -> bool:
         path = self.path(relpath)

@@ -295,7 +295,9 @@ class RunWriter:
             record = codec.frame(event, checksum=False)
             crc = codec.masked_crc32c(event)
         except Exception as exc:  # one unencodable tensor does not lose its step
-            logger.warning("smdebug: could not encode %s at step %d: %s", name, step, self.store.describe(exc))
+            logger.warning(
+                "smdebug: could not encode %s at step %d: %s", name, step, self.store.describe(exc)
+            )
             return
         try:
             if st.staged is None:
@@ -397,7 +399,9 @@ class RunWriter:
             self._published(pub)
             written += 1
         if written:
-            logger.warning("smdebug: %s is reachable again; wrote %d waiting item(s)", self.store.uri, written)
+            logger.warning(
+                "smdebug: %s is reachable again; wrote %d waiting item(s)", self.store.uri, written
+            )
         self._backoff = RETRY_FIRST
         return True
 

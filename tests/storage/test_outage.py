@@ -1,0 +1,76 @@
+"""S3 outage: the server stops mid-run. Training goes on, writes are retried with backoff, and the waiting
+steps land when it comes back; if it never does, close() says exactly which steps were not saved."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from conftest import ACCESS_KEY, SECRET_KEY
+
+import smdebug
+from smdebug.hook import BaseHook
+from smdebug.trials import create_trial
+
+
+def value(step):
+    return np.full((16, 16), step, dtype=np.float32)
+
+
+def train(hook, steps):
+    for step in steps:
+        hook.begin_step()
+        hook.save_tensor("w", value(step))
+        hook.save_scalar("loss", float(step))
+    hook.end_step()
+
+
+def no_credentials_in(caplog, *texts):
+    everything = caplog.text + "".join(texts)
+    assert SECRET_KEY not in everything
+    assert ACCESS_KEY not in everything
+
+
+def test_steps_written_during_an_outage_land_when_the_server_returns(s3_server, s3_uri, caplog):
+    caplog.set_level(logging.DEBUG, logger="smdebug")
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, range(0, 4))
+    hook._writer.flush()
+    s3_server.stop()
+    train(hook, range(4, 12))  # training goes on while nothing can be written
+    hook._writer.flush()
+    assert hook._writer.pending_steps == list(range(4, 12))
+    assert any("retrying in the background" in r.getMessage() for r in caplog.records)
+    s3_server.start()
+    hook.close()
+    assert hook._writer.failed_steps == {}
+    trial = create_trial(s3_uri)
+    assert trial.steps() == list(range(12))
+    assert trial.training_ended()
+    for step in range(12):
+        np.testing.assert_array_equal(trial.tensor("w").value(step), value(step))
+        assert trial.tensor("scalar/loss").value(step) == step
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+    no_credentials_in(caplog)
+
+
+def test_close_names_the_steps_that_were_never_saved(s3_server, s3_uri, caplog, monkeypatch):
+    caplog.set_level(logging.DEBUG, logger="smdebug")
+    monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "1.5")
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, range(0, 3))
+    hook._writer.flush()
+    s3_server.stop()
+    train(hook, range(3, 7))
+    hook.close()  # never raises: the server does not come back
+    report = [r.getMessage() for r in caplog.records if "could not be saved" in r.getMessage()]
+    assert len(report) == 1
+    assert "4 step(s) could not be saved: 3, 4, 5, 6 (" in report[0]
+    assert "training_job_end.ts" in report[0]
+    assert sorted(hook._writer.failed_steps) == [3, 4, 5, 6]
+    no_credentials_in(caplog, *hook._writer.failed_steps.values())
+    s3_server.start()
+    trial = create_trial(s3_uri)  # what was saved before the outage is intact
+    assert trial.steps() == [0, 1, 2]
+    assert not trial.training_ended()
+    np.testing.assert_array_equal(trial.tensor("w").value(2), value(2))

@@ -1,0 +1,100 @@
+"""Off-thread writing: bounded memory (training waits, nothing is dropped), close() and exit flush."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import start_training
+
+import smdebug
+from smdebug.hook import BaseHook
+from smdebug.modes import ModeKeys
+from smdebug.store import Store
+from smdebug.trials import create_trial
+from smdebug.writer import DEFAULT_MAX_QUEUE_BYTES, RunWriter
+
+
+class GatedStore(Store):
+    """A real local Store whose writer thread waits at a gate before staging each event file."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.gate = threading.Event()
+
+    def stage(self, relpath):
+        self.gate.wait()
+        return super().stage(relpath)
+
+
+def test_full_queue_makes_training_wait_and_drops_nothing(tmp_path):
+    store = GatedStore(str(tmp_path / "run"))
+    writer = RunWriter(store, "worker_0", max_queue_bytes=1000)
+    value = np.zeros(100, dtype=np.float32)  # 400 bytes: two fit, a third does not
+    progress = []
+
+    def train():
+        for step in range(6):
+            writer.write_tensor(step, ModeKeys.GLOBAL, step, "w", value + step)
+            writer.end_step(step)
+            progress.append(step)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    trainer.join(timeout=1.0)
+    assert trainer.is_alive(), "training should wait while the queue is full"
+    assert len(progress) < 6
+    assert writer.queued_bytes <= 1000
+    store.gate.set()
+    trainer.join(timeout=30)
+    assert not trainer.is_alive()
+    assert writer.close() == {}
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps() == list(range(6))
+    for step in range(6):
+        np.testing.assert_array_equal(trial.tensor("w").value(step), value + step)
+
+
+def test_a_tensor_larger_than_the_bound_is_still_saved(tmp_path):
+    writer = RunWriter(Store(str(tmp_path / "run")), "worker_0", max_queue_bytes=16)
+    big = np.arange(1000, dtype=np.float64)
+    writer.write_tensor(0, ModeKeys.GLOBAL, 0, "big", big)
+    writer.write_tensor(0, ModeKeys.GLOBAL, 0, "big2", big * 2)
+    writer.end_step(0)
+    writer.close()
+    trial = create_trial(str(tmp_path / "run"))
+    np.testing.assert_array_equal(trial.tensor("big2").value(0), big * 2)
+
+
+def test_queue_bound_is_configurable(tmp_path, monkeypatch):
+    assert BaseHook(out_dir=str(tmp_path / "a"), max_queue_bytes=12345)._get_writer().max_queue_bytes == 12345
+    monkeypatch.setenv("SMDEBUG_MAX_QUEUE_BYTES", "2048")
+    assert BaseHook(out_dir=str(tmp_path / "b"))._get_writer().max_queue_bytes == 2048
+    monkeypatch.delenv("SMDEBUG_MAX_QUEUE_BYTES")
+    assert BaseHook(out_dir=str(tmp_path / "c"))._get_writer().max_queue_bytes == DEFAULT_MAX_QUEUE_BYTES
+
+
+def test_close_flushes_everything_queued(tmp_path):
+    hook = BaseHook(out_dir=str(tmp_path / "run"), save_config=smdebug.SaveConfig(save_interval=1))
+    for step in range(50):
+        hook.begin_step()
+        hook.save_tensor("x", np.full((64, 64), step, dtype=np.float32))
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.training_ended()
+    assert trial.tensor("x").steps() == list(range(50))
+    assert trial.tensor("x").value(49)[0, 0] == 49
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_interpreter_exit_flushes_without_close(where, tmp_path, request):
+    out_dir = str(tmp_path / "run") if where == "local" else request.getfixturevalue("s3_uri")
+    proc = start_training(out_dir, 5, "--no-close")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert "done" in out
+    trial = create_trial(out_dir)
+    assert trial.steps() == list(range(5))
+    assert trial.training_ended()  # the hook was closed at exit, end marker included
+    assert trial.tensor("gradient/Sequential_2.weight").value(4).shape == (4, 16)
