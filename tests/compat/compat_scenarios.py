@@ -184,7 +184,7 @@ def scenario_custom_collections(smd, out_dir):
     norms = hook.get_collection("rnn_norms")
     norms.include("rnn\\.bias")
     norms.save_config = smd.SaveConfig(save_steps=[1, 2])
-    norms.reduction_config = smd.ReductionConfig(norms=["l2"], abs_reductions=["max"])
+    norms.reduction_config = smd.ReductionConfig(norms=["l2"], abs_reductions=["max"], save_shape=True)
     hook.get_collection("act_io").add_module_tensors(model.act, inputs=True, outputs=True)
     hook.register_module(model)
     hook.register_loss(criterion)
@@ -334,7 +334,11 @@ def describe(create_trial, modes, path) -> dict:
                     ("abs_" if absolute else "") + red: _array(v)
                     for (red, absolute), v in t.reduction_values(step, worker=worker).items()
                 }
-                info["values"][key] = {"value": value, "reductions": reductions}
+                try:
+                    shape = list(t.shape(step, worker=worker))
+                except Exception as exc:  # neither the value nor its shape was saved
+                    shape = type(exc).__name__
+                info["values"][key] = {"value": value, "shape": shape, "reductions": reductions}
         out["tensors"][name] = info
     return out
 
