@@ -170,6 +170,8 @@ class RuleRunner:
         else:
             obj = create_rule(rule, self.trial, **params)
         self.entries.append(_Entry(obj, actions))
+        if self.hook.dry_run:
+            logger.warning("smdebug: the hook is a dry run: nothing is saved, so its rules never run")
         return obj
 
     def step_ended(self, step: int) -> None:
