@@ -101,3 +101,13 @@ def test_rule_invoker_command_line_of_older_smdebug(runs):
     )
     assert done.returncode == 0 and "fired at steps [0, 1, 2]" in done.stdout, done.stderr
     assert "RuntimeWarning" not in done.stderr
+
+
+def test_any_fsspec_path_in_process(capsys):
+    """The command reads through fsspec: here a memory:// run, written and read in this process."""
+    from smdebug.cli import main
+
+    sc.vanishing_gradient("memory://rules-cli/bad", bad=True)
+    assert main(["rules", "memory://rules-cli/bad", "--rule", "vanishing_gradient"]) == 1
+    assert "FIRED" in capsys.readouterr().out
+    assert main(["rules", "memory://rules-cli/bad", "--rule", "exploding_tensor"]) == 0

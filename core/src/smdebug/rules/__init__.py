@@ -4,38 +4,14 @@
 - the built-in rules (``VanishingGradient``, ``LossNotDecreasing``, ...), ``builtin_rules()`` (by
   configuration name, plugins' rules included) and ``create_rule(name, base_trial, **params)``;
 - ``rule_configs.<name>()``: each built-in rule's default configuration.
+
+Names are imported on first use, so that a hook (which needs only ``smdebug.rules.actions``) stays cheap
+to create and ``python -m smdebug.rules.rule_invoker`` does not find its module imported already.
 """
 
-from smdebug.rules import rule_configs
-from smdebug.rules.builtin import builtin_rules, create_rule
-from smdebug.rules.generic import (
-    AllZero,
-    CheckInputImages,
-    ClassImbalance,
-    Confusion,
-    DeadRelu,
-    ExplodingTensor,
-    LossNotDecreasing,
-    NLPSequenceRatio,
-    Overfit,
-    Overtraining,
-    PoorWeightInitialization,
-    SaturatedActivation,
-    SimilarAcrossRuns,
-    StalledTrainingRule,
-    TensorVariance,
-    UnchangedTensor,
-    VanishingGradient,
-    WeightUpdateRatio,
-)
-from smdebug.rules.rule import Rule
+from importlib import import_module
 
-__all__ = [
-    "Rule",
-    "invoke_rule",
-    "builtin_rules",
-    "create_rule",
-    "rule_configs",
+_GENERIC = (
     "AllZero",
     "CheckInputImages",
     "ClassImbalance",
@@ -54,13 +30,21 @@ __all__ = [
     "UnchangedTensor",
     "VanishingGradient",
     "WeightUpdateRatio",
-]
+)
+_LAZY = {
+    "Rule": "smdebug.rules.rule",
+    "invoke_rule": "smdebug.rules.rule_invoker",
+    "builtin_rules": "smdebug.rules.builtin",
+    "create_rule": "smdebug.rules.builtin",
+    **{name: "smdebug.rules.generic" for name in _GENERIC},
+}
+
+__all__ = ["rule_configs", *_LAZY]
 
 
 def __getattr__(name):
-    # Lazy, so that ``python -m smdebug.rules.rule_invoker`` does not find its module imported already.
-    if name == "invoke_rule":
-        from smdebug.rules.rule_invoker import invoke_rule
-
-        return invoke_rule
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    if name == "rule_configs":
+        return import_module("smdebug.rules.rule_configs")
     raise AttributeError(f"module 'smdebug.rules' has no attribute {name!r}")
