@@ -90,6 +90,7 @@ def test_truncated_event_file_keeps_earlier_records_and_other_steps(run, caplog)
         ):
             trial.tensor(name).value(1)
     assert_rest_readable(trial, {("b", 1), ("c", 1)})
+    assert sorted(trial.tensor("b").values()) == [0, 2, 3]  # values() skips the damaged one
     assert len([r for r in caplog.records if "damaged" in r.getMessage()]) == 2
 
 

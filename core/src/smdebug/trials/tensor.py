@@ -126,7 +126,14 @@ class Tensor:
         return self._fetch(data.location, step_num, mode)
 
     def values(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
-        return {s: self.value(s, mode=mode, worker=worker) for s in self.steps(mode=mode)}
+        """Every saved value by step; a damaged one is left out (and reported once, with file and offset)."""
+        out = {}
+        for s in self.steps(mode=mode):
+            try:
+                out[s] = self.value(s, mode=mode, worker=worker)
+            except CorruptTensorRecord:
+                continue
+        return out
 
     def shape(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> tuple:
         data = self._worker_data(step_num, mode, worker)
