@@ -98,3 +98,16 @@ def test_interpreter_exit_flushes_without_close(where, tmp_path, request):
     assert trial.steps() == list(range(5))
     assert trial.training_ended()  # the hook was closed at exit, end marker included
     assert trial.tensor("gradient/Sequential_2.weight").value(4).shape == (4, 16)
+
+
+def test_a_value_changed_after_saving_is_saved_as_it_was(tmp_path):
+    """Writing happens later, off the training thread: the hook must have taken a copy."""
+    hook = BaseHook(out_dir=str(tmp_path / "run"), save_config=smdebug.SaveConfig(save_interval=1))
+    buffer = np.zeros(100_000)
+    for step in range(5):
+        hook.begin_step()
+        buffer[:] = step  # updated in place, as optimizers do with weights
+        hook.save_tensor("x", buffer)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert [float(trial.tensor("x").value(s)[0]) for s in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]

@@ -14,10 +14,11 @@ from smdebug.store import Store
 
 @hookimpl(trylast=True)
 def smdebug_to_numpy(value):
+    # A copy: the writer encodes it later, off the training thread, and the caller may change it meanwhile.
     if isinstance(value, np.ndarray):
-        return value
+        return value.copy()
     if isinstance(value, (np.generic, numbers.Number, list, tuple)) or hasattr(value, "__array__"):
-        return np.asarray(value)
+        return np.array(value)
     return None
 
 
