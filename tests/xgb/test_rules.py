@@ -45,6 +45,24 @@ def test_rules_are_contributed_through_the_hook():
     assert issubclass(TreeDepth, Rule) and issubclass(FeatureImportanceOverweight, Rule)
 
 
+def test_a_rule_added_to_the_hook_stops_boosting(tmp_path, features):
+    X, rng = features
+    noise = (rng.normal(size=len(X)) > 0).astype(float)
+    hook = smd.Hook(
+        str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1), include_collections=["trees"]
+    )
+    hook.add_rule("tree_depth", depth="3")  # max_depth=6 trees on noise are deeper than 3 from round 0
+    booster = xgb.train(
+        {"max_depth": 6, "min_child_weight": 0, "nthread": 1},
+        xgb.DMatrix(X, label=noise),
+        20,
+        callbacks=[hook],
+    )
+    hook.close()
+    assert booster.num_boosted_rounds() == 1
+    assert hook.should_stop() and hook.rule_results[0].step == 0
+
+
 def test_tree_depth(tmp_path, features):
     X, rng = features
     noise = (rng.normal(size=len(X)) > 0).astype(float)  # nothing to learn: trees grow as deep as allowed

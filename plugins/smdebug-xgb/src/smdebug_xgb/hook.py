@@ -142,6 +142,10 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             self._warn_once(
                 "round", "smdebug: could not save boosting round %d: %s: %s", epoch, type(exc).__name__, exc
             )
+        # True stops boosting: a rule added with hook.add_rule fired, or the run's stop signal was left.
+        if self.should_stop():
+            logger.warning("smdebug: boosting stopped after round %d: %s", epoch, self.stop_reason)
+            return True
         return False
 
     def after_training(self, model):
