@@ -50,6 +50,17 @@ def test_a_run_with_only_index_files_is_refused(tmp_path):
         BaseHook(out_dir=str(out_dir))
 
 
+def test_the_error_is_also_the_runtime_error_smdebug_raised(tmp_path):
+    from smdebug.exceptions import SMDebugRuntimeError
+
+    out_dir = str(tmp_path / "run")
+    save_steps(out_dir)
+    with pytest.raises(SMDebugRuntimeError):
+        BaseHook(out_dir=out_dir)
+    with pytest.raises(RuntimeError):
+        BaseHook(out_dir=out_dir)
+
+
 def test_the_torch_hook_refuses_it_as_well(tmp_path):
     import smdebug.pytorch as smd
 

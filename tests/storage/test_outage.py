@@ -74,3 +74,23 @@ def test_close_names_the_steps_that_were_never_saved(s3_server, s3_uri, caplog, 
     assert trial.steps() == [0, 1, 2]
     assert not trial.training_ended()
     np.testing.assert_array_equal(trial.tensor("w").value(2), value(2))
+
+
+def test_a_bucket_that_appears_late_still_gets_every_step(s3_server, caplog):
+    import uuid
+
+    import boto3
+
+    bucket = f"smdebug-late-{uuid.uuid4().hex[:8]}"
+    uri = f"s3://{bucket}/run"
+    hook = BaseHook(out_dir=uri, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, range(0, 3))
+    hook._writer.flush()
+    assert hook._writer.pending_steps == [0, 1, 2]  # no such bucket yet: waiting, not lost
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    train(hook, range(3, 5))
+    hook.close()
+    trial = create_trial(uri)
+    assert trial.steps() == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(trial.tensor("w").value(0), value(0))
+    no_credentials_in(caplog)

@@ -27,6 +27,10 @@ class ConfigError(SMDebugValueError):
     """A hook configuration (arguments or JSON file) is invalid; the message names the field."""
 
 
+class OutDirExistsError(ConfigError, SMDebugRuntimeError):
+    """out_dir already holds a run; a ConfigError, and the SMDebugRuntimeError smdebug 1.0 raised for it."""
+
+
 class CorruptRunError(SMDebugError):
     """A file of a saved run cannot be parsed; the message names the file (and offset)."""
 

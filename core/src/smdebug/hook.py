@@ -26,7 +26,7 @@ from smdebug.collection import (
     CollectionManager,
 )
 from smdebug.config import ReductionConfig, SaveConfig, SaveConfigMode
-from smdebug.exceptions import ConfigError, SMDebugTypeError
+from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
 from smdebug.store import Store, redact
@@ -461,7 +461,7 @@ class BaseHook:
             logger.debug("smdebug: could not check %s: %s", redact(self.out_dir), type(exc).__name__)
             return
         if found:
-            raise ConfigError(
+            raise OutDirExistsError(
                 f"out_dir: {redact(self.out_dir)} already holds {found}; smdebug does not mix two runs in "
                 "one directory: choose a new out_dir"
             )

@@ -355,11 +355,9 @@ class RunWriter:
         self._published(pub)
 
     def _transient(self, exc: BaseException) -> bool:
-        """Whether a failed write is worth retrying: a remote store's outage, not a refusal."""
-        if self.store.is_local:
-            return False
-        permanent = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
-        return not isinstance(exc, (*permanent, ValueError, TypeError))
+        """Whether a failed write is worth retrying: anything from a remote store (while a server comes
+        back it may answer "no such bucket" or "access denied" too), nothing from a local disk."""
+        return not self.store.is_local and not isinstance(exc, (ValueError, TypeError))
 
     def _given_up(self, pub: _Publication, reason: str) -> None:
         logger.warning("smdebug: could not save %s to %s: %s", pub.what, self.store.uri, reason)
