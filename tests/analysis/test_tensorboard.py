@@ -212,3 +212,35 @@ def test_json_config_tensorboard_output_and_save_histogram(tmp_path, tb):
     read = tb(tmp_path / "tb" / "GLOBAL")
     assert [s for s, _ in read["scalars"]["CrossEntropyLoss_output_0"]] == [0, 1, 2]
     assert read["histograms"] and all(t.startswith("weights/") for t in read["histograms"])
+
+
+def test_non_finite_values_never_stop_the_export(tmp_path, tb):
+    """An exploding tensor (all NaN) gets no histogram; the others, and later steps, are still exported."""
+    import torch
+    from conftest import Net
+
+    import smdebug.pytorch as smd
+
+    hook = smd.Hook(
+        out_dir=str(tmp_path / "run"),
+        tensorboard_dir=str(tmp_path / "tb"),
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["losses"],
+    )
+    model, loss_fn = Net(), torch.nn.CrossEntropyLoss()
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    for _ in range(3):
+        loss_fn(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        hook.save_tensor("probe/all_nan", np.full(4, np.nan), "probes")
+        hook.save_tensor("probe/some_nan", np.array([1.0, np.nan, 3.0, np.inf]), "probes")
+    hook.close()
+    read = tb(tmp_path / "tb" / "GLOBAL")
+    assert "probes/probe/all_nan" not in read["histograms"]
+    some_nan = read["histograms"]["probes/probe/some_nan"]
+    assert [(s, h.num, h.min, h.max) for s, h in some_nan] == [
+        (0, 2, 1.0, 3.0),
+        (1, 2, 1.0, 3.0),
+        (2, 2, 1.0, 3.0),
+    ]
+    assert [s for s, _ in read["scalars"]["CrossEntropyLoss_output_0"]] == [0, 1, 2]

@@ -9,7 +9,7 @@ files; summary steps are global steps. What becomes a summary (``summaries_for``
 - a scalar summary for every stored reduction, tagged with its stored name
   (``smdebug/reductions/<reduction>/<tensor>``), so a reductions-only run still shows its curves;
 - a histogram, tagged ``<collection>/<tensor>``, for a numeric tensor of a collection whose
-  ``save_histogram`` is true (never for scalar collections).
+  ``save_histogram`` is true (never for scalar collections), of its finite values.
 
 The hook writes them while training when ``export_tensorboard=True`` or ``tensorboard_dir`` is given
 (through the observation hooks, off the training thread); ``export_tensorboard(trial, logdir)`` and
@@ -30,6 +30,7 @@ import numpy as np
 
 from smdebug import codec
 from smdebug.collection import SCALAR_COLLECTIONS, Collection
+from smdebug.exceptions import SMDebugError
 from smdebug.hookspecs import hookimpl
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import REDUCTIONS_PREFIX
@@ -95,9 +96,16 @@ class SummaryWriter:
         event = codec.encode_scalar_event(tag, value, int(step), wall_time or time.time())
         self._add(event, step)
 
-    def add_histogram(self, tag: str, values, step: int, wall_time: float | None = None) -> None:
-        event = codec.encode_histogram_event(tag, np.asarray(values), int(step), wall_time or time.time())
-        self._add(event, step)
+    def add_histogram(self, tag: str, values, step: int, wall_time: float | None = None) -> bool:
+        """Add a histogram of the finite values (NaN and infinities are left out); False when there
+        is none, so nothing was added."""
+        values = np.asarray(values).reshape(-1)
+        if values.dtype.kind == "f":
+            values = values[np.isfinite(values)]
+        if values.size == 0:
+            return False
+        self._add(codec.encode_histogram_event(tag, values, int(step), wall_time or time.time()), step)
+        return True
 
     def _add(self, event: bytes, step: int) -> None:
         if not self._pending and not self.store.is_local and self._handle is None:
@@ -181,6 +189,8 @@ class _HookExporter:
                         writer.add_scalar(tag, value, step, wall_time)
                     else:
                         writer.add_histogram(tag, value, step, wall_time)
+            except SMDebugError as exc:  # a value that cannot be summarised: skip it, keep exporting
+                logger.warning("smdebug: TensorBoard summary %s skipped: %s", item[2:3], exc)
             except Exception as exc:  # never break training: warn once and stop exporting
                 self.failed = True
                 logger.warning(
@@ -295,8 +305,7 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
                     if kind == "scalar":
                         writer.add_scalar(tag, value, step)
                         counts["scalars"] += 1
-                    else:
-                        writer.add_histogram(tag, value, step)
+                    elif writer.add_histogram(tag, value, step):
                         counts["histograms"] += 1
     finally:
         for writer in writers.values():
