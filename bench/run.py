@@ -428,22 +428,26 @@ def report(results: dict, args, started: float, versions: dict) -> str:
             )
     if "import" in results:
         im = results["import"]
-        extra = im["extra_cpu_ms"]
+        extra, noise = im["extra_cpu_ms"], im["noise_ms"]
+        complete = not (im["new_finders"] or im["new_path_hooks"])  # else imports may cost more than itemised
+        figure = im["attributed_ms"] if complete else extra
+        consistent = "consistent with 0" if abs(extra) <= 2 * noise else "not within noise of 0"
         lines += [
-            f"| 4 `python -c 'import torch'`, CPU time (ms) | {im['cpu_ms'][OURS]:.0f} | "
-            f"{im['cpu_ms']['baseline']:.0f} (torch alone) | {extra:+.1f} ms (noise ±{im['noise_ms']:.1f}) "
-            f"| ≤ 5 ms extra | {verdict(extra <= TARGET_IMPORT_MS)} |",
-            f"| 4 what our install adds to it, itemised (ms) | {im['attributed_ms']:.3f} | | | ≤ 5 ms | "
-            f"{verdict(im['attributed_ms'] <= TARGET_IMPORT_MS)} |",
+            f"| 4 extra `import torch` time, unconfigured: what our install adds (ms) | {im['attributed_ms']:.3f} "
+            f"| | | ≤ 5 ms | {verdict(figure <= TARGET_IMPORT_MS)} |",
+            f"| 4 `python -c 'import torch'`, CPU time (ms), cross-check | {im['cpu_ms'][OURS]:.0f} | "
+            f"{im['cpu_ms']['baseline']:.0f} (torch alone) | {extra:+.1f} ms ± {noise:.1f} ({consistent}) | | |",
         ]
         mods = ", ".join(f"{n} {ms:.2f}" for n, ms in list(im["extra_modules_ms"].items())[:8]) or "none"
         pth = ", ".join(f"`{f}` {us:.1f} µs" for f, us in im["new_pth_us"].items()) or "none"
         notes.append(
             f"4: our venv (core and smdebug-torch installed as users install them, no hook configuration) "
             f"against a venv with torch and numpy only. {im['reps']} runs of `python -c 'import torch'` in "
-            f"each, alternating; the verdict uses the difference of the medians of the child's CPU time "
-            f"(user + sys; wall: ours {im['wall_ms'][OURS]:.0f} ms, torch alone {im['wall_ms']['baseline']:.0f}"
-            f" ms). Itemised from {im['profile_reps']} runs each under `-X importtime` and a probe: start-up "
+            f"each, alternating: difference of the medians of the child's CPU time (user + sys; wall: ours "
+            f"{im['wall_ms'][OURS]:.0f} ms, torch alone {im['wall_ms']['baseline']:.0f} ms), with a rough "
+            f"standard error; on a shared 2-core machine this end-to-end figure cannot resolve 5 ms, so the "
+            f"verdict uses the itemised figure (the end-to-end one if our install left an import finder or "
+            f"path hook, whose cost the items would miss). Itemised from {im['profile_reps']} runs each under `-X importtime` and a probe: start-up "
             f"files only our venv has: {pth} (their import lines, timed as site.py runs them); modules only "
             f"our venv imports (own time, ms): {mods}; import finders left on `sys.meta_path` after "
             f"`import torch`: {', '.join(im['new_finders']) or 'none'}; extra path hooks: "
