@@ -340,3 +340,22 @@ def test_save_failure_never_reaches_training(tmp_path, caplog):
     messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("could not save step 0" in m for m in messages)
     assert any("3 step(s) could not be saved" in m and "0, 1, 2 (" in m for m in messages)
+
+
+@pytest.mark.parametrize("uri", ["local", "memory://smdebug-test/late"])
+def test_values_saved_after_a_step_ended_join_it_without_losing_its_tensors(tmp_path, uri):
+    out = str(tmp_path / "run") if uri == "local" else uri
+    hook = BaseHook(out_dir=out, save_all=True, save_config=every_step())
+    for i in range(2):
+        hook.begin_step()
+        hook.save_for_step("w", np.full(2, float(i)))
+        hook.end_step()
+    hook.save_scalar("after", 5.0)  # outside a step: it goes to the last step, step 1
+    hook.save_tensor("late", np.arange(3))
+    hook.close()
+    trial = create_trial(out)
+    assert trial.steps() == [0, 1]
+    assert trial.tensor("w").steps() == [0, 1]
+    assert trial.tensor("w").value(1).tolist() == [1.0, 1.0]
+    assert trial.tensor("scalar/after").value(1).tolist() == [5.0]  # a Python float: shape (1,), as smdebug
+    assert trial.tensor("late").value(1).tolist() == [0, 1, 2]

@@ -258,6 +258,10 @@ class StagedFile:
         self._file.write(data)
         self.size += len(data)
 
+    def resume(self) -> None:
+        """Write on after a failed ``commit`` (which may have read the buffer)."""
+        self._file.seek(0, os.SEEK_END)
+
     @property
     def in_memory(self) -> int:
         """Bytes this file holds in memory (0 once spilled to disk)."""

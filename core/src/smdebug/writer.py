@@ -161,6 +161,7 @@ class RunWriter:
         self._queued_bytes = 0
         self._room = threading.Condition()
         self._open: _OpenStep | None = None
+        self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
         self._backlog: collections.deque[_Publication] = collections.deque()
         self._retry_at = 0.0
         self._backoff = RETRY_FIRST
@@ -271,8 +272,32 @@ class RunWriter:
         if self._open is not None and self._open.step != step:
             self._finish(self._open.step)
         if self._open is None:
-            self._open = _OpenStep(step, mode, mode_step)
+            ended = self._ended
+            if ended is not None and ended.step == step and not ended.failed:
+                self._open = self._reopen(ended)
+            else:
+                self._open = _OpenStep(step, mode, mode_step)
         return self._open
+
+    def _reopen(self, ended: _OpenStep) -> _OpenStep:
+        """More tensors for a step that already ended (save_scalar after training): the step's files are
+        published again whole, earlier records first, so nothing saved in it before is lost."""
+        st = _OpenStep(ended.step, ended.mode, ended.mode_step, None, list(ended.tensors), list(ended.shapes))
+        if not ended.tensors:
+            return st
+        waiting = next((p for p in self._backlog if p.step == st.step), None)
+        try:
+            if waiting is not None and isinstance(waiting.parts[0], StagedFile):
+                # not yet published (the store is failing): append to the staged file itself
+                self._backlog.remove(waiting)
+                st.staged = waiting.parts[0]
+                st.staged.resume()
+            else:
+                st.staged = self.store.stage(event_file_path(st.step, self.worker))
+                st.staged.write(self.store.read_bytes(event_file_path(st.step, self.worker)))
+        except Exception as exc:
+            self._fail(st, exc)
+        return st
 
     def _fail(self, st: _OpenStep, exc: BaseException) -> None:
         reason = self.store.describe(exc)
@@ -318,6 +343,7 @@ class RunWriter:
         if st is None or st.step != step:
             return
         self._open = None
+        self._ended = st
         if st.failed or not (st.tensors or st.shapes):
             if st.staged is not None:
                 st.staged.discard()
@@ -327,6 +353,7 @@ class RunWriter:
             meta["event_file_name"] = event_file_path(step, self.worker)
         index = {"meta": meta, "tensor_payload": st.tensors, "shape_payload": st.shapes}
         parts = [st.staged] if st.staged is not None else []
+        st.staged = None  # the publication owns it now
         parts.append((index_file_path(step, self.worker), json.dumps(index).encode()))
         self._publish(_Publication(step, parts))
 
