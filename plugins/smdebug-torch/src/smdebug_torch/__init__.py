@@ -1,62 +1,15 @@
 """smdebug for PyTorch, also importable as ``smdebug.pytorch``.
 
-    import smdebug.pytorch as smd
-    hook = smd.Hook(out_dir="/tmp/run", save_config=smd.SaveConfig(save_interval=10))
-    hook.register_module(model)
-    hook.register_loss(criterion)
-
-Names are resolved on first use (torch with ``Hook``), not by importing this package: the plugin's
-entry point (``smdebug_torch.plugin``) lives inside it and must stay cheap to load.
+import smdebug.pytorch as smd
+hook = smd.Hook(out_dir="/tmp/run", save_config=smd.SaveConfig(save_interval=10))
+hook.register_module(model)
+hook.register_loss(criterion)
 """
 
-from importlib import import_module
+from smdebug import modes  # noqa: F401 (part of the API: smd.modes)
+from smdebug.framework_api import exports
 
-from smdebug import modes
-
-_LAZY = {
-    "Hook": "smdebug_torch.hook",
-    "Collection": "smdebug_torch.collection",
-    "CollectionKeys": "smdebug.collection",
-    "SaveConfig": "smdebug.config",
-    "SaveConfigMode": "smdebug.config",
-    "ReductionConfig": "smdebug.config",
-    "create_trial": "smdebug.trials",
-}
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'smdebug_torch' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
-
-
-def get_hook(json_config_path=None, create_if_not_exists: bool = False):
-    """The PyTorch hook in use (the last one created); with create_if_not_exists, one is created from
-    the JSON configuration (``json_config_path``, ``SMDEBUG_CONFIG_FILE_PATH`` or SageMaker's path)
-    when there is one."""
-    from smdebug import hook as core_hook
-    from smdebug_torch.hook import Hook
-
-    current = core_hook.get_hook()
-    if isinstance(current, Hook):
-        return current
-    if create_if_not_exists:
-        return Hook.create_from_json_file(json_config_path)
-    return None
-
-
-__all__ = [
-    "Hook",
-    "Collection",
-    "CollectionKeys",
-    "SaveConfig",
-    "SaveConfigMode",
-    "ReductionConfig",
-    "modes",
-    "create_trial",
-    "get_hook",
-]
+# Hook, SaveConfig, create_trial, ... resolve on first use: importing this package stays cheap.
+__getattr__, __dir__, get_hook, __all__ = exports(
+    __name__, "smdebug_torch.hook", Collection="smdebug_torch.collection"
+)
