@@ -177,14 +177,17 @@ PTH = Path(__file__).parents[2] / "core" / "zz-smdebug-activation.pth"
 @pytest.mark.parametrize("configured", [False, True])
 def test_startup_line_imports_nothing_unless_configured(configured, tmp_path):
     (line,) = [x for x in PTH.read_text().splitlines() if x.startswith("import ")]
+    # The interpreter starts unconfigured (so the installed startup file did nothing), then the line runs
+    # again with or without a configuration.
+    setenv = (
+        f"os.environ['SMDEBUG_CONFIG_FILE_PATH'] = {str(tmp_path / 'hook.json')!r}; " if configured else ""
+    )
     code = (
-        f"import sys; before = set(sys.modules); exec({line!r}); "
+        f"import os, sys; {setenv}before = set(sys.modules); exec({line!r}); "
         "new = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('smdebug', 'pluggy')); "
         "print(bool(new), [type(f).__name__ for f in sys.meta_path if 'PostImport' in type(f).__name__])"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("SMDEBUG_CONFIG_FILE_PATH", "SMDEBUG_DISABLE")}
-    if configured:
-        env["SMDEBUG_CONFIG_FILE_PATH"] = str(tmp_path / "hook.json")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     on = configured or Path(DEFAULT_CONFIG_PATH).is_file()  # (on SageMaker, always configured)
     expected = "True ['_PostImportFinder']" if on else "False []"
