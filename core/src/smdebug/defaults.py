@@ -1,19 +1,22 @@
-"""The core's own implementations of its hooks: numpy capture and reductions, the fsspec store."""
+"""The core's own implementations of its hooks: numpy capture and reductions, the fsspec store, the
+command line's subcommands, and TensorBoard export for hooks that ask for it.
+
+Plugins load as soon as a configured process starts (activation), so this module imports what each
+hook needs only when the hook is first called.
+"""
 
 from __future__ import annotations
 
 import importlib
 import numbers
 
-import numpy as np
-
 from smdebug.hookspecs import hookimpl
-from smdebug.reductions import numpy_reduction
-from smdebug.store import Store
 
 
 @hookimpl(trylast=True)
 def smdebug_to_numpy(value):
+    import numpy as np
+
     # A copy: the writer encodes it later, off the training thread, and the caller may change it meanwhile.
     if isinstance(value, np.ndarray):
         return value.copy()
@@ -24,6 +27,10 @@ def smdebug_to_numpy(value):
 
 @hookimpl(trylast=True)
 def smdebug_reduce(value, reduction, abs):
+    import numpy as np
+
+    from smdebug.reductions import numpy_reduction
+
     if isinstance(value, (np.ndarray, np.generic, numbers.Number)):
         return numpy_reduction(value, reduction, abs)
     from smdebug import plugins
@@ -34,6 +41,8 @@ def smdebug_reduce(value, reduction, abs):
 
 @hookimpl(trylast=True)
 def smdebug_open_store(uri):
+    from smdebug.store import Store
+
     return Store(uri)
 
 
@@ -43,3 +52,28 @@ def smdebug_add_commands(subparsers):
 
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_command(subparsers)
+
+
+# -- TensorBoard export of hooks made with export_tensorboard / tensorboard_dir (smdebug.tensorboard) --
+@hookimpl
+def smdebug_tensor_saved(hook, name, value, step, mode):
+    if getattr(hook, "tensorboard_dir", None) is not None:
+        from smdebug import tensorboard
+
+        tensorboard.tensor_saved(hook, name, value, step, mode)
+
+
+@hookimpl
+def smdebug_step_end(hook, mode, step, mode_step):
+    if getattr(hook, "tensorboard_dir", None) is not None:
+        from smdebug import tensorboard
+
+        tensorboard.step_end(hook)
+
+
+@hookimpl
+def smdebug_hook_closed(hook):
+    if getattr(hook, "tensorboard_dir", None) is not None:
+        from smdebug import tensorboard
+
+        tensorboard.hook_closed(hook)

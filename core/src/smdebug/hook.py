@@ -128,7 +128,7 @@ class BaseHook:
         _active_hook = self
         ref = weakref.ref(self)
         atexit.register(lambda: (h := ref()) is not None and h.close())
-        logger.info("smdebug: saving to %s", self.out_dir)
+        logger.info("smdebug: saving to %s", redact(self.out_dir))
 
     # -- what a framework plugin may override ------------------------------------------------------
     def _get_worker_name(self) -> str:

@@ -18,7 +18,7 @@ logger = logging.getLogger("smdebug")
 ENTRY_POINT_GROUP = "smdebug"
 # The core's defaults go through the same hooks as any plugin (registered before entry points, so
 # plugins that are registered later are called first and can override them).
-DEFAULT_PLUGINS = ("smdebug.defaults", "smdebug.tensorboard")
+DEFAULT_PLUGINS = ("smdebug.defaults",)
 
 # Distribution to install for the aliases smdebug 1.0 users know.
 KNOWN_ALIASES = {

@@ -31,7 +31,6 @@ import numpy as np
 from smdebug import codec
 from smdebug.collection import SCALAR_COLLECTIONS, Collection
 from smdebug.exceptions import SMDebugError
-from smdebug.hookspecs import hookimpl
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import REDUCTIONS_PREFIX
 from smdebug.store import Store
@@ -145,7 +144,7 @@ class SummaryWriter:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The hook's exporter: a plugin of the core's observation hooks, one background thread per hook.
+# The hook's exporter (smdebug.defaults calls it from the observation hooks), one background thread per hook.
 
 
 class _HookExporter:
@@ -225,10 +224,8 @@ def _hook_collections(hook, name: str) -> list[Collection]:
         return []
 
 
-@hookimpl
-def smdebug_tensor_saved(hook, name, value, step, mode):
-    if getattr(hook, "tensorboard_dir", None) is None:
-        return
+# -- the hook's export (called by smdebug.defaults' observation hooks for hooks with a tensorboard_dir) --
+def tensor_saved(hook, name, value, step, mode):
     try:
         exporter = _exporter(hook)
         if exporter is None or exporter.failed:
@@ -240,18 +237,14 @@ def smdebug_tensor_saved(hook, name, value, step, mode):
         logger.warning("smdebug: TensorBoard summary of %s skipped: %s: %s", name, type(exc).__name__, exc)
 
 
-@hookimpl
-def smdebug_step_end(hook, mode, step, mode_step):
-    if getattr(hook, "tensorboard_dir", None) is None:
-        return
+def step_end(hook):
     exporter = _exporters.get(hook)
     if exporter is not None:
         exporter.put(("flush",))
 
 
-@hookimpl
-def smdebug_hook_closed(hook):
-    exporter = _exporters.pop(hook, None) if getattr(hook, "tensorboard_dir", None) else None
+def hook_closed(hook):
+    exporter = _exporters.pop(hook, None)
     if exporter is not None:
         exporter.close()
 
