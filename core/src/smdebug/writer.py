@@ -159,6 +159,7 @@ class RunWriter:
         self.written_steps: list[int] = []
         self._queue: queue.Queue = queue.Queue()
         self._queued_bytes = 0
+        self._step_has_data = False  # anything queued for the step that end_step will finish
         self._room = threading.Condition()
         self._open: _OpenStep | None = None
         self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
@@ -178,13 +179,19 @@ class RunWriter:
             while self._queued_bytes and self._queued_bytes + nbytes > self.max_queue_bytes:
                 self._room.wait()
             self._queued_bytes += nbytes
+        self._step_has_data = True
         self._queue.put(("tensor", step, mode, mode_step, name, array, time.time(), nbytes))
 
     def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
+        self._step_has_data = True
         self._queue.put(("shape", step, mode, mode_step, name, list(shape)))
 
     def end_step(self, step: int) -> None:
-        self._queue.put(("end", step))
+        # A step that saved nothing has nothing to finish: waking the writer thread for it at every
+        # step costs the training thread more than the rest of an idle step's hook work.
+        if self._step_has_data:
+            self._step_has_data = False
+            self._queue.put(("end", step))
 
     def write_file(self, relpath: str, data: bytes) -> None:
         self._queue.put(("file", relpath, data))
