@@ -89,8 +89,16 @@ def bench_overhead(pythons, rounds, steps, tmp) -> dict:
                 # per block pair: hooked time / plain time; the median is robust to other load on the machine
                 ratios = [h / p for h, p in zip(res["hooked_s"], res["plain_s"])]
                 step_ms = 1000 * median(res["plain_s"]) / res["block"]
+                extra_ms = (
+                    1000 * median([h - p for h, p in zip(res["hooked_s"], res["plain_s"])]) / res["block"]
+                )
                 out[impl][config].append(
-                    {"ratio": median(ratios), "plain_step_ms": step_ms, "close_s": res["close_s"]}
+                    {
+                        "ratio": median(ratios),
+                        "plain_step_ms": step_ms,
+                        "extra_ms": extra_ms,
+                        "close_s": res["close_s"],
+                    }
                 )
                 log(
                     f"overhead {config:<10} {impl:<15} ratio {median(ratios):.3f} "
@@ -342,6 +350,25 @@ def machine_line() -> str:
     )
 
 
+def _commit() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(HERE.parent), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return f"commit {head}" + (" with uncommitted changes" if dirty else "")
+
+
 def verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -351,7 +378,7 @@ def report(results: dict, args, started: float, versions: dict) -> str:
     lines = [
         "# Benchmarks: ours against smdebug 1.0.34",
         "",
-        f"Date: {now:%Y-%m-%d %H:%M} UTC. Machine: {results['machine']}.",
+        f"Date: {now:%Y-%m-%d %H:%M} UTC. Code: {_commit()}. Machine: {results['machine']}.",
         f"Versions: {versions[OURS]}; {versions[REF]}; torch 2.13.0 (CPU) in both. "
         f"`nox -s bench {' '.join(args.argv)}`".rstrip()
         + f", {args.rounds} round(s), medians; "
@@ -384,7 +411,13 @@ def report(results: dict, args, started: float, versions: dict) -> str:
             + ", ".join(
                 f"{c} {median([x['close_s'] for x in oh[OURS][c]]) * 1000:.0f} ms" for c in TARGET_RATIO
             )
-            + ")."
+            + "). What the hook adds to a step (median, ms), ours / smdebug 1.0.34: "
+            + ", ".join(
+                f"({letter}) {median([x['extra_ms'] for x in oh[OURS][c]]):.2f} / "
+                f"{median([x['extra_ms'] for x in oh[REF][c]]):.2f}"
+                for letter, c in zip("abc", TARGET_RATIO)
+            )
+            + "."
         )
     for key, label, target in (
         ("local", "2 local folder", TARGET_LOCAL_SPEEDUP),
