@@ -9,7 +9,6 @@ tensor it sees.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import weakref
 from collections.abc import Iterable
@@ -125,9 +124,7 @@ class BaseHook:
         from smdebug.rules.actions import RuleRunner
 
         self._rules = RuleRunner(self)  # rules evaluated at step end, and the stop signal
-        _active_hook = self
-        ref = weakref.ref(self)
-        atexit.register(lambda: (h := ref()) is not None and h.close())
+        _active_hook = self  # closed at interpreter exit once it writes (_get_writer)
         logger.info("smdebug: saving to %s", redact(self.out_dir))
 
     # -- what a framework plugin may override ------------------------------------------------------
