@@ -340,13 +340,21 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int, object]]:
     """Yield (field number, wire type, value): an int for varints, else a memoryview of the raw bytes."""
     pos, end = 0, len(buf)
     while pos < end:
-        key, pos = _read_varint(buf, pos)
+        key = buf[pos]  # one-byte varints (almost every key and length) without a call
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(buf, pos)
         wire_type = key & 7
         if wire_type == 0:
             value, pos = _read_varint(buf, pos)
         else:
             if wire_type == 2:
-                size, pos = _read_varint(buf, pos)
+                size = buf[pos]
+                if size < 0x80:
+                    pos += 1
+                else:
+                    size, pos = _read_varint(buf, pos)
             elif wire_type in (1, 5):
                 size = 8 if wire_type == 1 else 4
             else:
