@@ -93,13 +93,13 @@ def _hook(config: str, out_dir: str, **ours_only):
     return smd.Hook(out_dir=out_dir, **kwargs)
 
 
-def _trainer(torch, model, batches):
+def _trainer(torch, model, batches, keep_grads=False):
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def step(i):
         x, y = batches[i % len(batches)]
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=not keep_grads)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
@@ -187,14 +187,24 @@ def read(path: str, steps_per_tensor: int | None = None) -> dict:
 
 
 def memory(
-    out_dir: str, hooked: bool, steps: int, width: int, layers: int, bound: int, batch: int = 8
+    out_dir: str,
+    hooked: bool,
+    steps: int,
+    width: int,
+    layers: int,
+    bound: int,
+    batch: int = 8,
+    keep_grads=False,
 ) -> dict:
-    """Peak RSS of training a large MLP (its weights and biases saved every step when ``hooked``)."""
+    """Peak RSS of training a large MLP (its weights and biases saved every step when ``hooked``).
+
+    With ``keep_grads`` the gradients stay allocated between steps (zeroed, not freed), so the weights
+    are copied for the writer while the gradients are alive and the writer's copies add to the peak."""
     torch = _torch()
     model = _mlp(torch, [width] * (layers + 1))
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     batches = [(torch.randn(batch, width), torch.randint(0, width, (batch,))) for _ in range(2)]
-    step, loss_fn = _trainer(torch, model, batches)
+    step, loss_fn = _trainer(torch, model, batches, keep_grads=keep_grads)
     hook = None
     if hooked:
         hook = _hook("weights", out_dir, max_queue_bytes=bound)
