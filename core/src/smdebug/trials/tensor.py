@@ -113,7 +113,8 @@ class Tensor:
     def _worker_data(self, step_num, mode, worker) -> _StepData:
         per_worker = self._step(step_num, mode)
         if worker is None:
-            worker = min(per_worker, key=_natural)
+            # the first worker in natural order (the only one, most often: no sorting then)
+            worker = next(iter(per_worker)) if len(per_worker) == 1 else min(per_worker, key=_natural)
         elif worker not in per_worker:
             raise InvalidWorker(worker)
         return per_worker[worker]
