@@ -310,13 +310,17 @@ class BaseHook:
             self._prepared = False
 
     def _included(self) -> list[Collection]:
+        collections = self.collection_manager.collections
         if CollectionKeys.ALL in self.include_collections:
-            return list(self.collection_manager.collections.values())
-        return [self.get_collection(n) for n in self.include_collections]
+            return list(collections.values())
+        # _prepare created every included collection; not get_collection, which empties _colls_of
+        return [collections[n] for n in self.include_collections if n in collections]
 
     def _prepare(self) -> None:
         """Give every collection its effective configs (its own, completed by the hook's)."""
         self.worker = self._get_worker_name()
+        for name in self.include_collections:
+            self.collection_manager.get(name, cls=self.collection_class)
         for coll in self.collection_manager.collections.values():
             coll.save_config.merge_default_save_config(self.save_config)
             if coll.name in SCALAR_COLLECTIONS:
