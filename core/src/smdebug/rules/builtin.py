@@ -1,7 +1,7 @@
 """The built-in rules by name, and ``create_rule``: a rule from a name plus (string) parameters.
 
-The core's rules are contributed through the ``smdebug_rules`` hook like any plugin's (the XGBoost
-plugin adds ``tree_depth`` and ``feature_importance_overweight``).
+The core's rules are the classes of ``smdebug.rules.generic``; plugins add theirs through the
+``smdebug_rules`` hook (the XGBoost plugin adds ``tree_depth`` and ``feature_importance_overweight``).
 """
 
 from __future__ import annotations
@@ -10,45 +10,10 @@ import difflib
 import inspect
 
 from smdebug.exceptions import SMDebugTypeError, SMDebugValueError
-from smdebug.rules.activations import DeadRelu, PoorWeightInitialization, SaturatedActivation
-from smdebug.rules.classification import ClassImbalance, Confusion
-from smdebug.rules.inputs import CheckInputImages, NLPSequenceRatio
-from smdebug.rules.losses import LossNotDecreasing, Overfit, Overtraining
+from smdebug.rules import generic
 from smdebug.rules.rule import Rule
-from smdebug.rules.stalled import StalledTrainingRule
-from smdebug.rules.tensors import (
-    AllZero,
-    ExplodingTensor,
-    SimilarAcrossRuns,
-    TensorVariance,
-    UnchangedTensor,
-    VanishingGradient,
-    WeightUpdateRatio,
-)
 
-CORE_RULES: dict[str, type[Rule]] = {
-    cls.name: cls
-    for cls in (
-        VanishingGradient,
-        ExplodingTensor,
-        SimilarAcrossRuns,
-        WeightUpdateRatio,
-        AllZero,
-        UnchangedTensor,
-        LossNotDecreasing,
-        CheckInputImages,
-        DeadRelu,
-        Confusion,
-        ClassImbalance,
-        Overfit,
-        Overtraining,
-        TensorVariance,
-        PoorWeightInitialization,
-        SaturatedActivation,
-        NLPSequenceRatio,
-        StalledTrainingRule,
-    )
-}
+CORE_RULES: dict[str, type[Rule]] = {cls.name: cls for cls in (getattr(generic, n) for n in generic.__all__)}
 
 # Keys of a SageMaker rule configuration's RuleParameters that are not parameters of the rule.
 _NOT_PARAMETERS = ("rule_to_invoke",)
