@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import json
 import logging
 import os
 import queue
@@ -24,7 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from smdebug import codec
+from smdebug import codec, layout
+from smdebug.layout import (  # noqa: F401 (END_OF_JOB_FILE, existing_run: still imported from here)
+    END_OF_JOB_FILE,
+    collections_file_path,
+    event_file_path,
+    existing_run,
+    index_file_path,
+)
 from smdebug.modes import ModeKeys
 from smdebug.store import StagedFile, Store
 
@@ -33,40 +39,6 @@ logger = logging.getLogger("smdebug")
 DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 DEFAULT_CLOSE_TIMEOUT = 60.0  # seconds close() keeps retrying a failing store before giving up
 RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
-END_OF_JOB_FILE = "training_job_end.ts"
-
-
-def event_file_path(step: int, worker: str) -> str:
-    return f"events/{step:012d}/{step:012d}_{worker}.tfevents"
-
-
-def index_file_path(step: int, worker: str) -> str:
-    return f"index/{step // 1000:09d}/{step:012d}_{worker}.json"
-
-
-def collections_file_path(worker: str) -> str:
-    return f"collections/000000000/{worker}_collections.json"
-
-
-def existing_run(store: Store, worker: str | None) -> str | None:
-    """What of an earlier run a store holds ("a finished smdebug run", ...), or None.
-
-    With a worker name, that worker's own collections or index files count too (a crashed run);
-    other workers' files may be those of the same distributed run, which share the directory.
-    """
-    if store.exists(END_OF_JOB_FILE):
-        return f"a finished smdebug run ({END_OF_JOB_FILE} is there)"
-    if worker is None:
-        return None
-    if store.exists(collections_file_path(worker)):
-        return f"an earlier smdebug run of {worker} ({collections_file_path(worker)} is there)"
-    folders = store.list_dirs("index")
-    if folders:
-        suffix = f"_{worker}.json"
-        mine = [p for p in store.list(folders[0]) if p.endswith(suffix)]
-        if mine:
-            return f"an earlier smdebug run of {worker} ({mine[0]} is there)"
-    return None
 
 
 def max_queue_bytes_from_env() -> int:
@@ -339,11 +311,11 @@ class RunWriter:
         except Exception as exc:
             self._fail(st, exc)
             return
-        st.tensors.append({"tensorname": name, "start_idx": offset, "length": len(record), "crc32c": crc})
+        st.tensors.append(layout.tensor_entry(name, offset, len(record), crc))
 
     def _shape(self, step, mode, mode_step, name, shape) -> None:
         st = self._step(step, mode, mode_step)
-        st.shapes.append({"tensorname": name, "originalname": name, "shape": shape})
+        st.shapes.append(layout.shape_entry(name, shape))
 
     def _finish(self, step: int) -> None:
         st = self._open
@@ -355,13 +327,12 @@ class RunWriter:
             if st.staged is not None:
                 st.staged.discard()
             return
-        meta = {"mode": st.mode.name, "mode_step": st.mode_step}
-        if st.tensors:
-            meta["event_file_name"] = event_file_path(step, self.worker)
-        index = {"meta": meta, "tensor_payload": st.tensors, "shape_payload": st.shapes}
+        index = layout.encode_index(
+            st.mode.name, st.mode_step, event_file_path(step, self.worker), st.tensors, st.shapes
+        )
         parts = [st.staged] if st.staged is not None else []
         st.staged = None  # the publication owns it now
-        parts.append((index_file_path(step, self.worker), json.dumps(index).encode()))
+        parts.append((index_file_path(step, self.worker), index))
         self._publish(_Publication(step, parts))
 
     # -- publishing, with an ordered backlog while the store fails ---------------------------------------

@@ -135,7 +135,7 @@ def _config(args) -> dict:
 
 def _check_new_run(out_dir: str) -> None:
     from smdebug import plugins
-    from smdebug.writer import END_OF_JOB_FILE
+    from smdebug.layout import END_OF_JOB_FILE
 
     if plugins.open_store(out_dir).exists(END_OF_JOB_FILE):
         raise SMDebugValueError(
@@ -145,7 +145,7 @@ def _check_new_run(out_dir: str) -> None:
 
 def _has_run(out_dir: str) -> bool:
     from smdebug import plugins
-    from smdebug.writer import END_OF_JOB_FILE
+    from smdebug.layout import END_OF_JOB_FILE
 
     try:
         store = plugins.open_store(out_dir)

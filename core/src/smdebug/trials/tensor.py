@@ -78,7 +78,7 @@ class Tensor:
             m, ms = self._modes[step]
             if mode != ModeKeys.GLOBAL and m != mode:
                 continue
-            if show_incomplete_steps or self.trial._is_complete(step):
+            if show_incomplete_steps or self.trial.is_step_complete(step):
                 out.append(step if mode == ModeKeys.GLOBAL else ms)
         return sorted(out)
 
@@ -93,8 +93,8 @@ class Tensor:
         """Per-worker data of a step, refreshing a live trial once; the smdebug exceptions otherwise."""
         mode = to_mode(mode)
         for attempt in (0, 1):
-            g = self.trial._global(mode, step_num)
-            if g in self._steps and self.trial._is_complete(g):
+            g = self.trial.lookup_global_step(mode, step_num)
+            if g in self._steps and self.trial.is_step_complete(g):
                 return self._steps[g]
             if attempt == 0:
                 self.trial.maybe_refresh(force=True)
@@ -104,7 +104,7 @@ class Tensor:
         if state == StepState.AVAILABLE:
             raise TensorUnavailableForStep(self.name, step_num, mode)
         if state == StepState.UNAVAILABLE:
-            saved = self.trial._all_steps(mode)
+            saved = self.trial.saved_steps(mode)
             if self.trial.loaded_all_steps and (not saved or step_num > saved[-1]):
                 raise NoMoreData(step_num, mode, saved[-1] if saved else -1)
             raise StepUnavailable(step_num, mode)
@@ -165,7 +165,7 @@ class Tensor:
 
     def _fetch(self, loc: Location, step_num: int, mode) -> np.ndarray:
         mode = to_mode(mode)
-        payload = self.trial._read_record(loc, self.name, step_num, mode)
+        payload = self.trial.read_record(loc, self.name, step_num, mode)
         where = f"{self.trial.path}/{loc.event_file}: record at offset {loc.start}"
         try:
             event = codec.decode_event(payload)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -11,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from enum import Enum
 
-from smdebug import codec, plugins
+from smdebug import codec, layout, plugins
 from smdebug.collection import Collection, CollectionManager
 from smdebug.exceptions import (
     CorruptRunError,
@@ -25,12 +24,8 @@ from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import parse_reduction_tensor_name
 from smdebug.trials.fetch import RecordFetcher
 from smdebug.trials.tensor import Location, Tensor
-from smdebug.writer import END_OF_JOB_FILE
 
 logger = logging.getLogger("smdebug")
-
-_INDEX_NAME = re.compile(r"(?:^|/)(\d+)_(.+)\.json$")
-_COLLECTIONS_NAME = re.compile(r"(?:^|/)(.+)_collections\.json$")
 
 
 class StepState(Enum):
@@ -81,8 +76,13 @@ class Trial:
     # -- loading ------------------------------------------------------------------------------------
     def refresh(self) -> None:
         """Load the index files and collections written since the last refresh."""
-        ended = self.store.exists(END_OF_JOB_FILE)  # before listing, so nothing written before it is missed
-        new = [p for p in self._list_index() if p not in self._loaded_index and _INDEX_NAME.search(p)]
+        # the end-of-job file is looked for before listing, so nothing written before it is missed
+        ended = self.store.exists(layout.END_OF_JOB_FILE)
+        new = [
+            p
+            for p in self._list_index()
+            if p not in self._loaded_index and layout.parse_index_file_name(p) is not None
+        ]
         if new:
             # fetched concurrently; loaded in step order so a step is known whole or not at all
             for relpath, data in sorted(self.store.read_many(new).items()):
@@ -95,9 +95,9 @@ class Trial:
     def _list_index(self) -> list[str]:
         """Index files, listing again only the folders (1000 steps each) still being written."""
         if not self._done_index_dirs:
-            return self.store.list("index")
+            return self.store.list(layout.INDEX_DIR)
         found = []
-        for folder in self.store.list_dirs("index"):
+        for folder in self.store.list_dirs(layout.INDEX_DIR):
             if folder not in self._done_index_dirs:
                 found += self.store.list(folder)
         return found
@@ -106,12 +106,9 @@ class Trial:
         last = self.last_complete_step
         for relpath in self._loaded_index:
             folder = relpath.rsplit("/", 1)[0]
-            if folder not in self._done_index_dirs and folder.startswith("index/"):
-                try:
-                    number = int(folder[len("index/") :])
-                except ValueError:
-                    continue
-                if (number + 1) * 1000 - 1 <= last:
+            if folder not in self._done_index_dirs:
+                folder_end = layout.last_step_of_index_dir(folder)
+                if folder_end is not None and folder_end <= last:
                     self._done_index_dirs.add(folder)
 
     def maybe_refresh(self, force: bool = False) -> None:
@@ -121,25 +118,16 @@ class Trial:
             self.refresh()
 
     def _load_index(self, relpath: str, data: bytes) -> None:
-        match = _INDEX_NAME.search(relpath)
-        step, worker = int(match.group(1)), match.group(2)
+        step, worker = layout.parse_index_file_name(relpath)
         try:
-            index = json.loads(data)
-            meta = index["meta"]
-            mode = to_mode(meta.get("mode", "GLOBAL"))
-            mode_step = int(meta.get("mode_step", step))
-            event_file = meta.get("event_file_name")
-            entries = [
-                (t["tensorname"], int(t["start_idx"]), int(t["length"]), t.get("crc32c"))
-                for t in index.get("tensor_payload") or []
-            ]
-            if entries and not isinstance(event_file, str):
-                raise ValueError("meta.event_file_name is missing")
-            shapes = [(s["tensorname"], tuple(s["shape"])) for s in index.get("shape_payload") or []]
+            index = layout.decode_index(data)
+            mode = to_mode(index.mode)
+            mode_step = step if index.mode_step is None else index.mode_step
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptRunError(
                 f"{self.path}/{relpath}: malformed index file: {type(exc).__name__}: {exc}"
             ) from None
+        event_file, entries, shapes = index.event_file, index.tensors, index.shapes
         self._loaded_index.add(relpath)
         self._workers.add(worker)
         self._workers_for_step[step].add(worker)
@@ -147,7 +135,7 @@ class Trial:
         self._step_mode[step] = (mode, mode_step)
         self._mode_to_global[mode][mode_step] = step
         for name, start, length, crc in entries:
-            loc = Location(event_file, start, length, crc if isinstance(crc, int) else None)
+            loc = Location(event_file, start, length, crc)
             self._fetcher.add(event_file, step, worker, name, start, length)
             parsed = parse_reduction_tensor_name(name)
             if parsed is not None:
@@ -161,7 +149,7 @@ class Trial:
             self._tensor(name).add_step(step, mode, mode_step, worker, shape=shape)
             self._tensors_at_step[step].add(name)
 
-    def _read_record(self, loc: Location, tname: str, step: int, mode: ModeKeys) -> bytes:
+    def read_record(self, loc: Location, tname: str, step: int, mode: ModeKeys) -> bytes:
         """The payload of one saved record; a damaged one is reported once (file, offset) and skipped
         by raising CorruptTensorRecord."""
         where = f"{self.path}/{loc.event_file}"
@@ -185,7 +173,7 @@ class Trial:
         return t
 
     def _load_collections(self) -> None:
-        files = [p for p in self.store.list("collections") if _COLLECTIONS_NAME.search(p)]
+        files = [p for p in self.store.list(layout.COLLECTIONS_DIR) if layout.is_collections_file(p)]
         # Collections files are rewritten while a run goes on: reload all of them until it has ended.
         if not files or (self.loaded_all_steps and set(files) == self._collection_files):
             return
@@ -221,13 +209,15 @@ class Trial:
         self.maybe_refresh()
         return sorted(self._workers, key=_natural)
 
-    def _all_steps(self, mode=ModeKeys.GLOBAL) -> list[int]:
+    def saved_steps(self, mode=ModeKeys.GLOBAL) -> list[int]:
+        """Every step loaded so far (mode steps when a mode is given), finished by all workers or not."""
         mode = to_mode(mode)
         if mode == ModeKeys.GLOBAL:
             return sorted(self._step_mode)
         return sorted(self._mode_to_global[mode])
 
-    def _is_complete(self, global_step: int) -> bool:
+    def is_step_complete(self, global_step: int) -> bool:
+        """Whether every worker has written the step (or never will: a later step or the end is seen)."""
         return (
             len(self._workers_for_step[global_step]) >= self.num_workers
             or self.loaded_all_steps
@@ -240,11 +230,12 @@ class Trial:
         mode = to_mode(mode)
         return [
             s
-            for s in self._all_steps(mode)
-            if show_incomplete_steps or self._is_complete(self._global(mode, s))
+            for s in self.saved_steps(mode)
+            if show_incomplete_steps or self.is_step_complete(self.lookup_global_step(mode, s))
         ]
 
-    def _global(self, mode: ModeKeys, step: int) -> int:
+    def lookup_global_step(self, mode: ModeKeys, step: int) -> int:
+        """The global step of a mode step known so far (-1 when none), without reading anything."""
         return step if mode == ModeKeys.GLOBAL else self._mode_to_global[mode].get(step, -1)
 
     def global_step(self, mode, mode_step: int) -> int:
@@ -274,12 +265,12 @@ class Trial:
 
     def has_passed_step(self, step: int, mode=ModeKeys.GLOBAL) -> StepState:
         mode = to_mode(mode)
-        all_steps = self._all_steps(mode)
+        all_steps = self.saved_steps(mode)
         i = bisect_left(all_steps, step)
         if i < len(all_steps):
-            g = self._global(mode, all_steps[i])
+            g = self.lookup_global_step(mode, all_steps[i])
             if all_steps[i] == step:
-                return StepState.AVAILABLE if self._is_complete(g) else StepState.NOT_YET_AVAILABLE
+                return StepState.AVAILABLE if self.is_step_complete(g) else StepState.NOT_YET_AVAILABLE
             # a later step exists: this one was skipped once every worker has passed the later one
             if g <= self.last_complete_step or self.loaded_all_steps:
                 return StepState.UNAVAILABLE
@@ -302,7 +293,7 @@ class Trial:
                 if state == StepState.AVAILABLE:
                     break
                 if state == StepState.UNAVAILABLE:
-                    saved = self._all_steps(mode)
+                    saved = self.saved_steps(mode)
                     last = saved[-1] if saved else -1
                     if self.loaded_all_steps and step > last:
                         raise NoMoreData(step, mode, last)
@@ -331,7 +322,7 @@ class Trial:
                 else {n for n, t in self._tensors.items() if t.has_mode(mode)}
             )
         else:
-            names = set(self._tensors_at_step.get(self._global(mode, step), ()))
+            names = set(self._tensors_at_step.get(self.lookup_global_step(mode, step), ()))
         if regex is not None:
             patterns = [regex] if isinstance(regex, str) else list(regex)
             compiled = re.compile("|".join(f"(?:{p})" for p in patterns))

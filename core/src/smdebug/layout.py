@@ -1,0 +1,155 @@
+"""The on-disk layout of a run, as smdebug 1.0 has it: one place for what the writer and the Trial share.
+
+    <run>/events/<step:012d>/<step:012d>_<worker>.tfevents     the step's records (TFRecord framing)
+    <run>/index/<step // 1000:09d>/<step:012d>_<worker>.json    where each record of the step is
+    <run>/collections/000000000/<worker>_collections.json       the worker's collections
+    <run>/training_job_end.ts                                   written when training has ended
+
+An index file is JSON: ``{"meta": {"mode", "mode_step", "event_file_name"}, "tensor_payload": [{"tensorname",
+"start_idx", "length", "crc32c"}], "shape_payload": [{"tensorname", "originalname", "shape"}]}``. ``crc32c``
+(the record payload's masked CRC32C) is ours; smdebug 1.0 ignores keys it does not know.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+END_OF_JOB_FILE = "training_job_end.ts"
+EVENTS_DIR = "events"
+INDEX_DIR = "index"
+COLLECTIONS_DIR = "collections"
+STEPS_PER_INDEX_DIR = 1000  # index files are grouped in folders of this many steps
+
+# index schema
+META, MODE, MODE_STEP, EVENT_FILE_NAME = "meta", "mode", "mode_step", "event_file_name"
+TENSOR_PAYLOAD, SHAPE_PAYLOAD = "tensor_payload", "shape_payload"
+TENSORNAME, ORIGINALNAME, START_IDX, LENGTH, CRC32C, SHAPE = (
+    "tensorname",
+    "originalname",
+    "start_idx",
+    "length",
+    "crc32c",
+    "shape",
+)
+
+INDEX_FILE_NAME = re.compile(r"(?:^|/)(\d+)_(.+)\.json$")  # step, worker
+COLLECTIONS_FILE_NAME = re.compile(r"(?:^|/)(.+)_collections\.json$")  # worker
+
+
+def event_file_path(step: int, worker: str) -> str:
+    return f"{EVENTS_DIR}/{step:012d}/{step:012d}_{worker}.tfevents"
+
+
+def index_dir(step: int) -> str:
+    return f"{INDEX_DIR}/{step // STEPS_PER_INDEX_DIR:09d}"
+
+
+def index_file_path(step: int, worker: str) -> str:
+    return f"{index_dir(step)}/{step:012d}_{worker}.json"
+
+
+def collections_file_path(worker: str) -> str:
+    return f"{COLLECTIONS_DIR}/000000000/{worker}_collections.json"
+
+
+def parse_index_file_name(relpath: str) -> tuple[int, str] | None:
+    """(step, worker) of an index file's path, or None when the name is not one."""
+    match = INDEX_FILE_NAME.search(relpath)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def is_collections_file(relpath: str) -> bool:
+    return COLLECTIONS_FILE_NAME.search(relpath) is not None
+
+
+def last_step_of_index_dir(folder: str) -> int | None:
+    """The last step an index folder ("index/000000002") can hold, or None for another folder."""
+    prefix = INDEX_DIR + "/"
+    if not folder.startswith(prefix):
+        return None
+    try:
+        number = int(folder[len(prefix) :])
+    except ValueError:
+        return None
+    return (number + 1) * STEPS_PER_INDEX_DIR - 1
+
+
+# -- index files ------------------------------------------------------------------------------------------
+def tensor_entry(name: str, start: int, length: int, crc: int | None = None) -> dict:
+    entry = {TENSORNAME: name, START_IDX: start, LENGTH: length}
+    if crc is not None:
+        entry[CRC32C] = crc
+    return entry
+
+
+def shape_entry(name: str, shape) -> dict:
+    return {TENSORNAME: name, ORIGINALNAME: name, SHAPE: list(shape)}
+
+
+def encode_index(
+    mode_name: str, mode_step: int, event_file: str | None, tensors: list, shapes: list
+) -> bytes:
+    """An index file's bytes; ``tensors``/``shapes`` are lists of ``tensor_entry``/``shape_entry``."""
+    meta = {MODE: mode_name, MODE_STEP: mode_step}
+    if tensors:
+        meta[EVENT_FILE_NAME] = event_file
+    return json.dumps({META: meta, TENSOR_PAYLOAD: tensors, SHAPE_PAYLOAD: shapes}).encode()
+
+
+@dataclass
+class IndexRecord:
+    """What one index file says."""
+
+    mode: object  # as written: a mode name ("TRAIN") or number; "GLOBAL" when the file does not say
+    mode_step: int | None  # None when the file does not say (then it is the global step)
+    event_file: str | None
+    tensors: list[tuple[str, int, int, int | None]]  # (name, start, length, crc or None)
+    shapes: list[tuple[str, tuple]]
+
+
+def decode_index(data: bytes) -> IndexRecord:
+    """Parse an index file; ValueError, KeyError or TypeError when it is malformed."""
+    index = json.loads(data)
+    meta = index[META]
+    mode_step = meta.get(MODE_STEP)
+    event_file = meta.get(EVENT_FILE_NAME)
+    tensors = []
+    for t in index.get(TENSOR_PAYLOAD) or []:
+        crc = t.get(CRC32C)
+        tensors.append(
+            (t[TENSORNAME], int(t[START_IDX]), int(t[LENGTH]), crc if isinstance(crc, int) else None)
+        )
+    if tensors and not isinstance(event_file, str):
+        raise ValueError(f"{META}.{EVENT_FILE_NAME} is missing")
+    shapes = [(s[TENSORNAME], tuple(s[SHAPE])) for s in index.get(SHAPE_PAYLOAD) or []]
+    return IndexRecord(
+        meta.get(MODE, "GLOBAL"),
+        None if mode_step is None else int(mode_step),
+        event_file,
+        tensors,
+        shapes,
+    )
+
+
+# -- what a store holds -----------------------------------------------------------------------------------
+def existing_run(store, worker: str | None) -> str | None:
+    """What of an earlier run a store holds ("a finished smdebug run", ...), or None.
+
+    With a worker name, that worker's own collections or index files count too (a crashed run);
+    other workers' files may be those of the same distributed run, which share the directory.
+    """
+    if store.exists(END_OF_JOB_FILE):
+        return f"a finished smdebug run ({END_OF_JOB_FILE} is there)"
+    if worker is None:
+        return None
+    if store.exists(collections_file_path(worker)):
+        return f"an earlier smdebug run of {worker} ({collections_file_path(worker)} is there)"
+    folders = store.list_dirs(INDEX_DIR)
+    if folders:
+        suffix = f"_{worker}.json"
+        mine = [p for p in store.list(folders[0]) if p.endswith(suffix)]
+        if mine:
+            return f"an earlier smdebug run of {worker} ({mine[0]} is there)"
+    return None
