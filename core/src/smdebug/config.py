@@ -1,11 +1,13 @@
 """When to save (SaveConfig, SaveConfigMode) and what to save (ReductionConfig).
 
-The JSON forms (``to_json_dict``/``from_dict``) are smdebug 1.0's, so smdebug can read the collections
-files we write and we can read its. Every bad value raises ConfigError naming the field and the value.
+The JSON forms (``to_json``/``from_json``, ``to_json_dict``/``from_dict``) are smdebug 1.0's, so smdebug
+can read the collections files we write and we can read its. Every bad value raises ConfigError naming the
+field and the value.
 """
 
 from __future__ import annotations
 
+import json
 import numbers
 import re
 from contextlib import contextmanager
@@ -90,6 +92,16 @@ def to_steps(value: Any, field: str = "save_steps") -> list[int]:
         raise _invalid(field, value, "a list of non-negative integers") from None
 
 
+def _loads(json_str: str | None, owner: str) -> Any:
+    """A JSON configuration's value (None for None, "" or "null"); ConfigError when it is not JSON."""
+    if json_str is None or (isinstance(json_str, str) and not json_str.strip()):
+        return None
+    try:
+        return json.loads(json_str)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{owner}.from_json: invalid JSON {json_str!r} ({exc})") from None
+
+
 # -- pydantic base: errors surface as ConfigError, assignments are validated too ------------------------
 @contextmanager
 def _config_errors(owner: str):
@@ -166,6 +178,15 @@ class SaveConfigMode(ConfigModel):
             "start_step": self.start_step,
             "end_step": self.end_step,
         }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_json_dict())
+
+    @classmethod
+    def from_json(cls, json_str: str | None) -> SaveConfigMode:
+        """The inverse of ``to_json``; an empty or null configuration gives the defaults."""
+        params = _loads(json_str, "SaveConfigMode")
+        return cls() if not params else cls.from_dict(params)
 
     @classmethod
     def from_dict(cls, params: dict | None, default_values: dict | None = None) -> SaveConfigMode | None:
@@ -279,6 +300,15 @@ class SaveConfig:
 
     def to_json_dict(self) -> dict:
         return {mode.name: self._configs[mode].to_json_dict() for mode in ModeKeys}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_json_dict())
+
+    @classmethod
+    def from_json(cls, json_str: str | None) -> SaveConfig:
+        """The inverse of ``to_json``; an empty or null configuration gives the defaults."""
+        params = _loads(json_str, "SaveConfig")
+        return cls() if not params else cls.from_dict(params)
 
     @classmethod
     def from_dict(cls, params: dict | None, default_values: dict | None = None) -> SaveConfig | None:
@@ -404,6 +434,15 @@ class ReductionConfig(ConfigModel):
             "reductions": ",".join(names),
             "save_shape": self.save_shape,
         }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_json_dict())
+
+    @classmethod
+    def from_json(cls, json_str: str | None) -> ReductionConfig:
+        """The inverse of ``to_json``; an empty or null configuration gives the defaults."""
+        params = _loads(json_str, "ReductionConfig")
+        return cls() if not params else cls.from_dict(params)
 
     @classmethod
     def from_dict(cls, params: dict | None) -> ReductionConfig | None:

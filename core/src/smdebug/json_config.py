@@ -66,6 +66,7 @@ HOOK_KEYS = (
     "save_all",
     "include_workers",
     "include_regex",
+    "include_collections",  # comma-separated names, as smdebug 1.0 takes them
     *_REDUCTION_KEYS,
     *SAVE_CONFIG_KEYS,
     "export_tensorboard",  # smdebug reads these two off SageMaker
@@ -276,6 +277,9 @@ def _parse(data: Any) -> HookConfig:
     if data.get("CollectionConfigurations") is not None:
         # As smdebug: the collections configured are the ones saved (plus each hook's default ones).
         args["include_collections"] = list(collections)
+    if "include_collections" in hook:
+        named = to_str_list(hook["include_collections"], "HookParameters.include_collections")
+        args["include_collections"] = list(dict.fromkeys([*args.get("include_collections", []), *named]))
     args["collections"] = collections
     return HookConfig(**args)
 

@@ -1,0 +1,80 @@
+"""smdebug 1.0's configuration API where we differed: HookParameters.include_collections in the JSON
+configuration, and the JSON round trip of SaveConfig, SaveConfigMode and ReductionConfig."""
+
+import json
+
+import pytest
+
+from smdebug.config import ReductionConfig, SaveConfig, SaveConfigMode
+from smdebug.exceptions import ConfigError
+from smdebug.json_config import parse_hook_config
+from smdebug.modes import ModeKeys
+
+
+# -- HookParameters.include_collections ---------------------------------------------------------------------
+def test_hook_parameters_include_collections_is_a_comma_separated_string():
+    config = parse_hook_config(
+        {"LocalPath": "/tmp/x", "HookParameters": {"include_collections": "weights, losses,gradients"}}
+    )
+    assert config.include_collections == ["weights", "losses", "gradients"]
+
+
+def test_hook_parameters_include_collections_joins_the_configured_collections():
+    config = parse_hook_config(
+        {
+            "LocalPath": "/tmp/x",
+            "HookParameters": {"include_collections": "losses,weights"},
+            "CollectionConfigurations": [{"CollectionName": "weights"}, {"CollectionName": "biases"}],
+        }
+    )
+    assert config.include_collections == ["weights", "biases", "losses"]
+
+
+def test_hook_parameters_include_collections_bad_value_is_one_clear_error():
+    with pytest.raises(ConfigError, match="HookParameters.include_collections"):
+        parse_hook_config({"LocalPath": "/tmp/x", "HookParameters": {"include_collections": 3}})
+
+
+# -- to_json / from_json ------------------------------------------------------------------------------------
+def test_save_config_mode_json_round_trip():
+    mode = SaveConfigMode(save_interval=7, start_step=2, end_step=30, save_steps=[1, 5])
+    text = mode.to_json()
+    assert json.loads(text) == {"save_interval": 7, "save_steps": [1, 5], "start_step": 2, "end_step": 30}
+    assert SaveConfigMode.from_json(text) == mode
+
+
+def test_save_config_json_round_trip_keeps_each_mode():
+    config = SaveConfig(
+        mode_save_configs={
+            ModeKeys.TRAIN: SaveConfigMode(save_interval=3),
+            ModeKeys.EVAL: SaveConfigMode(save_steps=[4, 8]),
+        }
+    )
+    text = config.to_json()
+    data = json.loads(text)
+    assert set(data) == {"TRAIN", "EVAL", "PREDICT", "GLOBAL"}
+    assert data["TRAIN"]["save_interval"] == 3
+    back = SaveConfig.from_json(text)
+    assert back == config
+    assert back.to_json_dict() == config.to_json_dict()
+    assert back.get_save_config(ModeKeys.EVAL).save_steps == [4, 8]
+
+
+def test_reduction_config_json_round_trip_in_smdebug_form():
+    config = ReductionConfig(reductions=["min"], abs_reductions=["max"], norms=["l1"], abs_norms=["l2"])
+    text = config.to_json()
+    assert json.loads(text)["reductions"] == "min,l1_norm,abs_max,abs_l2_norm"
+    assert ReductionConfig.from_json(text) == config
+    assert ReductionConfig.from_dict(config.to_json_dict()) == config
+
+
+@pytest.mark.parametrize("empty", [None, "", "  ", "null", "{}"])
+def test_from_json_of_an_empty_configuration_gives_the_defaults(empty):
+    assert SaveConfig.from_json(empty) == SaveConfig()
+    assert SaveConfigMode.from_json(empty) == SaveConfigMode()
+    assert ReductionConfig.from_json(empty) == ReductionConfig()
+
+
+def test_from_json_of_bad_json_is_one_clear_error():
+    with pytest.raises(ConfigError, match="SaveConfig.from_json: invalid JSON"):
+        SaveConfig.from_json("{save_interval: 3")
