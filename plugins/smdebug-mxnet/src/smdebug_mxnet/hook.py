@@ -1,0 +1,190 @@
+"""The MXNet Gluon hook: ``register_block`` for the model and for the loss block.
+
+A step starts when a registered model block's forward starts (as in smdebug 1.0). The parameters and
+their gradients are saved at the end of the step, so a step's weights are the ones its ``trainer.step``
+produced and its gradients the ones its ``backward`` computed: they are read when the next forward
+starts, when the mode changes, or when the hook closes. Block inputs and outputs (``<block>_input_<i>``,
+``<block>_output_<i>``) come from forward hooks on the model's blocks, and from MXNet's op hook inside
+hybridized blocks (smdebug_mxnet.hybrid); a loss block's from its own forward hook.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+
+import mxnet as mx
+from mxnet.ndarray import NDArray
+
+from smdebug.plugin import BaseHook, CollectionKeys
+from smdebug_mxnet.collection import (
+    BUILTIN_PATTERNS,
+    GRADIENT_PREFIX,
+    INPUT_SUFFIX,
+    OUTPUT_SUFFIX,
+    Collection,
+)
+from smdebug_mxnet.hybrid import HybridTaps
+
+# Collections whose tensors are parameters, gradients or loss outputs: none needs the layers' tensors.
+PARAMETER_COLLECTIONS = frozenset(
+    {CollectionKeys.WEIGHTS, CollectionKeys.BIASES, CollectionKeys.GRADIENTS, CollectionKeys.LOSSES}
+)
+
+
+class Hook(BaseHook):
+    framework = "mxnet"
+    collection_class = Collection
+    builtin_patterns = BUILTIN_PATTERNS
+    default_include_collections = (CollectionKeys.LOSSES,)
+    tensor_types = (NDArray,)
+
+    def setup(self) -> None:
+        self.models: list = []  # registered blocks whose forward starts a step
+        self.registered = weakref.WeakSet()  # every registered block (models and losses)
+        self.hooked = weakref.WeakSet()  # blocks carrying this hook's forward hook
+        self.parameters: dict[int, list] = {}  # id(model) -> its Parameters, listed once
+        self.last_model = None  # the model of the current step
+        self.params_saved_step = None  # the step whose parameters were saved already
+        self.taps = HybridTaps(self)
+        self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
+        self.calls_at_start = 0
+
+    # -- distributed -------------------------------------------------------------------------------
+    def worker_name(self) -> str:
+        rank = _horovod("rank")
+        if rank is not None:
+            return f"worker_{rank}"
+        return super().worker_name()
+
+    def num_workers(self) -> int:
+        size = _horovod("size")
+        return size if size is not None else super().num_workers()
+
+    # -- MXNet specific hook API (reference: register_block) ---------------------------------------
+    def register_block(self, block) -> None:
+        """Save this Gluon block's tensors: a model (its forward starts a step; parameters, gradients and,
+        when a collection asks, its blocks' inputs/outputs) or a loss block (its outputs are the losses)."""
+        if not isinstance(block, mx.gluon.Block):
+            self.warn_once(
+                f"register:{type(block).__name__}",
+                "smdebug: register_block expects a mxnet.gluon.Block, got %s; not registered",
+                type(block).__name__,
+            )
+            return
+        if block in self.registered:
+            self.warn_once(
+                f"registered:{block.name}",
+                "smdebug: block %s is registered with this hook already",
+                block.name,
+            )
+            return
+        self.registered.add(block)
+        if isinstance(block, mx.gluon.loss.Loss):
+            self.hook_forward(block)
+            return
+        self.models.append(block)
+        block.register_forward_pre_hook(self.model_forward_pre)
+        block.apply(self.hook_forward)
+
+    register_hook = register_block  # smdebug 1.0's other name for it
+
+    def hook_forward(self, block) -> None:
+        if block not in self.hooked:
+            self.hooked.add(block)
+            block.register_forward_hook(self.block_forward)
+
+    # -- MXNet callbacks ---------------------------------------------------------------------------
+    def model_forward_pre(self, block, inputs) -> None:
+        with self.guard("start a step"):
+            if self.in_step:
+                self.save_parameters()
+            self.last_model = block
+            self.calls_at_start = self.ndarray_calls
+            self.begin_step()
+            if self.layers_wanted():
+                self.taps.attach(block)
+        self.raise_if_stop_requested()
+
+    def block_forward(self, block, inputs, outputs) -> None:
+        if isinstance(outputs, mx.sym.Symbol) or (
+            isinstance(outputs, (list, tuple)) and outputs and isinstance(outputs[0], mx.sym.Symbol)
+        ):
+            with self.guard("map a hybridized block's tensors"):
+                self.taps.record(block, inputs, outputs)
+            return
+        self.ndarray_calls += 1
+        if not self.anything_due():
+            return
+        if block is self.last_model and self.ndarray_calls == self.calls_at_start + 1:
+            self.check_hybridized(block)
+        with self.guard("save block tensors"):
+            if self.taps.mapped:
+                self.taps.called(block, inputs)
+            self.save_numbered(block.name + INPUT_SUFFIX, inputs)
+            self.save_numbered(block.name + OUTPUT_SUFFIX, outputs)
+
+    def check_hybridized(self, block) -> None:
+        """The model ran as one cached graph: its layers' tensors come only from a graph built while
+        the hook was registered."""
+        if id(block) in self.taps.by_block or not self.layers_wanted() or not list(block.collect_params()):
+            return
+        children = []
+        block.apply(children.append)
+        if len(children) > 1 and not self.taps.mapped:
+            self.warn_once(
+                f"hybridized:{block.name}",
+                "smdebug: the inputs/outputs of the layers inside hybridized block %s cannot be saved: "
+                "its graph was built before register_block (register it before its first forward, or "
+                "hybridize it again); its parameters, gradients, own inputs/outputs and losses are saved",
+                block.name,
+            )
+
+    # -- parameters --------------------------------------------------------------------------------
+    def save_parameters(self) -> None:
+        """The current step's parameters and gradients (gradients only where gradients are computed)."""
+        block = self.last_model
+        if block is None or self.params_saved_step == self.step or not self.anything_due():
+            return
+        self.params_saved_step = self.step
+        params = self.parameters.get(id(block))
+        if params is None:
+            params = self.parameters[id(block)] = list(block.collect_params().values())
+        for param in params:
+            with self.guard(f"save parameter {param.name}"):
+                ctx = param.list_ctx()[0]
+                if self.is_due(param.name):
+                    self.save_for_step(param.name, param.data(ctx))
+                gradient = GRADIENT_PREFIX + param.name
+                if param.grad_req != "null" and self.is_due(gradient):
+                    self.save_for_step(gradient, param.grad(ctx))
+
+    def layers_wanted(self) -> bool:
+        """Whether an included collection may hold block inputs/outputs (beyond the loss blocks')."""
+        due = {c.name for c in self.due_collections}
+        return bool(due - PARAMETER_COLLECTIONS)
+
+    def set_mode(self, mode) -> None:
+        if self.in_step and mode != self.mode:
+            with self.guard("save parameters"):
+                self.save_parameters()  # they belong to the step that ends with the mode
+        super().set_mode(mode)
+
+    def close(self) -> None:
+        if self.in_step and not self.closed:
+            with self.guard("save parameters"):
+                self.save_parameters()
+        super().close()
+
+
+def _horovod(what: str):
+    """Horovod's rank or size when a Horovod job is running (smdebug 1.0's way to name MXNet workers)."""
+    if "horovod.mxnet" not in sys.modules and "HOROVOD_RANK" not in os.environ:
+        return None
+    try:
+        import horovod.mxnet as hvd
+
+        return int(getattr(hvd, what)())
+    except Exception:  # not initialised, or not installed
+        return None
