@@ -29,8 +29,12 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
         steps = trial.steps(mode=mode)
         modes[mode.name] = {"mode_steps": steps, "global_steps": [trial.global_step(mode, s) for s in steps]}
     collections = {name: len(trial.tensor_names(collection=name)) for name in sorted(trial.collections())}
+    names = trial.tensor_names(collection=collection)
+    if regex is not None:
+        in_collection = set(names)
+        names = [n for n in trial.tensor_names(regex=regex) if n in in_collection]
     tensors = []
-    for name in trial.tensor_names(collection=collection, regex=regex):
+    for name in names:
         tensor = trial.tensor(name)
         steps = tensor.steps()
         entry = {"name": name, "steps": len(steps), "shape": None, "saved": []}

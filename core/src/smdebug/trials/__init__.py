@@ -2,6 +2,6 @@
 
 from smdebug.trials.dataframe import to_dataframe
 from smdebug.trials.tensor import Tensor
-from smdebug.trials.trial import StepState, Trial, create_trial
+from smdebug.trials.trial import LocalTrial, S3Trial, StepState, Trial, create_trial
 
-__all__ = ["Trial", "Tensor", "StepState", "create_trial", "to_dataframe"]
+__all__ = ["Trial", "LocalTrial", "S3Trial", "Tensor", "StepState", "create_trial", "to_dataframe"]

@@ -62,7 +62,10 @@ def to_dataframe(
         trial = source
         if isinstance(tensor_names, str):
             tensor_names = [tensor_names]
-        if tensor_names is None:
+        if tensor_names is None and collection is not None and regex is not None:
+            in_collection = set(trial.tensor_names(collection=collection))
+            tensor_names = [n for n in trial.tensor_names(regex=regex) if n in in_collection]
+        elif tensor_names is None:
             tensor_names = trial.tensor_names(collection=collection, regex=regex)
         tensors = [trial.tensor(name) for name in tensor_names]
     mode = None if mode is None or to_mode(mode) == ModeKeys.GLOBAL else to_mode(mode)

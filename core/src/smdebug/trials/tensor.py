@@ -13,7 +13,6 @@ from smdebug.exceptions import (
     CorruptRunError,
     CorruptTensorRecord,
     InvalidWorker,
-    NoMoreData,
     StepNotYetAvailable,
     StepUnavailable,
     TensorUnavailableForStep,
@@ -86,8 +85,9 @@ class Tensor:
         return sorted(self._step(step_num, mode))
 
     def prev_steps(self, step: int, n: int | None = None, mode=ModeKeys.GLOBAL) -> list[int]:
-        earlier = [s for s in self.steps(mode) if s < step]
-        return earlier if n is None else earlier[-n:]
+        """Up to the last n saved steps up to ``step``, the step itself included (as smdebug 1.0)."""
+        upto = [s for s in self.steps(mode) if s <= step]
+        return upto if n is None else upto[-n:] if n > 0 else []
 
     def _step(self, step_num: int, mode) -> dict[str, _StepData]:
         """Per-worker data of a step, refreshing a live trial once; the smdebug exceptions otherwise."""
@@ -103,10 +103,7 @@ class Tensor:
         state = self.trial.has_passed_step(step_num, mode)
         if state == StepState.AVAILABLE:
             raise TensorUnavailableForStep(self.name, step_num, mode)
-        if state == StepState.UNAVAILABLE:
-            saved = self.trial.saved_steps(mode)
-            if self.trial.loaded_all_steps and (not saved or step_num > saved[-1]):
-                raise NoMoreData(step_num, mode, saved[-1] if saved else -1)
+        if state == StepState.UNAVAILABLE:  # skipped, or past the end of a finished run (as smdebug 1.0)
             raise StepUnavailable(step_num, mode)
         raise StepNotYetAvailable(step_num, mode)
 

@@ -35,22 +35,77 @@ class StepState(Enum):
 
 
 def create_trial(
-    path: str | None = None, name: str | None = None, *, out_dir: str | None = None, **kwargs
+    path: str | None = None,
+    name: str | None = None,
+    range_steps: tuple[int | None, int | None] | None = None,
+    *,
+    out_dir: str | None = None,
+    **kwargs,
 ) -> Trial:
-    """Open the run saved at ``path`` (or ``out_dir=``, as the reference writes it)."""
+    """Open the run saved at ``path`` (or ``out_dir=``, as the reference writes it): a LocalTrial for a
+    local path, an S3Trial for s3://, a Trial for any other fsspec URI.
+
+    ``range_steps=(start, end)`` restricts the trial to the steps start <= step < end (either may be None).
+    The other keywords are the Trial's; an unknown one is a TypeError.
+    """
     path = path or out_dir
     if not path:
         raise SMDebugValueError(
             "create_trial needs the path of a run: create_trial(path) or create_trial(out_dir=...)"
         )
-    return Trial(path, name=name, **kwargs)
+    protocol = path.split("://", 1)[0].lower() if "://" in path else "file"
+    if protocol == "s3":
+        bucket, _, prefix = path.split("://", 1)[1].partition("/")
+        return S3Trial(name, bucket, prefix, range_steps=range_steps, **kwargs)
+    if protocol in ("file", "local"):
+        return LocalTrial(name, path, range_steps=range_steps, **kwargs)
+    return Trial(path, name=name, range_steps=range_steps, **kwargs)
+
+
+def _check_range_steps(range_steps) -> tuple[int, int | None] | None:
+    if range_steps is None:
+        return None
+    try:
+        start, end = range_steps
+    except (TypeError, ValueError):
+        raise SMDebugValueError(f"range_steps: expected (start, end), got {range_steps!r}") from None
+    for value in (start, end):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise SMDebugValueError(f"range_steps: {value!r} is not a step (a non-negative integer or None)")
+    if start is not None and end is not None and end <= start:
+        raise SMDebugValueError(f"range_steps: expected start < end, got {range_steps!r}")
+    return (start or 0, end)
 
 
 class Trial:
-    def __init__(self, path: str, name: str | None = None, refresh_interval: float = 1.0, **_ignored):
+    """A saved run, read through its index files; a live run is re-read whenever it is queried.
+
+    ``range_steps=(start, end)`` keeps the steps start <= step < end only. ``refresh_interval`` (seconds)
+    spaces out the re-reads of a live run (0: every query sees what has been written). ``dynamic_refresh``
+    turns re-reading off and on (``smdebug.analysis.utils.no_refresh``/``refresh``). ``parallel``,
+    ``check``, ``index_mode`` and ``cache`` are smdebug 1.0's options, accepted and without effect here.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        name: str | None = None,
+        range_steps: tuple[int | None, int | None] | None = None,
+        refresh_interval: float = 0.0,
+        *,
+        parallel: bool = True,
+        check: bool = False,
+        index_mode: bool = True,
+        cache: bool = False,
+    ):
         self.path = path.rstrip("/") if len(path) > 1 else path
         self.name = name or self.path.rstrip("/").split("/")[-1]
+        self.range_steps = range_steps
+        self._range = _check_range_steps(range_steps)
         self.refresh_interval = refresh_interval
+        self.parallel, self.check, self.index_mode, self.cache = parallel, check, index_mode, cache
+        self.dynamic_refresh = True
+        self.last_index_token: str | None = None  # the index file of the last complete step (as 1.0)
         self.store = plugins.open_store(self.path)
         self._tensors: dict[str, Tensor] = {}
         self._loaded_index: set[str] = set()
@@ -67,7 +122,6 @@ class Trial:
         self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
         self.loaded_all_steps = False
         self._last_refresh = 0.0
-        self._no_refresh = 0
         self.refresh()
 
     def __repr__(self):
@@ -78,11 +132,7 @@ class Trial:
         """Load the index files and collections written since the last refresh."""
         # the end-of-job file is looked for before listing, so nothing written before it is missed
         ended = self.store.exists(layout.END_OF_JOB_FILE)
-        new = [
-            p
-            for p in self._list_index()
-            if p not in self._loaded_index and layout.parse_index_file_name(p) is not None
-        ]
+        new = [p for p in self._list_index() if p not in self._loaded_index and self._wanted(p)]
         if new:
             # fetched concurrently; loaded in step order so a step is known whole or not at all
             for relpath, data in sorted(self.store.read_many(new).items()):
@@ -90,7 +140,26 @@ class Trial:
         self._load_collections()
         self._mark_done_index_dirs()
         self.loaded_all_steps = ended
+        self._update_last_index_token()
         self._last_refresh = time.monotonic()
+
+    def _wanted(self, relpath: str) -> bool:
+        """An index file, of a step within range_steps."""
+        parsed = layout.parse_index_file_name(relpath)
+        if parsed is None:
+            return False
+        if self._range is None:
+            return True
+        start, end = self._range
+        return parsed[0] >= start and (end is None or parsed[0] < end)
+
+    def _update_last_index_token(self) -> None:
+        last = max(self._last_step_of_worker.values(), default=-1)
+        if not self.loaded_all_steps:
+            last = self.last_complete_step
+        workers = self._workers_for_step.get(last)
+        if last >= 0 and workers:
+            self.last_index_token = f"{self.path}/{layout.index_file_path(last, max(workers))}"
 
     def _list_index(self) -> list[str]:
         """Index files, listing again only the folders (1000 steps each) still being written."""
@@ -112,7 +181,8 @@ class Trial:
                     self._done_index_dirs.add(folder)
 
     def maybe_refresh(self, force: bool = False) -> None:
-        if self.loaded_all_steps or self._no_refresh:
+        """Re-read a live run (not one that has ended, nor while ``dynamic_refresh`` is off)."""
+        if self.loaded_all_steps or not self.dynamic_refresh:
             return
         if force or time.monotonic() - self._last_refresh >= self.refresh_interval:
             self.refresh()
@@ -239,24 +309,26 @@ class Trial:
         return step if mode == ModeKeys.GLOBAL else self._mode_to_global[mode].get(step, -1)
 
     def global_step(self, mode, mode_step: int) -> int:
+        """The global step of a mode step (the step itself for GLOBAL); StepUnavailable when unsaved."""
         mode = to_mode(mode)
+        if mode == ModeKeys.GLOBAL:
+            return mode_step
         if mode_step not in self._mode_to_global[mode]:
             self.maybe_refresh(force=True)
         if mode_step not in self._mode_to_global[mode]:
             raise StepUnavailable(mode_step, mode)
         return self._mode_to_global[mode][mode_step]
 
-    def mode_modestep(self, global_step: int) -> tuple[ModeKeys, int]:
+    def mode_modestep(self, global_step: int) -> tuple[ModeKeys | None, int | None]:
+        """(mode, mode step) of a saved global step; (None, None) for a step not saved (as smdebug 1.0)."""
         if global_step not in self._step_mode:
             self.maybe_refresh(force=True)
-        if global_step not in self._step_mode:
-            raise StepUnavailable(global_step, ModeKeys.GLOBAL)
-        return self._step_mode[global_step]
+        return self._step_mode.get(global_step, (None, None))
 
-    def mode(self, global_step: int) -> ModeKeys:
+    def mode(self, global_step: int) -> ModeKeys | None:
         return self.mode_modestep(global_step)[0]
 
-    def mode_step(self, global_step: int) -> int:
+    def mode_step(self, global_step: int) -> int | None:
         return self.mode_modestep(global_step)[1]
 
     def modes(self) -> list[ModeKeys]:
@@ -264,6 +336,7 @@ class Trial:
         return sorted({m for m, _ in self._step_mode.values()}, key=lambda m: m.value)
 
     def has_passed_step(self, step: int, mode=ModeKeys.GLOBAL) -> StepState:
+        self.maybe_refresh()
         mode = to_mode(mode)
         all_steps = self.saved_steps(mode)
         i = bisect_left(all_steps, step)
@@ -313,6 +386,11 @@ class Trial:
     def tensor_names(
         self, show_prefixed_tensors=False, *, step=None, mode=ModeKeys.GLOBAL, regex=None, collection=None
     ) -> list[str]:
+        if regex is not None and collection is not None:
+            raise SMDebugValueError(
+                "tensor_names: give regex or collection, not both (as smdebug 1.0); "
+                "intersect two calls for tensors matching both"
+            )
         self.maybe_refresh()
         mode = to_mode(mode)
         if step is None:
@@ -362,10 +440,25 @@ class Trial:
         return dict(self._collections.collections)
 
     def collection(self, coll_name: str) -> Collection:
-        colls = self.collections()
-        if coll_name not in colls:
-            raise KeyError(f"collection {coll_name!r} was not saved in {self.path}")
-        return colls[coll_name]
+        """The saved collection; a new empty Collection for one that was not saved (as smdebug 1.0)."""
+        coll = self.collections().get(coll_name)
+        return Collection(coll_name) if coll is None else coll
+
+
+class LocalTrial(Trial):
+    """A run in a local folder (smdebug 1.0's name and arguments: ``LocalTrial(name, dirname, ...)``)."""
+
+    def __init__(self, name: str | None, dirname: str, range_steps=None, **kwargs):
+        super().__init__(dirname, name=name, range_steps=range_steps, **kwargs)
+
+
+class S3Trial(Trial):
+    """A run on S3 (smdebug 1.0's name and arguments: ``S3Trial(name, bucket_name, prefix_name, ...)``)."""
+
+    def __init__(self, name: str | None, bucket_name: str, prefix_name: str, range_steps=None, **kwargs):
+        self.bucket_name, self.prefix_name = bucket_name, prefix_name.strip("/")
+        path = f"s3://{bucket_name}/{self.prefix_name}" if self.prefix_name else f"s3://{bucket_name}"
+        super().__init__(path, name=name, range_steps=range_steps, **kwargs)
 
 
 def _natural(name: str):

@@ -1,0 +1,1 @@
+"""Helpers for analysing trials (smdebug 1.0's ``smdebug.analysis``)."""

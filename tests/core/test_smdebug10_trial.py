@@ -1,0 +1,184 @@
+"""The Trial API as smdebug 1.0 behaves: create_trial's arguments, live refresh on query, and the edges of
+collection(), tensor_names(), mode(), global_step(), value() and prev_steps().
+
+Runs are written by the core's own writer (no framework), so these tests hold whatever hook is in use.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from smdebug import layout
+from smdebug.analysis.utils import no_refresh, refresh
+from smdebug.collection import Collection, CollectionManager
+from smdebug.exceptions import NoMoreData, StepUnavailable
+from smdebug.modes import ModeKeys
+from smdebug.store import Store
+from smdebug.trials import LocalTrial, S3Trial, StepState, Trial, create_trial
+from smdebug.writer import RunWriter
+
+
+class Run:
+    """A run written step by step with RunWriter, its collections file and (at ``end()``) its end marker."""
+
+    def __init__(self, path, worker="worker_0"):
+        self.path = str(path)
+        self.store = Store(self.path)
+        self.writer = RunWriter(self.store, worker)
+        manager = CollectionManager({"weights": Collection("weights", include_regex=["w.*"])})
+        self.store.write_bytes(
+            layout.collections_file_path(worker), json.dumps(manager.to_json_dict()).encode()
+        )
+
+    def step(self, step, mode=ModeKeys.TRAIN, mode_step=None, **tensors):
+        for name, value in (tensors or {"w": np.full(2, step, np.float32)}).items():
+            self.writer.write_tensor(
+                step, mode, step if mode_step is None else mode_step, name, np.asarray(value)
+            )
+        self.writer.end_step(step)
+        self.writer.flush()
+
+    def end(self):
+        self.writer.close()
+        self.store.write_bytes(layout.END_OF_JOB_FILE, b"")
+
+
+@pytest.fixture
+def finished(tmp_path):
+    run = Run(tmp_path / "run")
+    for i in range(4):
+        run.step(i * 2, ModeKeys.TRAIN, i)  # global steps 0 2 4 6 = TRAIN steps 0 1 2 3
+    run.step(10, ModeKeys.EVAL, 0, w=np.ones(2), loss=np.float32(0.5))
+    run.end()
+    return run.path
+
+
+# -- create_trial (item 6) ----------------------------------------------------------------------------------
+def test_range_steps_restricts_the_trial(finished):
+    trial = create_trial(finished, range_steps=(2, 6))
+    assert trial.steps() == [2, 4]
+    assert trial.tensor("w").steps() == [2, 4]
+    assert create_trial(finished, range_steps=(4, None)).steps() == [4, 6, 10]
+    assert create_trial(finished, "named", (None, 3)).steps() == [0, 2]
+
+
+@pytest.mark.parametrize("bad", [(5, 2), (3, 3), (-1, 4), ("a", 3), (1, 2, 3), 7])
+def test_bad_range_steps_is_one_clear_error(finished, bad):
+    with pytest.raises(ValueError, match="range_steps"):
+        create_trial(finished, range_steps=bad)
+
+
+def test_unknown_keyword_is_a_type_error(finished):
+    with pytest.raises(TypeError, match="rnage_steps"):
+        create_trial(finished, rnage_steps=(0, 2))
+    # smdebug 1.0's own options are accepted
+    assert create_trial(finished, parallel=False, check=False, index_mode=True, cache=False).steps()
+
+
+def test_local_and_s3_trial_names(finished):
+    trial = create_trial(finished)
+    assert isinstance(trial, LocalTrial) and isinstance(trial, Trial)
+    assert LocalTrial("mine", finished).steps() == trial.steps()
+    assert LocalTrial("mine", finished).name == "mine"
+    assert issubclass(S3Trial, Trial)
+    assert S3Trial.__init__.__code__.co_varnames[1:4] == ("name", "bucket_name", "prefix_name")
+
+
+# -- live refresh on query (item 7) -------------------------------------------------------------------------
+def test_a_step_written_right_after_a_query_is_seen_by_the_next_query(tmp_path):
+    run = Run(tmp_path / "live")
+    run.step(0)
+    trial = create_trial(run.path)
+    assert trial.steps() == [0]
+    run.step(1)
+    assert trial.steps() == [0, 1]  # at once, not after a refresh interval
+    run.step(2, w=np.ones(1), extra=np.ones(1))
+    assert "extra" in trial.tensor_names()
+    run.step(3)
+    assert trial.has_passed_step(3) == StepState.AVAILABLE
+    run.step(4, w=np.full(2, 44.0))
+    assert trial.tensor("w").value(4).tolist() == [44.0, 44.0]
+    run.end()
+
+
+def test_no_refresh_and_refresh_context_managers(tmp_path):
+    run = Run(tmp_path / "live")
+    run.step(0)
+    trial = create_trial(run.path)
+    with no_refresh([trial]) as trials:
+        assert trials == [trial]
+        run.step(1)
+        assert trial.steps() == [0]
+        with refresh(trial):
+            assert trial.steps() == [0, 1]
+        run.step(2)
+        assert trial.steps() == [0, 1]  # no_refresh is back after the inner block
+    assert trial.dynamic_refresh is True
+    assert trial.steps() == [0, 1, 2]
+    run.end()
+
+
+# -- Trial and Tensor edges (item 8) ------------------------------------------------------------------------
+def test_collection_not_saved_is_a_new_empty_collection(finished):
+    trial = create_trial(finished)
+    coll = trial.collection("gradients")
+    assert isinstance(coll, Collection) and coll.name == "gradients"
+    assert trial.tensor_names(collection="gradients") == []
+    assert trial.collection("weights").name == "weights"
+
+
+def test_regex_and_collection_together_is_a_value_error(finished):
+    trial = create_trial(finished)
+    with pytest.raises(ValueError, match="regex or collection"):
+        trial.tensor_names(regex="w", collection="weights")
+    assert trial.tensor_names(regex="lo") == ["loss"]
+    assert trial.tensor_names(collection="weights") == ["w"]
+
+
+def test_mode_of_an_unsaved_step_is_none(finished):
+    trial = create_trial(finished)
+    assert trial.mode(1) is None
+    assert trial.mode_step(1) is None
+    assert trial.mode(10) == ModeKeys.EVAL and trial.mode_step(10) == 0
+
+
+def test_global_step_of_global_mode_is_the_step(finished):
+    trial = create_trial(finished)
+    assert trial.global_step(ModeKeys.GLOBAL, 4) == 4
+    assert trial.global_step("global", 10) == 10
+    assert trial.global_step(ModeKeys.TRAIN, 3) == 6
+    with pytest.raises(StepUnavailable):
+        trial.global_step(ModeKeys.TRAIN, 9)
+
+
+def test_value_past_the_end_of_a_finished_run_is_step_unavailable(finished):
+    tensor = create_trial(finished).tensor("w")
+    with pytest.raises(StepUnavailable):
+        tensor.value(50)
+    with pytest.raises(StepUnavailable):
+        tensor.value(3)  # skipped
+    with pytest.raises(NoMoreData):  # waiting for a step past the end still says there is no more
+        create_trial(finished).wait_for_steps([50])
+
+
+def test_prev_steps_include_the_step_itself_and_give_up_to_n(finished):
+    tensor = create_trial(finished).tensor("w")
+    assert tensor.prev_steps(4, 2) == [2, 4]
+    assert tensor.prev_steps(5, 2) == [2, 4]
+    assert tensor.prev_steps(4, 10) == [0, 2, 4]
+    assert tensor.prev_steps(0, 1) == [0]
+    assert tensor.prev_steps(2, 1, mode=ModeKeys.TRAIN) == [2]
+
+
+def test_last_index_token(tmp_path):
+    run = Run(tmp_path / "live")
+    trial = create_trial(run.path)
+    assert trial.last_index_token is None
+    run.step(0)
+    run.step(5)
+    trial.steps()
+    assert trial.last_index_token.endswith(layout.index_file_path(5, "worker_0"))
+    run.end()
+    trial.steps()
+    assert trial.last_index_token == f"{run.path}/{layout.index_file_path(5, 'worker_0')}"
