@@ -1,0 +1,299 @@
+"""The MXNet hook on real Gluon training: names, steps, modes and values of what it saves."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import mxnet as mx
+import numpy as np
+import pytest
+from conftest import Run, batches, make_net
+
+import smdebug.mxnet as smd
+import smdebug_mxnet
+from smdebug.exceptions import TensorUnavailableForStep
+from smdebug.trials import create_trial
+
+PARAMS = ["dense0_bias", "dense0_weight", "dense1_bias", "dense1_weight"]
+GRADS = [f"gradient/{p}" for p in PARAMS]
+LOSS = "softmaxcrossentropyloss0_output_0"
+
+
+def _hook(out_dir, net, loss_fn, **kwargs):
+    hook = smd.Hook(out_dir, **kwargs)
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    return hook
+
+
+def test_alias_is_the_plugin_package():
+    assert smd is smdebug_mxnet
+    assert smd.Hook.__module__ == "smdebug_mxnet.hook"
+    assert smd.modes.TRAIN.name == "TRAIN"
+
+
+def test_default_config_saves_the_losses_only(out_dir):
+    net, loss_fn = make_net()
+    hook = _hook(out_dir, net, loss_fn)
+    run = Run(hook, net, loss_fn)
+    run.train(batches(3))
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert trial.tensor_names() == [LOSS]
+    assert trial.steps() == [0]  # every 500 steps by default
+    assert trial.tensor_names(collection="losses") == [LOSS]
+    np.testing.assert_allclose(trial.tensor(LOSS).value(0), run.seen[0]["loss"], rtol=1e-6)
+
+
+def test_weights_and_gradients_as_of_the_steps_update(out_dir):
+    net, loss_fn = make_net()
+    colls = ["weights", "biases", "gradients", "losses"]
+    hook = _hook(
+        out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=2), include_collections=colls
+    )
+    run = Run(hook, net, loss_fn)
+    run.train(batches(5))
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert trial.steps() == [0, 2, 4]
+    assert sorted(trial.tensor_names()) == sorted([*PARAMS, *GRADS, LOSS])
+    assert sorted(trial.tensor_names(collection="weights")) == ["dense0_weight", "dense1_weight"]
+    assert sorted(trial.tensor_names(collection="biases")) == ["dense0_bias", "dense1_bias"]
+    assert sorted(trial.tensor_names(collection="gradients")) == GRADS
+    for step in (0, 2, 4):  # the last step too: saved when the hook closes
+        for name in [*PARAMS, *GRADS, "loss"]:
+            saved = trial.tensor(LOSS if name == "loss" else name).value(step)
+            np.testing.assert_allclose(saved, run.seen[step][name], rtol=1e-6, err_msg=f"{name} {step}")
+    # the weights saved at a step are the ones its update produced, not the ones it started from
+    assert not np.allclose(trial.tensor("dense0_weight").value(2), run.seen[1]["dense0_weight"])
+
+
+def test_modes_and_the_step_before_a_mode_change(out_dir):
+    net, loss_fn = make_net()
+    colls = ["weights", "gradients", "losses"]
+    hook = _hook(
+        out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1), include_collections=colls
+    )
+    run = Run(hook, net, loss_fn)
+    data = batches(7)
+    hook.set_mode(smd.modes.TRAIN)
+    run.train(data[:3])
+    hook.set_mode(smd.modes.EVAL)
+    run.evaluate(data[3:5])
+    hook.set_mode(smd.modes.TRAIN)
+    run.train(data[5:])
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert trial.steps() == list(range(7))
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 1, 2, 3, 4]
+    assert trial.steps(mode=smd.modes.EVAL) == [0, 1]
+    weight = trial.tensor("dense1_weight")
+    assert weight.steps(mode=smd.modes.TRAIN) == [0, 1, 2, 3, 4]  # step 2, before set_mode, included
+    assert weight.steps(mode=smd.modes.EVAL) == [0, 1]
+    gradient = trial.tensor("gradient/dense1_weight")
+    assert gradient.steps(mode=smd.modes.EVAL) == []  # no gradients are computed in evaluation
+    assert gradient.steps() == [0, 1, 2, 5, 6]
+    for global_step in range(7):
+        np.testing.assert_allclose(
+            weight.value(global_step), run.seen[global_step]["dense1_weight"], rtol=1e-6
+        )
+        np.testing.assert_allclose(
+            trial.tensor(LOSS).value(global_step), run.seen[global_step]["loss"], rtol=1e-6
+        )
+    np.testing.assert_allclose(weight.value(1, mode=smd.modes.EVAL), run.seen[4]["dense1_weight"], rtol=1e-6)
+
+
+def test_block_tensors_and_include_regex(out_dir):
+    net, loss_fn = make_net()
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["first", "losses"],
+        include_regex=["dense1_output_.*"],
+    )
+    hook.get_collection("first").add_block_tensors(net[0], inputs=True, outputs=True)
+    hook.get_collection("loss_in").add_block_tensors(loss_fn, inputs=True, outputs=False)
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    run = Run(hook, net, loss_fn)
+    run.train(batches(2))
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert sorted(trial.tensor_names()) == ["dense0_input_0", "dense0_output_0", "dense1_output_0", LOSS]
+    assert sorted(trial.tensor_names(collection="first")) == ["dense0_input_0", "dense0_output_0"]
+    assert trial.tensor_names(collection="default") == ["dense1_output_0"]
+    for step in (0, 1):
+        np.testing.assert_allclose(trial.tensor("dense0_input_0").value(step), run.seen[step]["input"])
+        np.testing.assert_allclose(
+            trial.tensor("dense1_output_0").value(step), run.seen[step]["output"], rtol=1e-6
+        )
+        hidden = run.seen[step]["input"] @ run.seen[step - 1]["dense0_weight"].T if step else None
+        if hidden is not None:  # dense0 ran with the previous step's updated weights
+            hidden = np.maximum(hidden + run.seen[step - 1]["dense0_bias"], 0)
+            np.testing.assert_allclose(
+                trial.tensor("dense0_output_0").value(step), hidden, rtol=1e-5, atol=1e-6
+            )
+
+
+def _train_all(out_dir, hybridize, register_first=True):
+    net, loss_fn = make_net(hybridize)
+    data = batches(3)
+    if not register_first:
+        net(data[0][0])  # the graph is built before the hook is registered
+    hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1), save_all=True)
+    Run(hook, net, loss_fn).train(data)
+    hook.close()
+    return create_trial(out_dir)
+
+
+def test_hybridized_layers_are_saved_as_without_hybridize(tmp_path):
+    plain = _train_all(str(tmp_path / "plain"), hybridize=False)
+    hybrid = _train_all(str(tmp_path / "hybrid"), hybridize=True)
+    names = sorted(plain.tensor_names())
+    assert {"dense0_relu_output_0", "dense1_input_0", "dense0_input_0", *PARAMS, *GRADS} <= set(names)
+    assert sorted(hybrid.tensor_names()) == names
+    assert hybrid.steps() == plain.steps() == [0, 1, 2]
+    for name in names:
+        for step in plain.tensor(name).steps():
+            np.testing.assert_allclose(
+                hybrid.tensor(name).value(step),
+                plain.tensor(name).value(step),
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=name,
+            )
+
+
+def test_hybridized_graph_built_before_registration_warns_once(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        trial = _train_all(str(tmp_path / "late"), hybridize=True, register_first=False)
+    warnings = [r.getMessage() for r in caplog.records if "hybridized block" in r.getMessage()]
+    assert len(warnings) == 1 and "hybridsequential" in warnings[0] and "register_block" in warnings[0]
+    names = set(trial.tensor_names())
+    assert {*PARAMS, *GRADS, LOSS, "hybridsequential0_output_0"} <= names
+    assert "dense0_output_0" not in names
+
+
+REDUCTIONS = ["min", "max", "mean", "std", "variance", "sum", "prod", "median", "l1", "l2"]
+NUMPY = {
+    "min": np.min, "max": np.max, "mean": np.mean, "std": np.std, "variance": np.var, "sum": np.sum,
+    "prod": np.prod, "median": np.median, "l1": lambda a: np.sum(np.abs(a)), "l2": lambda a: np.sqrt(np.sum(a * a)),
+}  # fmt: skip
+
+
+def test_reductions_on_the_device_match_numpy():
+    from smdebug_mxnet.plugin import smdebug_reduce, smdebug_to_numpy
+
+    value = mx.nd.array(np.random.RandomState(3).randn(4, 6))
+    host = value.asnumpy()
+    for reduction in REDUCTIONS:
+        for absolute in (False, True):
+            got = smdebug_reduce(value=value, reduction=reduction, abs=absolute)
+            data = np.abs(host) if absolute else host
+            if reduction == "median":
+                assert got is None  # no NDArray operator: the core reduces the host copy
+                continue
+            assert isinstance(got, np.float32), reduction
+            np.testing.assert_allclose(got, NUMPY[reduction](data), rtol=1e-5, err_msg=reduction)
+    assert smdebug_reduce(value=host, reduction="max", abs=False) is None
+    assert smdebug_to_numpy(value=host) is None
+    np.testing.assert_array_equal(smdebug_to_numpy(value=value), host)
+
+
+def test_reductions_saved_instead_of_raw_values(out_dir):
+    net, loss_fn = make_net()
+    config = smd.ReductionConfig(reductions=["mean", "max", "median"], abs_reductions=["min"], norms=["l2"])
+    hook = _hook(
+        out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1), reduction_config=config,
+        include_collections=["weights", "gradients", "losses"],
+    )  # fmt: skip
+    run = Run(hook, net, loss_fn)
+    run.train(batches(2))
+    hook.close()
+
+    trial = create_trial(out_dir)
+    tensor = trial.tensor("gradient/dense0_weight")
+    for step in (0, 1):
+        grad = run.seen[step]["gradient/dense0_weight"]
+        np.testing.assert_allclose(tensor.reduction_value(step, "mean"), grad.mean(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(tensor.reduction_value(step, "max"), grad.max(), rtol=1e-6)
+        np.testing.assert_allclose(tensor.reduction_value(step, "median"), np.median(grad), rtol=1e-6)
+        np.testing.assert_allclose(
+            tensor.reduction_value(step, "min", abs=True), np.abs(grad).min(), rtol=1e-6
+        )
+        np.testing.assert_allclose(tensor.reduction_value(step, "l2"), np.linalg.norm(grad), rtol=1e-5)
+    with pytest.raises(TensorUnavailableForStep):
+        tensor.value(0)  # only reductions were saved
+    np.testing.assert_allclose(trial.tensor(LOSS).value(1), run.seen[1]["loss"], rtol=1e-6)  # losses stay raw
+
+
+def test_save_scalar_and_save_tensor(out_dir):
+    net, loss_fn = make_net()
+    hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1))
+    run = Run(hook, net, loss_fn)
+    data = batches(2)
+    run.train(data[:1])
+    hook.save_scalar("lr", 0.1)
+    hook.save_tensor("nd_stats", mx.nd.array([1.0, 2.0]), "custom")
+    hook.save_tensor("np_stats", np.arange(3, dtype=np.float32))
+    run.train(data[1:])
+    hook.close()
+
+    trial = create_trial(out_dir)
+    np.testing.assert_allclose(trial.tensor("scalar/lr").value(0), 0.1)
+    np.testing.assert_array_equal(trial.tensor("nd_stats").value(0), [1.0, 2.0])
+    np.testing.assert_array_equal(trial.tensor("np_stats").value(0), [0, 1, 2])
+    assert trial.tensor_names(collection="custom") == ["nd_stats"]
+    assert "np_stats" in trial.tensor_names(collection="default")
+
+
+def test_create_from_json_file(tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "hook.json"
+    config.write_text(
+        json.dumps(
+            {
+                "LocalPath": str(out),
+                "HookParameters": {"save_interval": "2", "reductions": "max"},
+                "CollectionConfigurations": [
+                    {"CollectionName": "weights", "CollectionParameters": {"save_interval": "1"}},
+                    {"CollectionName": "losses"},
+                ],
+            }
+        )
+    )
+    hook = smd.Hook.create_from_json_file(str(config))
+    assert isinstance(hook, smd.Hook)
+    net, loss_fn = make_net()
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    run = Run(hook, net, loss_fn)
+    run.train(batches(3))
+    hook.close()
+
+    trial = create_trial(str(out))
+    assert trial.steps() == [0, 1, 2]
+    assert trial.tensor("dense0_weight").steps() == [0, 1, 2]
+    assert trial.tensor(LOSS).steps() == [0, 2]
+    np.testing.assert_allclose(
+        trial.tensor("dense0_weight").reduction_value(1, "max"), run.seen[1]["dense0_weight"].max(), rtol=1e-6
+    )
+
+
+def test_bad_registrations_warn_and_training_goes_on(out_dir, caplog):
+    net, loss_fn = make_net()
+    hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1))
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        hook.register_block("not a block")
+        hook.register_block(net)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("register_block expects a mxnet.gluon.Block, got str" in m for m in messages)
+    assert any("hybridsequential0 is registered with this hook already" in m for m in messages)
+    Run(hook, net, loss_fn).train(batches(2))
+    hook.close()
+    assert create_trial(out_dir).steps() == [0, 1]  # registered once: one step per forward
