@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 
+from smdebug.analysis.utils import no_refresh
 from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError
+from smdebug.rules.req_tensors import RequiredTensors
 
 logger = logging.getLogger("smdebug")
 
@@ -26,9 +28,12 @@ class Rule(ABC):
         self.action_str = action_str
         self.rule_name = type(self).__name__
         self.logger = logger
+        self.req_tensors = RequiredTensors(base_trial, self.other_trials)
 
     def set_required_tensors(self, step: int) -> None:  # noqa: B027 (optional, not abstract)
-        """Optionally declare the tensors a step needs (kept for smdebug compatibility)."""
+        """Optionally declare the tensors a step needs: ``self.req_tensors.add(name, steps)`` (or
+        ``add(regex, steps, should_match_regex=True)``, ``trial=`` for another trial). ``invoke`` waits
+        for them and reads them first; one that is missing skips the step."""
 
     @abstractmethod
     def invoke_at_step(self, step: int) -> bool:
@@ -37,8 +42,13 @@ class Rule(ABC):
     def invoke(self, step: int) -> None:
         """Wait for the step, evaluate it, and raise RuleEvaluationConditionMet when the rule fires."""
         self.base_trial.wait_for_steps([step])
-        self.set_required_tensors(step)
-        if self.invoke_at_step(step):
+        # the step is there: evaluate it on what the trials hold now, without re-reading them per query
+        with no_refresh(self.trials):
+            self.req_tensors.clear()
+            self.set_required_tensors(step)
+            self.req_tensors.fetch()
+            fired = self.invoke_at_step(step)
+        if fired:
             self.run_actions(step)
             raise RuleEvaluationConditionMet(self.rule_name, step)
 
