@@ -1,0 +1,37 @@
+"""smdebug 1.0's ``smdebug.core`` import paths, used in its own analysis documentation."""
+
+import subprocess
+import sys
+
+import smdebug
+
+
+def test_smdebug_core_modes_is_our_modes():
+    from smdebug.core.modes import ModeKeys
+
+    assert ModeKeys is smdebug.modes.ModeKeys
+    import smdebug.core.modes as core_modes
+
+    assert core_modes.TRAIN is smdebug.modes.TRAIN
+
+
+def test_smdebug_core_configs_and_collection_are_ours():
+    from smdebug.core.collection import Collection, CollectionKeys
+    from smdebug.core.reduction_config import ReductionConfig
+    from smdebug.core.save_config import SaveConfig, SaveConfigMode
+
+    assert SaveConfig is smdebug.SaveConfig and SaveConfigMode is smdebug.SaveConfigMode
+    assert ReductionConfig is smdebug.ReductionConfig
+    assert Collection is smdebug.Collection and CollectionKeys is smdebug.CollectionKeys
+
+
+def test_import_smdebug_core_modes_in_a_fresh_interpreter():
+    proc = subprocess.run(
+        [sys.executable, "-c", "from smdebug.core.modes import ModeKeys; print(ModeKeys.EVAL.value)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "2"
+    assert "alias" not in proc.stderr
