@@ -1,0 +1,123 @@
+"""Zero code change: with a hook configuration present, every Keras fit/evaluate/predict gets the hook.
+
+Activation runs just after ``import tensorflow`` (or ``import keras``). Keras' TensorFlow trainer may not be
+imported yet then (``import keras`` imports TensorFlow half-way through its own import), so the trainer's
+fit, evaluate and predict are wrapped the moment its module has finished importing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import inspect
+import logging
+import sys
+
+logger = logging.getLogger("smdebug")
+
+TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
+_METHODS = ("fit", "evaluate", "predict")
+_state = {"hook": None, "patched": False}
+
+
+def activate():
+    """Build the hook from the configuration and attach it to Keras. Returns the hook (or None)."""
+    if _state["hook"] is not None:
+        return _state["hook"]
+    from smdebug_tf.hook import KerasHook
+
+    hook = KerasHook.create_from_json_file()
+    if hook is None:
+        return None
+    _state["hook"] = hook
+    module = sys.modules.get(TRAINER_MODULE)
+    if module is not None and not _initializing(module):
+        patch(module)
+    else:
+        sys.meta_path.insert(0, _TrainerWatcher())
+    return hook
+
+
+def _initializing(module) -> bool:
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def patch(module) -> None:
+    """Wrap the TensorFlow trainer's fit/evaluate/predict: each adds the active hook to its callbacks."""
+    if _state["patched"]:
+        return
+    trainer = getattr(module, "TensorFlowTrainer", None)
+    if trainer is None:
+        logger.warning("smdebug: this Keras has no TensorFlowTrainer; the hook is not attached to fit")
+        return
+    for name in _METHODS:
+        setattr(trainer, name, _with_hook(getattr(trainer, name)))
+    _state["patched"] = True
+
+
+def _with_hook(method):
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        hook = _state["hook"]
+        if hook is not None and not hook.closed:
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+                callbacks = bound.arguments.get("callbacks")
+                added = _add(callbacks, hook)
+                if added is not callbacks:
+                    bound.arguments["callbacks"] = added
+                    args, kwargs = bound.args[1:], bound.kwargs
+            except Exception as exc:  # never stand between the script and Keras
+                hook.warn_once("attach", "smdebug: could not attach the hook to %s: %s", method.__name__, exc)
+        return method(self, *args, **kwargs)
+
+    return call
+
+
+def _add(callbacks, hook):
+    import keras
+
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        return callbacks  # fit's own list, handed to evaluate for validation: the hook is in it already
+    if callbacks is None:
+        return [hook]
+    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    if any(item is hook for item in items):
+        return callbacks
+    return [*items, hook]
+
+
+class _TrainerWatcher(importlib.abc.MetaPathFinder):
+    """Finds nothing: patches the trainer once its module has executed, then steps aside."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != TRAINER_MODULE:
+            return None
+        sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_then_patch(module):
+            exec_module(module)
+            try:
+                patch(module)
+            except Exception as exc:
+                logger.warning("smdebug: could not attach the hook to Keras: %s: %s", type(exc).__name__, exc)
+
+        try:
+            loader.exec_module = exec_then_patch
+        except AttributeError:
+            return spec
+        return spec

@@ -1,0 +1,255 @@
+"""Capture of tensors that only exist inside Keras' compiled step (gradients, layer tensors, model outputs).
+
+Keras 3 runs each batch through ``model.train_function`` (``test_function``, ``predict_function``), a
+``tf.function`` that may be XLA-compiled, and looks the attribute up again on every batch. On a step where
+something of that kind is due, the hook swaps in, for that one call, a second function built here with the
+same ``jit_compile``: it traces the model's own ``train_step`` while a :class:`Recorder` is active, so the
+wrapped optimizer ``apply`` and the wrapped ``layer.call`` add their tensors to the trace, and the function
+returns them beside Keras' logs. Steps with nothing due run Keras' function untouched: they cost nothing.
+
+The dataset is read outside the compiled part (as Keras does), and nothing calls back into Python at run
+time, so it works under XLA, where ``tf.py_function`` cannot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+
+import tensorflow as tf
+
+GRADIENTS = "gradients"
+LAYERS = "layers"
+OUTPUTS = "outputs"  # model outputs and labels
+INPUTS = "inputs"
+
+MODEL_INPUT = "model_input"
+PREDICTIONS = "predictions"
+LABELS = "labels"
+
+_local = threading.local()  # MirroredStrategy traces each replica in a thread of its own
+_wrapped_optimizers: weakref.WeakSet = weakref.WeakSet()
+
+
+def gradient_name(variable) -> str:
+    """smdebug 1.0's TF name of a gradient ("gradients/<variable>Grad"), on the Keras 3 variable path."""
+    return f"gradients/{variable_name(variable)}Grad"
+
+
+def variable_name(variable) -> str:
+    """A Keras 3 variable's path (``sequential/dense/kernel``); a tf.Variable's name without ``:0``."""
+    path = getattr(variable, "path", None)
+    if isinstance(path, str) and path:
+        return path
+    return str(getattr(variable, "name", "variable")).split(":")[0]
+
+
+def layer_tensor_name(layer, kind: str) -> str:
+    """smdebug 1.0's TF 2 name of a layer's tensors: ``<layer name>/inputs`` or ``<layer name>/outputs``."""
+    return f"{layer.name}/{kind}"
+
+
+class Recorder:
+    """The tensors one trace of an instrumented step records, by name."""
+
+    def __init__(self, kinds: frozenset[str]):
+        self.kinds = kinds
+        self.tensors: dict[str, tf.Tensor] = {}
+
+    def add(self, name: str, value) -> None:
+        """Record a (nested) value: one tensor under ``name``, several as ``name_0``, ``name_1``..."""
+        leaves = [t for t in tf.nest.flatten(value) if isinstance(t, (tf.Tensor, tf.Variable))]
+        leaves = [tf.convert_to_tensor(t) for t in leaves]
+        if len(leaves) == 1:
+            self.tensors[name] = leaves[0]
+        else:
+            for i, t in enumerate(leaves):
+                self.tensors[f"{name}_{i}"] = t
+
+
+def active() -> Recorder | None:
+    return getattr(_local, "recorder", None)
+
+
+@contextlib.contextmanager
+def recording(recorder: Recorder):
+    previous = active()
+    _local.recorder = recorder
+    try:
+        yield recorder
+    finally:
+        _local.recorder = previous
+
+
+# -- the optimizer: gradients as ``apply`` receives them ------------------------------------------
+def wrap_optimizer(optimizer, on_eager_gradients=None):
+    """Wrap ``optimizer.apply`` on this instance (not its class): while a Recorder is active the
+    gradients are recorded, unscaled when the optimizer scales the loss; in eager code they are handed to
+    ``on_eager_gradients(pairs)``. Returns the same optimizer; wrapping twice wraps once."""
+    if optimizer in _wrapped_optimizers:
+        if on_eager_gradients is not None:
+            optimizer.smdebug_on_eager_gradients = on_eager_gradients
+        return optimizer
+    original = optimizer.apply
+    optimizer.smdebug_on_eager_gradients = on_eager_gradients
+
+    def apply(grads, trainable_variables=None):
+        recorder = active()
+        eager = optimizer.smdebug_on_eager_gradients
+        if recorder is not None and GRADIENTS in recorder.kinds:
+            for variable, grad in _unscaled_pairs(optimizer, grads, trainable_variables):
+                recorder.add(gradient_name(variable), grad)
+        elif eager is not None and recorder is None and tf.executing_eagerly():
+            eager(_unscaled_pairs(optimizer, grads, trainable_variables))
+        return original(grads, trainable_variables)
+
+    optimizer.apply = apply
+    _wrapped_optimizers.add(optimizer)
+    return optimizer
+
+
+def _unscaled_pairs(optimizer, grads, trainable_variables):
+    """(variable, gradient) pairs as the update uses them: a LossScaleOptimizer's dynamic scale and an
+    optimizer's ``loss_scale_factor`` divided out, IndexedSlices made dense."""
+    variables = trainable_variables if trainable_variables is not None else optimizer.trainable_variables
+    scale = None
+    dynamic = getattr(optimizer, "dynamic_scale", None)  # keras.optimizers.LossScaleOptimizer
+    if dynamic is not None:
+        scale = tf.convert_to_tensor(dynamic)
+    factor = getattr(optimizer, "loss_scale_factor", None)
+    pairs = []
+    for variable, grad in zip(variables, grads):
+        if grad is None:
+            continue
+        grad = tf.convert_to_tensor(grad)  # IndexedSlices -> dense
+        if scale is not None:
+            grad = grad / tf.cast(scale, grad.dtype)
+        if factor is not None:
+            grad = grad / tf.cast(factor, grad.dtype)
+        pairs.append((variable, grad))
+    return pairs
+
+
+# -- layers: their inputs and outputs, as ``call`` sees them ---------------------------------------
+def walk_layers(model) -> list:
+    """The model's layers, nested models' layers included (each once)."""
+    seen: dict[int, object] = {}
+
+    def visit(layer):
+        for sub in getattr(layer, "layers", None) or ():
+            if id(sub) not in seen:
+                seen[id(sub)] = sub
+                visit(sub)
+
+    visit(model)
+    return list(seen.values())
+
+
+@contextlib.contextmanager
+def layers_wrapped(model, kinds: frozenset[str]):
+    """While tracing an instrumented step: each layer's ``call`` (and the model's, for its outputs)
+    records into the active Recorder. Only instance attributes are set, and removed afterwards."""
+    targets = []
+    if LAYERS in kinds:
+        targets.extend((layer, False) for layer in walk_layers(model))
+    if OUTPUTS in kinds:
+        targets.append((model, True))
+    undo = []
+    try:
+        for layer, is_model in targets:
+            had_own = "call" in vars(layer)
+            original = layer.call
+            layer.call = _recording_call(layer, original, is_model)
+            undo.append((layer, had_own, original))
+        yield
+    finally:
+        for layer, had_own, original in reversed(undo):
+            if had_own:
+                layer.call = original
+            else:
+                object.__delattr__(layer, "call")
+
+
+def _recording_call(layer, original, is_model: bool):
+    def call(*args, **kwargs):
+        outputs = original(*args, **kwargs)
+        recorder = active()
+        if recorder is not None:
+            if is_model:
+                recorder.add(PREDICTIONS, outputs)
+            else:
+                inputs = args[0] if args else next(iter(kwargs.values()), None)
+                if inputs is not None:
+                    recorder.add(layer_tensor_name(layer, "inputs"), inputs)
+                recorder.add(layer_tensor_name(layer, "outputs"), outputs)
+        return outputs
+
+    return call
+
+
+# -- the instrumented step functions --------------------------------------------------------------
+def _reduce(values, strategy, reduction: str):
+    """Keras' own reduction of per-replica logs (identity without a distribution strategy)."""
+    try:
+        from keras.src.backend.tensorflow.trainer import reduce_per_replica
+    except ImportError:  # a Keras without it: only a single replica's values are plain tensors
+        return values
+    return reduce_per_replica(values, strategy, reduction)
+
+
+def build(model, mode: str, kinds: frozenset[str]):
+    """A function taking what Keras' own ``<mode>_function`` takes, returning ``(its result, {name:
+    (tensor per replica, ...)})``. mode is "train", "test" or "predict"."""
+    strategy = model.distribute_strategy
+    step_fn = {"train": model.train_step, "test": model.test_step, "predict": model.predict_step}[mode]
+    reduction = "concat" if mode == "predict" else "auto"
+
+    @tf.autograph.experimental.do_not_convert
+    def replica_step(data):
+        with recording(Recorder(kinds)) as recorder:
+            if mode != "predict" and (INPUTS in kinds or OUTPUTS in kinds):
+                import keras
+
+                x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+                if INPUTS in kinds:
+                    recorder.add(MODEL_INPUT, x)
+                if OUTPUTS in kinds and y is not None:
+                    recorder.add(LABELS, y)
+            elif mode == "predict" and INPUTS in kinds:
+                recorder.add(MODEL_INPUT, data[0] if isinstance(data, tuple) else data)
+            result = step_fn(data)
+        return result, recorder.tensors
+
+    @tf.autograph.experimental.do_not_convert
+    def one_step(data):
+        result, tensors = strategy.run(replica_step, args=(data,))
+        result = _reduce(result, strategy, reduction)
+        tensors = {name: tuple(strategy.experimental_local_results(t)) for name, t in tensors.items()}
+        return result, tensors
+
+    run_eagerly = model.run_eagerly
+    if not run_eagerly:
+        one_step = tf.function(one_step, jit_compile=bool(model.jit_compile), reduce_retracing=True)
+
+    if mode == "predict":
+
+        @tf.autograph.experimental.do_not_convert
+        def predict(data):  # Keras hands predict_function a list of batches, one per execution step
+            return one_step(data[0])
+
+        return predict if run_eagerly else tf.function(predict, reduce_retracing=True)
+
+    @tf.autograph.experimental.do_not_convert
+    def from_iterator(iterator):  # the batch is read here, outside the (maybe XLA) compiled step
+        return one_step(iterator.get_next())
+
+    if not run_eagerly:
+        from_iterator = tf.function(from_iterator, reduce_retracing=True)
+
+    def function(iterator):
+        if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+            return from_iterator(iterator)
+        return one_step(next(iterator))  # a Python iterator (train_on_batch and friends)
+
+    return function

@@ -1,0 +1,101 @@
+"""``hook.wrap_tape(tape)``: a proxy around one GradientTape for custom training loops.
+
+Entering the tape starts a step; ``tape.gradient`` hands the loss, the gradients and the variables to the
+hook. In eager code the hook saves them directly. Inside a ``tf.function`` the Python code runs only while
+tracing, so the proxy adds two small host calls to the graph: one at the tape's start that begins the step
+and says whether anything is due, and one, run only when something is due, that receives the values. An
+XLA-compiled function cannot call the host at all: there the tape works untouched and the hook says once
+that it saves nothing from inside it. Only this tape is wrapped, never the GradientTape class (which would
+also catch Keras' own tapes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+
+def in_xla_context() -> bool:
+    """Whether the code being traced is compiled by XLA (where no host call can run)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # cannot tell: treat as XLA, the safe side (nothing is added to the graph)
+        return True
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+class WrappedTape:
+    """Behaves as the GradientTape it wraps (every other attribute is the tape's)."""
+
+    def __init__(self, hook, tape: tf.GradientTape):
+        self.tape = tape
+        self.hook = hook
+        self.due = None  # in a traced function: the symbolic "anything due at this step"
+        self.inert = False
+
+    def __enter__(self):
+        self.tape.__enter__()
+        with self.hook.guard("start a GradientTape step"):
+            if not tf.inside_function():
+                self.hook.tape_step_begin()
+            elif in_xla_context():
+                self.inert = True
+                self.hook.warn_once(
+                    "tape-xla",
+                    "smdebug: wrap_tape inside an XLA-compiled function (jit_compile=True): values cannot "
+                    "leave a compiled step, nothing is saved from this tape. Call the tape step without "
+                    "jit_compile, or use model.fit with the KerasHook, which captures under XLA.",
+                )
+            else:
+                self.due = tf.py_function(self.host_step_begin, [], Tout=tf.bool)
+        return self
+
+    def __exit__(self, *exc_info):
+        return self.tape.__exit__(*exc_info)
+
+    def host_step_begin(self):
+        self.hook.tape_step_begin()
+        return np.bool_(self.hook.anything_due())
+
+    def gradient(self, target, sources, output_gradients=None, unconnected_gradients=None, **kwargs):
+        if unconnected_gradients is not None:
+            kwargs["unconnected_gradients"] = unconnected_gradients
+        grads = self.tape.gradient(target, sources, output_gradients, **kwargs)
+        with self.hook.guard("save the GradientTape's tensors"):
+            self.hand_over(target, sources, grads)
+        return grads
+
+    def hand_over(self, target, sources, grads) -> None:
+        pairs = [
+            (v, g)
+            for v, g in zip(tf.nest.flatten(sources), tf.nest.flatten(grads))
+            if g is not None and hasattr(v, "dtype")
+        ]
+        loss = target if isinstance(target, tf.Tensor) and target.shape.rank == 0 else None
+        if not tf.inside_function():
+            self.hook.tape_tensors(pairs, loss)
+            return
+        if self.inert or self.due is None:
+            return
+        variables = [v for v, _ in pairs]
+        values = [tf.convert_to_tensor(g) for _, g in pairs]
+        values += [tf.convert_to_tensor(v) for v in variables]
+        if loss is not None:
+            values.append(loss)
+        hook, count = self.hook, len(pairs)
+
+        def save(*arrays):
+            grads_now = arrays[:count]
+            weights_now = arrays[count : 2 * count]
+            loss_now = arrays[2 * count] if loss is not None else None
+            hook.tape_tensors(list(zip(variables, grads_now)), loss_now, weights=weights_now)
+            return np.bool_(True)
+
+        tf.cond(
+            self.due,
+            lambda: tf.py_function(save, values, Tout=tf.bool),
+            lambda: tf.constant(False),
+        )
+
+    def __getattr__(self, name):
+        return getattr(self.tape, name)

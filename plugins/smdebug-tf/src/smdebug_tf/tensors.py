@@ -1,0 +1,87 @@
+"""TensorFlow values to host numpy arrays, and reductions computed with TF ops where the value lives."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+
+def _types() -> tuple[type, ...]:
+    types = [tf.Tensor, tf.Variable, tf.IndexedSlices, tf.distribute.DistributedValues]
+    keras = sys.modules.get("keras")
+    if keras is not None and hasattr(keras, "Variable"):
+        types.append(keras.Variable)  # Keras 3 variables are neither tf.Variable nor tf.Tensor
+    return tuple(types)
+
+
+def is_tf_value(value) -> bool:
+    return isinstance(value, _types())
+
+
+def as_tensor(value) -> tf.Tensor:
+    """A plain (dense, eager) tensor holding the value; a distributed value gives its first replica's."""
+    if isinstance(value, tf.distribute.DistributedValues):
+        value = value.values[0]
+    if isinstance(value, tf.IndexedSlices):
+        return tf.convert_to_tensor(value)
+    if isinstance(value, tf.Tensor):
+        return value
+    return tf.convert_to_tensor(value)  # tf.Variable, keras.Variable: their current value
+
+
+def to_numpy(value) -> np.ndarray:
+    """A host array of its own (the writer encodes it later, after the variable may have changed)."""
+    t = as_tensor(value)
+    if t.dtype == tf.bfloat16 or t.dtype.name.startswith("float8"):
+        t = tf.cast(t, tf.float32)  # numpy cannot hold them: any reader can use float32
+    if t.dtype == tf.string:
+        return np.array(t.numpy(), dtype=object)
+    array = t.numpy()
+    return np.array(array, copy=True) if isinstance(array, np.ndarray) else np.asarray(array)
+
+
+def _median(t: tf.Tensor) -> tf.Tensor:
+    """numpy's median: the mean of the two middle values when the count is even."""
+    ordered = tf.sort(tf.reshape(t, [-1]))
+    n = int(ordered.shape[0])
+    if n % 2:
+        return ordered[n // 2]
+    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+_REDUCTIONS = {
+    "min": tf.reduce_min,
+    "max": tf.reduce_max,
+    "median": _median,
+    "mean": tf.reduce_mean,
+    "std": tf.math.reduce_std,  # population std (numpy's ddof=0)
+    "variance": tf.math.reduce_variance,
+    "sum": tf.reduce_sum,
+    "prod": tf.reduce_prod,
+    # norms of the flattened tensor, whatever its rank
+    "l1": lambda t: tf.reduce_sum(tf.abs(t)),
+    "l2": lambda t: tf.sqrt(tf.reduce_sum(tf.square(t))),
+}
+
+
+def reduce(value, reduction: str, abs: bool = False):
+    """One reduction computed by TF on the value's device; only the scalar reaches the host.
+    None when TF cannot compute it (the core then reduces the numpy copy)."""
+    fn = _REDUCTIONS.get(reduction)
+    if fn is None:
+        raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
+    t = as_tensor(value)
+    if t.shape.num_elements() == 0:
+        raise ValueError(f"cannot compute {reduction} of an empty tensor")
+    if t.dtype.is_complex or t.dtype == tf.string:
+        return None
+    if t.dtype in (tf.float16, tf.bfloat16):
+        t = tf.cast(t, tf.float32)  # float16 sums overflow quickly
+    elif not t.dtype.is_floating:
+        t = tf.cast(t, tf.float64)  # integers and booleans, as numpy computes them
+    if abs:
+        t = tf.abs(t)
+    # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
+    return fn(t).numpy()[()]
