@@ -148,8 +148,9 @@ def test_a_plugin_raising_does_not_stop_the_others(toy, caplog):
     importlib.import_module(toy.import_name)
     assert activation.activated()[toy.import_name] == f"hook for {toy.import_name}"
     broken = [r.getMessage() for r in caplog.records if "broken-toy" in r.getMessage()]
-    assert len(broken) == 2  # once per hook, however often it is called
-    assert any("smdebug_framework" in m for m in broken) and any("smdebug_activate" in m for m in broken)
+    # its smdebug_activate is never called: only the plugin that declared the framework activates it
+    assert len(broken) == 1
+    assert "smdebug_framework" in broken[0]
 
 
 def test_startup_respects_disable(toy, monkeypatch):

@@ -107,7 +107,7 @@ def test_hook_smdebug_activate(dummy_calls):
     import json
 
     fw = plugins.frameworks()["dummy"]
-    assert plugins.hook().smdebug_activate(framework=fw, module=json) == "activated"
+    assert plugins.activate(fw, json) == "activated"
     assert ("activate", "json") in dummy_calls
 
 
@@ -195,7 +195,7 @@ def test_alias_without_plugin_names_the_distribution(alias, dist):
     code = f"import smdebug.{alias}"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0
-    assert "ModuleNotFoundError" in proc.stderr and f"pip install {dist}" in proc.stderr
+    assert "ModuleNotFoundError" in proc.stderr and f"pip install ./plugins/{dist}" in proc.stderr
 
 
 def test_unknown_alias_error():

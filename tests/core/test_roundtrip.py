@@ -228,10 +228,10 @@ def test_workers(tmp_path):
 
     def make(rank, include_workers):
         class Hook(BaseHook):
-            def _get_worker_name(self):
+            def worker_name(self):
                 return f"worker_{rank}"
 
-            def _get_num_workers(self):
+            def num_workers(self):
                 return 2
 
         hook = Hook(out_dir=out, save_config=every_step(), include_workers=include_workers, save_all=True)
@@ -259,7 +259,7 @@ def test_include_workers_one_saves_only_the_chief(tmp_path):
     out = str(tmp_path / "run")
 
     class Hook(BaseHook):
-        def _get_worker_name(self):
+        def worker_name(self):
             return "worker_1"
 
     hook = Hook(out_dir=out, save_all=True)

@@ -82,10 +82,10 @@ def test_workers_of_one_distributed_run_share_the_directory(tmp_path):
     save_steps(out_dir, close=False)  # worker_0 has started writing
 
     class SecondWorker(BaseHook):
-        def _get_worker_name(self):
+        def worker_name(self):
             return "worker_1"
 
-        def _get_num_workers(self):
+        def num_workers(self):
             return 2
 
     # another worker of the same run joins: worker_0's files are not an earlier run of its own

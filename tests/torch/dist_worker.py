@@ -47,7 +47,7 @@ def main(out_dir, include_workers, steps=3):
     hook.register_loss(criterion)
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.5)
-    expected = {"worker": hook._get_worker_name(), "num_workers": hook._get_num_workers(), "steps": []}
+    expected = {"worker": hook.worker_name(), "num_workers": hook.num_workers(), "steps": []}
     for step in range(steps):
         g = torch.Generator().manual_seed(100 * rank + step)  # each rank sees its own data
         x, y = torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)

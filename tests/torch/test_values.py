@@ -353,7 +353,7 @@ def test_ddp_wrapped_model_names_and_values(out_dir):
         ddp = nn.parallel.DistributedDataParallel(model)
         hook.register_module(ddp)
         seen = train_recording(hook, ddp, steps=2)
-        assert hook._get_worker_name() == "worker_0" and hook._get_num_workers() == 1
+        assert hook.worker_name() == "worker_0" and hook.num_workers() == 1
         hook.close()
     finally:
         dist.destroy_process_group()

@@ -77,7 +77,7 @@ def test_include_workers(client, dtrain, out_dir, include_workers, workers):
 def test_worker_copies_leave_the_driver_hook_usable(client, dtrain, tmp_path):
     hook = smd.Hook(str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=2), include_workers="all")
     train(client, dtrain, hook, rounds=3)
-    assert hook.step == -1 and not hook._closed  # the driver's hook saw no round itself
+    assert hook.step == -1 and not hook.closed  # the driver's hook saw no round itself
     hook.close()
     trial = smd.create_trial(str(tmp_path / "run"))
     assert trial.steps() == [0, 2] and trial.workers() == ["worker_0", "worker_1"]

@@ -106,7 +106,7 @@ def test_activation_adds_the_hook_to_xgboost_train(config):
     assert isinstance(first, smd.Hook) and first.out_dir == config
     first.close()
     # through the plugin manager, as the core calls it: a second activation replaces the first
-    hook = plugins.hook().smdebug_activate(framework=plugins.frameworks()["xgboost"], module=xgb)
+    hook = plugins.activate(plugins.frameworks()["xgboost"], xgb)
     assert isinstance(hook, smd.Hook) and hook is not first
     assert xgb.train is xgb.training.train is xgb.sklearn.train
     assert not hasattr(xgb.train.__smdebug_original__, "__smdebug_original__")  # wrapped once

@@ -55,11 +55,22 @@ def _package_for(alias: str) -> str:
     fw = plugins.frameworks().get(alias)
     if fw is not None:
         return fw.package
+    name = f"smdebug.{alias}"
+    if alias in plugins.load_errors:
+        raise ModuleNotFoundError(
+            f"No module named {name!r}: the installed plugin {alias!r} failed to load: "
+            f"{plugins.load_errors[alias]}",
+            name=name,
+        )
     dist = plugins.KNOWN_ALIASES.get(alias)
-    hint = f"pip install {dist}" if dist else "install the plugin distribution that provides it"
+    hint = (
+        f"install {dist}, e.g. pip install ./plugins/{dist} from the smdebug source tree"
+        if dist
+        else "install the plugin distribution that provides it"
+    )
     raise ModuleNotFoundError(
-        f"No module named 'smdebug.{alias}': no installed smdebug plugin declares the alias {alias!r} ({hint})",
-        name=f"smdebug.{alias}",
+        f"No module named {name!r}: no installed smdebug plugin declares the alias {alias!r} ({hint})",
+        name=name,
     )
 
 

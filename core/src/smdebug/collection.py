@@ -34,16 +34,9 @@ class CollectionKeys:
     TREES = "trees"
 
 
-# Scalar-valued collections: no reductions or histograms, always saved raw.
-SCALAR_COLLECTIONS = frozenset(
-    {
-        CollectionKeys.LOSSES,
-        CollectionKeys.METRICS,
-        CollectionKeys.FEATURE_IMPORTANCE,
-        CollectionKeys.AVERAGE_SHAP,
-        CollectionKeys.SM_METRICS,
-    }
-)
+# Scalar-valued collections of every framework: no reductions or histograms, always saved raw (a plugin
+# adds its own through BaseHook.scalar_collections).
+SCALAR_COLLECTIONS = frozenset({CollectionKeys.LOSSES, CollectionKeys.METRICS, CollectionKeys.SM_METRICS})
 # Collections that only hold training-time values, skipped in EVAL and PREDICT.
 TRAIN_ONLY_COLLECTIONS = frozenset({CollectionKeys.GRADIENTS, CollectionKeys.OPTIMIZER_VARIABLES})
 

@@ -7,11 +7,12 @@ field and the value.
 
 from __future__ import annotations
 
+import difflib
 import json
 import numbers
 import re
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -463,3 +464,143 @@ class ReductionConfig(ConfigModel):
             save_raw_tensor=params.get("save_raw_tensor", False),
             save_shape=params.get("save_shape", False),
         )
+
+
+# -- HookConfig: every option of a hook -------------------------------------------------------------------
+class CollectionSettings(ConfigModel):
+    """What a configuration says about one collection (None: left to the collection's default)."""
+
+    name: str
+    include_regex: Optional[list[str]] = None
+    save_config: Optional[SaveConfig] = None
+    reduction_config: Optional[ReductionConfig] = None
+    save_histogram: Optional[bool] = None
+
+    def __init__(
+        self, name, include_regex=None, save_config=None, reduction_config=None, save_histogram=None
+    ):
+        super().__init__(
+            name=name,
+            include_regex=include_regex,
+            save_config=save_config,
+            reduction_config=reduction_config,
+            save_histogram=save_histogram,
+        )
+
+    @field_validator("include_regex", mode="before")
+    @classmethod
+    def _regex(cls, v):
+        return None if v is None else to_str_list(v, "CollectionSettings.include_regex")
+
+    @field_validator("save_config", mode="before")
+    @classmethod
+    def _save_config(cls, v):
+        return None if v is None else SaveConfig.parse(v)
+
+    @field_validator("save_histogram", mode="before")
+    @classmethod
+    def _histogram(cls, v):
+        return None if v is None else to_bool(v, "CollectionSettings.save_histogram")
+
+    def apply_to(self, coll) -> None:
+        """Give a hook's collection the settings this configuration has for it."""
+        if self.include_regex:
+            coll.include(self.include_regex)
+        if self.save_config is not None:
+            coll.save_config = self.save_config
+        if self.reduction_config is not None:
+            coll.reduction_config = self.reduction_config
+        if self.save_histogram is not None:
+            coll.save_histogram = self.save_histogram
+
+
+class HookConfig(ConfigModel):
+    """Every option of a hook, validated in one place: the constructor's arguments (positional in this
+    order), then keyword-only ones. ``create_from_json_file``, pickled copies and plugins build from it; a
+    plugin with options of its own subclasses it (its fields follow these, positionally too)."""
+
+    KEYWORD_ONLY: ClassVar[tuple[str, ...]] = ("max_queue_bytes", "collections")
+
+    out_dir: str
+    export_tensorboard: bool = False
+    tensorboard_dir: Optional[str] = None
+    dry_run: bool = False
+    reduction_config: Optional[ReductionConfig] = None
+    save_config: Optional[SaveConfig] = None
+    include_regex: Optional[list[str]] = None
+    include_collections: Optional[list[str]] = None
+    save_all: bool = False
+    include_workers: Literal["one", "all"] = "one"
+    max_queue_bytes: Optional[int] = None  # the writer's bound on queued bytes (SMDEBUG_MAX_QUEUE_BYTES)
+    collections: dict[str, CollectionSettings] = Field(default_factory=dict)  # from a JSON configuration
+
+    @classmethod
+    def from_arguments(cls, args: tuple, kwargs: dict) -> HookConfig:
+        """Validate a hook constructor's arguments. A string include_regex or include_collections is one
+        regex or one name (a regex may hold commas), as in smdebug 1.0."""
+        positional = [n for n in cls.model_fields if n not in cls.KEYWORD_ONLY]
+        if len(args) > len(positional):
+            raise TypeError(
+                f"a hook takes at most {len(positional)} positional arguments ({len(args)} given)"
+            )
+        values = dict(zip(positional, args))
+        for name, value in kwargs.items():
+            if name in values:
+                raise TypeError(f"a hook got multiple values for argument {name!r}")
+            if name not in cls.model_fields:
+                close = difflib.get_close_matches(name, list(cls.model_fields), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"a hook got an unexpected argument {name!r}{hint}")
+            values[name] = value
+        if not values.get("out_dir") or not isinstance(values.get("out_dir"), str):
+            raise ConfigError(f"out_dir: a path or URI is required, got {values.get('out_dir')!r}")
+        for name in ("include_regex", "include_collections"):
+            if isinstance(values.get(name), str):
+                values[name] = [values[name]]
+        rc = values.get("reduction_config")
+        if rc is not None and not isinstance(rc, ReductionConfig):
+            raise ConfigError(f"reduction_config: expected a ReductionConfig, got {type(rc).__name__}")
+        return cls(**values)
+
+    def arguments(self) -> dict[str, Any]:
+        """The constructor arguments this configuration holds (every field but ``collections``)."""
+        return {name: getattr(self, name) for name in type(self).model_fields if name != "collections"}
+
+    @field_validator("out_dir", mode="before")
+    @classmethod
+    def _out_dir(cls, v):
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"out_dir: invalid value {v!r} (expected a path or URI)")
+        return v
+
+    @field_validator("export_tensorboard", "dry_run", "save_all", mode="before")
+    @classmethod
+    def _bools(cls, v, info):
+        return to_bool(v, info.field_name)
+
+    @field_validator("include_regex", "include_collections", mode="before")
+    @classmethod
+    def _lists(cls, v, info):
+        return None if v is None else to_str_list(v, info.field_name)
+
+    @field_validator("save_config", mode="before")
+    @classmethod
+    def _save_config(cls, v):
+        return None if v is None else SaveConfig.parse(v)
+
+    @field_validator("reduction_config", mode="before")
+    @classmethod
+    def _reduction_config(cls, v):
+        return ReductionConfig.from_dict(v) if isinstance(v, dict) else v
+
+    @field_validator("include_workers", mode="before")
+    @classmethod
+    def _workers(cls, v):
+        if v not in ("one", "all"):
+            raise ConfigError(f"include_workers: invalid value {v!r} (expected 'one' or 'all')")
+        return v
+
+    @field_validator("max_queue_bytes", mode="before")
+    @classmethod
+    def _queue_bytes(cls, v):
+        return None if v is None else to_int(v, "max_queue_bytes", minimum=1)

@@ -1,5 +1,6 @@
 """The core's own implementations of its hooks: numpy capture and reductions, the fsspec store, the
-command line's subcommands, and TensorBoard export for hooks that ask for it.
+command line's subcommands, the built-in rules, the in-training rule runner, and TensorBoard export for
+hooks that ask for it.
 
 Plugins load as soon as a configured process starts (activation), so this module imports what each
 hook needs only when the hook is first called.
@@ -69,6 +70,17 @@ def smdebug_step_end(hook, mode, step, mode_step):
         from smdebug import tensorboard
 
         tensorboard.step_end(hook)
+    runner = getattr(hook, "rule_runner", None)
+    if runner is not None:  # the hook's own rules (hook.add_rule) and the run's stop signal
+        runner.step_ended(step)
+
+
+# -- rules -------------------------------------------------------------------------------------------
+@hookimpl(tryfirst=True)  # first: a plugin's rule cannot take the name of one of the core's
+def smdebug_rules():
+    from smdebug.rules.builtin import CORE_RULES
+
+    return dict(CORE_RULES)
 
 
 @hookimpl

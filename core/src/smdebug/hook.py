@@ -1,18 +1,50 @@
-"""BaseHook: the framework-neutral part of every hook.
+"""BaseHook: the framework-neutral part of every hook, and the whole of what a framework plugin uses.
 
 It keeps the step and per-mode step counters, decides which collections and tensors are due at the
 current step, computes reductions (through the reduction hooks, so a plugin reduces where the tensor
 lives) and hands host arrays to the off-thread writer. A framework plugin subclasses it and only adapts
-its framework: it calls ``begin_step``/``end_step`` at step boundaries and ``save_for_step`` for every
-tensor it sees.
+its framework, through the public members below (docs/writing-a-plugin.md shows a whole plugin).
+
+Declared by a plugin (class attributes):
+    framework                     the alias, e.g. "pytorch"
+    options_class                 HookConfig, or a subclass adding the plugin's own options
+    collection_class              the plugin's Collection subclass, if any
+    builtin_collections           collections every hook has
+    builtin_patterns              {collection: regex or regexes} of the framework's tensor names
+    default_include_collections   collections always saved, whatever the configuration
+    default_save_config           the SaveConfig used when the user gives none (None: every 500 steps)
+    scalar_collections            collections saved raw, without reductions or histograms
+    train_only_collections        collections skipped in EVAL and PREDICT
+    tensor_types                  what ``save_numbered`` saves out of nested outputs
+
+Overridden by a plugin (all optional):
+    setup()                       per-hook set-up, at the end of ``__init__`` (a plugin defines no __init__)
+    worker_name(), num_workers()  the distributed job's worker name ("worker_<rank>") and size
+    prepare_collections()         resolve framework objects given to collections into names or patterns
+    copy_options(), copy_state()  what a pickled copy (a Dask worker's) is rebuilt from
+
+Called by a plugin:
+    begin_step(), end_step()      step boundaries; they never raise into training
+    raise_if_stop_requested()     raises StopTraining once after a rule or the stop signal asked for it
+    anything_due(), is_due(name), has_due_collection(*names), due_collections, collections_of(name)
+    save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
+                                  collections); save_numbered(prefix, values) for numbered outputs
+    guard(what), warn_once(...)   never break training: log once, go on
+    collections_changed()         collections must be prepared again before the next step
+    flush(), close()              the core writes the collections file and the end-of-job marker
+    mode, step, mode_step, in_step, closed, writing, worker, options, is_copy
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import inspect
+import json
 import logging
 import weakref
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,11 +56,11 @@ from smdebug.collection import (
     CollectionKeys,
     CollectionManager,
 )
-from smdebug.config import ReductionConfig, SaveConfig, SaveConfigMode
-from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError
+from smdebug.config import HookConfig, ReductionConfig, SaveConfig
+from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError, StopTraining
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
-from smdebug.store import Store, redact
+from smdebug.store import redact
 from smdebug.writer import END_OF_JOB_FILE, RunWriter, at_exit, collections_file_path, existing_run
 
 logger = logging.getLogger("smdebug")
@@ -43,12 +75,19 @@ def get_hook() -> BaseHook | None:
     return _active_hook
 
 
+def set_hook(hook: BaseHook | None) -> None:
+    """Make ``hook`` the one ``get_hook`` returns (None forgets it)."""
+    global _active_hook
+    if hook is not None and not isinstance(hook, BaseHook):
+        raise SMDebugTypeError(f"set_hook expects a hook, got {type(hook).__name__}")
+    _active_hook = hook
+
+
 class BaseHook:
-    # What a framework plugin may override.
-    framework: str = ""
-    collection_class: type[Collection] = Collection
-    default_include_collections: tuple[str, ...] = ()  # always saved, whatever the configuration
-    builtin_collections: tuple[str, ...] = (
+    framework: ClassVar[str] = ""
+    options_class: ClassVar[type[HookConfig]] = HookConfig
+    collection_class: ClassVar[type[Collection]] = Collection
+    builtin_collections: ClassVar[tuple[str, ...]] = (
         CollectionKeys.ALL,
         CollectionKeys.DEFAULT,
         CollectionKeys.WEIGHTS,
@@ -56,97 +95,105 @@ class BaseHook:
         CollectionKeys.GRADIENTS,
         CollectionKeys.LOSSES,
     )
+    builtin_patterns: ClassVar[Mapping[str, str | Iterable[str]]] = {}
+    default_include_collections: ClassVar[tuple[str, ...]] = ()
+    default_save_config: ClassVar[SaveConfig | None] = None
+    scalar_collections: ClassVar[frozenset[str]] = SCALAR_COLLECTIONS
+    train_only_collections: ClassVar[frozenset[str]] = TRAIN_ONLY_COLLECTIONS
+    tensor_types: ClassVar[tuple[type, ...]] = (object,)
 
-    def __init__(
-        self,
-        out_dir: str | None = None,
-        export_tensorboard: bool = False,
-        tensorboard_dir: str | None = None,
-        dry_run: bool = False,
-        reduction_config: ReductionConfig | None = None,
-        save_config: SaveConfig | SaveConfigMode | None = None,
-        include_regex: Iterable[str] | str | None = None,
-        include_collections: Iterable[str] | str | None = None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        *,
-        max_queue_bytes: int | None = None,
-    ):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__:  # help(Hook) and IDEs show the options, not *args, **kwargs
+            cls.__signature__ = _signature(cls.options_class)
+
+    def __init__(self, *args, **kwargs):
+        """Every option of ``options_class`` (HookConfig: out_dir, export_tensorboard, tensorboard_dir,
+        dry_run, reduction_config, save_config, include_regex, include_collections, save_all,
+        include_workers, then the plugin's own), positionally in that order or by name."""
         global _active_hook
-        if not out_dir or not isinstance(out_dir, str):
-            raise ConfigError(f"out_dir: a path or URI is required, got {out_dir!r}")
-        if include_workers not in ("one", "all"):
-            raise ConfigError(f"include_workers: invalid value {include_workers!r} (expected 'one' or 'all')")
-        if reduction_config is not None and not isinstance(reduction_config, ReductionConfig):
-            raise ConfigError(
-                f"reduction_config: expected a ReductionConfig, got {type(reduction_config).__name__}"
-            )
-        self.out_dir = out_dir.rstrip("/") if len(out_dir) > 1 else out_dir
-        self.export_tensorboard = bool(export_tensorboard)
-        self.tensorboard_dir = tensorboard_dir or (
-            f"{self.out_dir}/tensorboard" if export_tensorboard else None
+        options = self.options_class.from_arguments(args, kwargs)
+        self.options = options
+        self.out_dir = options.out_dir.rstrip("/") if len(options.out_dir) > 1 else options.out_dir
+        self.export_tensorboard = options.export_tensorboard
+        self.tensorboard_dir = options.tensorboard_dir or (
+            f"{self.out_dir}/tensorboard" if options.export_tensorboard else None
         )
-        self.dry_run = bool(dry_run)
-        self.save_all = bool(save_all)
-        self.include_workers = include_workers
-        self.save_config = SaveConfig.parse(save_config)
+        self.dry_run = options.dry_run
+        self.save_all = options.save_all
+        self.include_workers = options.include_workers
+        self.max_queue_bytes = options.max_queue_bytes
+        default_save = options.save_config if options.save_config is not None else self.default_save_config
+        self.save_config = copy.deepcopy(default_save) if default_save is not None else SaveConfig()
         # Without a reduction config tensors are saved as they are.
-        self.reduction_config = reduction_config or ReductionConfig(save_raw_tensor=True)
-        self.include_regex = [include_regex] if isinstance(include_regex, str) else list(include_regex or [])
-        include = [include_collections] if isinstance(include_collections, str) else include_collections
-        self.include_collections = list(dict.fromkeys([*(include or []), *self.default_include_collections]))
-        self.max_queue_bytes = max_queue_bytes
+        self.reduction_config = options.reduction_config or ReductionConfig(save_raw_tensor=True)
+        self.include_regex = list(options.include_regex or [])
+        include = [*(options.include_collections or []), *self.default_include_collections]
+        self.include_collections = list(dict.fromkeys(include))
+        self.is_copy: bool = getattr(self, "is_copy", False)  # set before __init__ for a pickled copy
+        self.shipped = False  # pickled to other processes (Dask workers), which write their own files
 
         self._colls_of: dict[str, frozenset[Collection]] = {}
         self._prepared = False
         self.collection_manager = CollectionManager()
         for name in self.builtin_collections:
             self.collection_manager.get(name, cls=self.collection_class)
+        for name, patterns in self.builtin_patterns.items():
+            self.get_collection(name).include(patterns)
         if self.include_regex:
             self.get_collection(CollectionKeys.DEFAULT).include(self.include_regex)
             self._include(CollectionKeys.DEFAULT)
         if self.save_all:
             self.get_collection(CollectionKeys.ALL).include(".*")
             self._include(CollectionKeys.ALL)
+        for name, settings in options.collections.items():
+            settings.apply_to(self.get_collection(name))
 
         self.mode = ModeKeys.GLOBAL
         self.step = -1  # the first begin_step makes it 0
         self.mode_steps: dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
         self._in_step = False
-        self._due: set[Collection] = set()
+        self._due: frozenset[Collection] = frozenset()
+        self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
         self._saved_any = False
         self._collections_exported = False
         self._writer: RunWriter | None = None
-        self._store: Store | None = None
+        self._store = None
         self._closed = False
+        self._warned: set[str] = set()
         self.worker = DEFAULT_WORKER
-        self._check_out_dir()
+        if not self.is_copy:  # a worker's copy writes beside the others in the run its original checked
+            self._check_out_dir()
         from smdebug.rules.actions import RuleRunner
 
-        self._rules = RuleRunner(self)  # rules evaluated at step end, and the stop signal
+        # rules evaluated at step end (smdebug.defaults' step-end hook runs it), and the stop signal
+        self.rule_runner = RuleRunner(self)
+        self.setup()
         _active_hook = self  # closed at interpreter exit once it writes (_get_writer)
         logger.info("smdebug: saving to %s", redact(self.out_dir))
 
     # -- what a framework plugin may override ------------------------------------------------------
-    def _get_worker_name(self) -> str:
+    def setup(self) -> None:
+        """Per-hook set-up of a plugin, called at the end of ``__init__``."""
+
+    def worker_name(self) -> str:
+        """This process's worker name in a distributed job (``worker_<rank>``)."""
         return DEFAULT_WORKER
 
-    def _get_num_workers(self) -> int:
+    def num_workers(self) -> int:
+        """How many workers the distributed job has."""
         return 1
 
-    def _to_numpy(self, value: Any) -> np.ndarray:
-        if np.isscalar(value) and not isinstance(value, np.generic):  # as smdebug 1.0: a Python scalar
-            return np.array([value])  # is saved with shape (1,)
-        array = plugins.to_numpy(value)
-        if array is None:
-            raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
-        return array
+    def prepare_collections(self) -> None:
+        """Turn framework objects given to collections into tensor names or patterns (before a step)."""
 
-    def _reduce(self, value: Any, reduction: str, abs: bool) -> float:
-        result = plugins.reduce(value, reduction, abs)
-        if result is None:
-            raise SMDebugTypeError(f"no plugin can compute {reduction} of a {type(value).__name__}")
-        return result
+    def copy_options(self) -> HookConfig:
+        """The options a pickled copy is built from (drop what cannot travel to another process)."""
+        return self.options
+
+    def copy_state(self) -> dict[str, Any]:
+        """Attributes a pickled copy gets besides its options (set after its ``__init__``)."""
+        return {}
 
     # -- common hook API (reference: Common Hook API) ----------------------------------------------
     def get_collection(self, name: str, create: bool = True) -> Collection:
@@ -162,6 +209,9 @@ class BaseHook:
             raise SMDebugTypeError(f"add_collection expects a Collection, got {type(collection).__name__}")
         self.collection_manager.add(collection)
         self._colls_of.clear()
+
+    def add_to_collection(self, collection_name: str, tensor_name: str) -> None:
+        self.get_collection(collection_name).add_tensor_name(tensor_name)
 
     def set_mode(self, mode) -> None:
         try:
@@ -205,105 +255,134 @@ class BaseHook:
         return cls.from_config(load_hook_config(path))
 
     @classmethod
-    def from_config(cls, config, **kwargs):
-        hook = cls(
-            out_dir=config.out_dir,
-            export_tensorboard=config.export_tensorboard,
-            tensorboard_dir=config.tensorboard_dir,
-            dry_run=config.dry_run,
-            reduction_config=config.reduction_config,
-            save_config=config.save_config,
-            include_regex=config.include_regex,
-            include_collections=config.include_collections,
-            save_all=config.save_all,
-            include_workers=config.include_workers,
-            **kwargs,
-        )
-        for name, settings in config.collections.items():
-            coll = hook.get_collection(name)
-            if settings.include_regex:
-                coll.include(settings.include_regex)
-            if settings.save_config is not None:
-                coll.save_config = settings.save_config
-            if settings.reduction_config is not None:
-                coll.reduction_config = settings.reduction_config
-            if settings.save_histogram is not None:
-                coll.save_histogram = settings.save_histogram
-        return hook
+    def from_config(cls, config: HookConfig, **kwargs):
+        """A hook of this class from a HookConfig (its collection settings included), plus options."""
+        return cls(**config.arguments(), collections=config.collections, **kwargs)
 
     # -- rules and stopping training (smdebug.rules.actions) ---------------------------------------
     def add_rule(self, rule, action: str | None = "stoptraining", **params):
         """Evaluate a rule at the end of every saved step: a built-in rule's name with its parameters
         (``hook.add_rule("loss_not_decreasing", num_steps="5")``), a Rule subclass, or a built rule.
         With action "stoptraining" (the default) training stops when it fires; None only logs."""
-        return self._rules.add(rule, action, params)
+        return self.rule_runner.add(rule, action, params)
 
     def should_stop(self) -> bool:
         """Whether a rule, or the run's stop signal, asked training to stop."""
-        return self._rules.stop is not None
+        return self.rule_runner.stop is not None
 
     @property
-    def stop_reason(self):
+    def stop_reason(self) -> StopTraining | None:
         """The StopTraining exception describing why training should stop, or None."""
-        return self._rules.stop
+        return self.rule_runner.stop
 
     @property
     def rule_results(self) -> list:
         """Every firing of the hook's rules so far (RuleResult: rule, step, reason)."""
-        return list(self._rules.results)
+        return list(self.rule_runner.results)
 
-    def _raise_if_stop_requested(self) -> None:
-        """Raise StopTraining once, the first time a framework plugin asks after a stop was requested."""
-        stop = self._rules.pending_stop()
+    def raise_if_stop_requested(self) -> None:
+        """Raise StopTraining, once, after a rule or the stop signal asked training to stop."""
+        stop = self.rule_runner.pending_stop()
         if stop is not None:
             raise stop
 
-    def close(self) -> None:
-        """End the current step, write everything still queued and mark the run as finished."""
-        if self._closed:
-            return
-        self._closed = True
+    # -- step boundaries (called by framework plugins; never raise into training) ------------------
+    def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
+        """Start the next step, or the given global step (and mode step; both default to the next)."""
         if self._in_step:
             self.end_step()
-        if self._writer is not None:
-            self._export_collections()
-            self._writer.write_file(END_OF_JOB_FILE, b"")
-            self._writer.close()
-            unsaved = self._writer.unsaved_report()
-            if unsaved:
-                logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.store.uri, unsaved)
-        plugins.hook().smdebug_hook_closed(hook=self)
-
-    # -- step boundaries (called by framework plugins) ---------------------------------------------
-    def begin_step(self) -> None:
-        if self._in_step:
-            self.end_step()
-        if not self._prepared:
-            self._prepare()
-        self.step += 1
-        self.mode_steps[self.mode] = self.mode_steps.get(self.mode, -1) + 1
-        if self.mode != ModeKeys.GLOBAL:
-            self.mode_steps[ModeKeys.GLOBAL] = self.step
-        self._in_step = True
-        self._due = self._collections_due()
-        plugins.hook().smdebug_step_begin(hook=self, mode=self.mode, step=self.step, mode_step=self.mode_step)
+        with self.guard("start a step"):
+            if not self._prepared:
+                self._prepare()
+            self.step = self.step + 1 if step is None else step
+            current = self.mode_steps.get(self.mode, -1)
+            self.mode_steps[self.mode] = current + 1 if mode_step is None else mode_step
+            if self.mode != ModeKeys.GLOBAL:
+                self.mode_steps[ModeKeys.GLOBAL] = self.step
+            self._in_step = True
+            self._numbered.clear()
+            self._due = self._collections_due()
+            plugins.step_begin(self)
 
     def end_step(self) -> None:
+        """End the step: its tensors are queued for writing, observers and the hook's rules run."""
         if not self._in_step:
             return
         self._in_step = False
-        if self._writer is not None:
-            self._writer.end_step(self.step)
-            if self._saved_any and not self._collections_exported:
-                self._export_collections()
-        plugins.hook().smdebug_step_end(hook=self, mode=self.mode, step=self.step, mode_step=self.mode_step)
-        self._rules.step_ended(self.step)
+        with self.guard("end a step"):
+            if self._writer is not None:
+                self._writer.end_step(self.step)
+                if self._saved_any and not self._collections_exported:
+                    self._export_collections()
+        plugins.step_end(self)
 
     @property
     def mode_step(self) -> int:
         return self.mode_steps.get(self.mode, -1)
 
+    @property
+    def in_step(self) -> bool:
+        return self._in_step
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def writing(self) -> bool:
+        """Whether this worker writes at all (dry_run, include_workers)."""
+        return not self.dry_run and (self.include_workers == "all" or self.worker == DEFAULT_WORKER)
+
+    # -- never break training ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Run a block that must not break training: an exception in it is logged once per ``what``
+        ("could not <what> at step N: ...") and swallowed. StopTraining passes through."""
+        try:
+            yield
+        except StopTraining:
+            raise
+        except Exception as exc:
+            self.warn_once(
+                what, "smdebug: could not %s at step %d: %s: %s", what, self.step, type(exc).__name__, exc
+            )
+
+    def warn_once(self, key: str, message: str, *args) -> None:
+        """Log a warning the first time ``key`` is seen by this hook."""
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
     # -- deciding what to save ---------------------------------------------------------------------
+    def anything_due(self) -> bool:
+        """Whether any collection is due at this step (False outside a step): the cheap first test."""
+        return self._in_step and bool(self._due) and self.writing
+
+    def is_due(self, name: str) -> bool:
+        """Whether a tensor of this name would be saved at the current step (cheap, cached)."""
+        return self.anything_due() and not self._due.isdisjoint(self.collections_of(name))
+
+    def has_due_collection(self, *names: str) -> bool:
+        return self.anything_due() and any(c.name in names for c in self._due)
+
+    @property
+    def due_collections(self) -> frozenset[Collection]:
+        """The collections due at this step (empty outside a step)."""
+        return self._due if self._in_step else frozenset()
+
+    def collections_of(self, name: str) -> frozenset[Collection]:
+        """The included collections a tensor of this name belongs to (cached)."""
+        found = self._colls_of.get(name)
+        if found is None:
+            found = frozenset(c for c in self._included() if c.matches(name))
+            self._colls_of[name] = found
+        return found
+
+    def collections_changed(self) -> None:
+        """Collections (or what ``prepare_collections`` resolves) changed: prepare them again."""
+        self._prepared = False
+        self._colls_of.clear()
+
     def _include(self, name: str) -> None:
         if name not in self.include_collections:
             self.include_collections.append(name)
@@ -318,66 +397,106 @@ class BaseHook:
 
     def _prepare(self) -> None:
         """Give every collection its effective configs (its own, completed by the hook's)."""
-        self.worker = self._get_worker_name()
+        self.worker = self.worker_name()
+        self.prepare_collections()
         for name in self.include_collections:
             self.collection_manager.get(name, cls=self.collection_class)
         for coll in self.collection_manager.collections.values():
             coll.save_config.merge_default_save_config(self.save_config)
-            if coll.name in SCALAR_COLLECTIONS:
+            if coll.name in self.scalar_collections:
                 coll.reduction_config = ReductionConfig(save_raw_tensor=True)
                 coll.save_histogram = False
             elif coll.reduction_config is None:
                 coll.reduction_config = self.reduction_config
         for coll in self._included():
             if coll.name not in self.builtin_collections and not (coll.include_regex or coll.tensor_names):
-                logger.warning("smdebug: collection %r has no include_regex or tensor names", coll.name)
+                self.warn_once(
+                    f"empty:{coll.name}",
+                    "smdebug: collection %r has no include_regex or tensor names",
+                    coll.name,
+                )
         self._colls_of.clear()
         self._prepared = True
 
-    def _collections_due(self) -> set[Collection]:
+    def _collections_due(self) -> frozenset[Collection]:
         training = self.mode not in (ModeKeys.EVAL, ModeKeys.PREDICT)
-        return {
+        return frozenset(
             c
             for c in self._included()
-            if (training or c.name not in TRAIN_ONLY_COLLECTIONS)
+            if (training or c.name not in self.train_only_collections)
             and c.save_config.should_save_step(self.mode, self.mode_step)
-        }
-
-    def _collections_of(self, name: str) -> frozenset[Collection]:
-        found = self._colls_of.get(name)
-        if found is None:
-            found = frozenset(c for c in self._included() if c.matches(name))
-            self._colls_of[name] = found
-        return found
-
-    @property
-    def _writing(self) -> bool:
-        """Whether this worker writes at all (dry_run, include_workers)."""
-        return not self.dry_run and (self.include_workers == "all" or self.worker == DEFAULT_WORKER)
-
-    def is_due(self, name: str) -> bool:
-        """Whether a tensor of this name would be saved at the current step (cheap, cached)."""
-        return self._in_step and self._writing and not self._due.isdisjoint(self._collections_of(name))
-
-    def has_due_collection(self, *names: str) -> bool:
-        return self._in_step and self._writing and any(c.name in names for c in self._due)
-
-    def add_to_collection(self, collection_name: str, tensor_name: str) -> None:
-        self.get_collection(collection_name).add_tensor_name(tensor_name)
+        )
 
     # -- saving ------------------------------------------------------------------------------------
     def save_for_step(self, name: str, value: Any) -> bool:
-        """Save a tensor seen by the framework if one of its collections is due now; True if saved."""
+        """Save a tensor seen by the framework if one of its collections is due now; True if saved.
+        The name is recorded in its collections, so the run's collections file lists it."""
         if not self.is_due(name):
             return False
-        colls = self._due.intersection(self._collections_of(name))
-        self._write_for_tensor(name, value, colls)
+        colls = self.collections_of(name)
+        self._write_for_tensor(name, value, self._due.intersection(colls))
+        for coll in colls:
+            coll.add_tensor_name(name)
         return True
+
+    def save_numbered(self, prefix: str, values: Any) -> None:
+        """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>``, numbered on from the
+        step's earlier calls with this prefix (``dense_output_0``, ``dense_output_1``...)."""
+        index = self._numbered.get(prefix, 0)
+        for value in _leaves(values, self.tensor_types):
+            self.save_for_step(f"{prefix}{index}", value)
+            index += 1
+        self._numbered[prefix] = index
+
+    def flush(self) -> None:
+        """Make everything saved so far readable (collections file included); the run stays open."""
+        if self._in_step:
+            self.end_step()
+        if self._writer is not None:
+            with self.guard("flush"):
+                self._export_collections()
+                self._writer.flush()
+
+    def close(self) -> None:
+        """End the current step, write everything still queued and mark the run as finished (a
+        pickled worker's copy leaves the end-of-job marker to its original)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._in_step:
+            self.end_step()
+        with self.guard("close"):
+            if self._writer is not None:
+                self._export_collections()
+                if not self.is_copy:
+                    self._writer.write_file(END_OF_JOB_FILE, b"")
+                self._writer.close()
+                unsaved = self._writer.unsaved_report()
+                if unsaved:
+                    logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.store.uri, unsaved)
+            elif self.shipped and not self.is_copy and not self.dry_run:
+                # only the workers' copies wrote: the run they wrote is finished
+                plugins.open_store(self.out_dir).write_bytes(END_OF_JOB_FILE, b"")
+        plugins.hook_closed(self)
+
+    def _to_numpy(self, value: Any) -> np.ndarray:
+        if np.isscalar(value) and not isinstance(value, np.generic):  # as smdebug 1.0: a Python scalar
+            return np.array([value])  # is saved with shape (1,)
+        array = plugins.to_numpy(value)
+        if array is None:
+            raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
+        return array
+
+    def _reduce(self, value: Any, reduction: str, abs: bool) -> float:
+        result = plugins.reduce(value, reduction, abs)
+        if result is None:
+            raise SMDebugTypeError(f"no plugin can compute {reduction} of a {type(value).__name__}")
+        return result
 
     def _write_now(self, name: str, value: Any, colls: list[Collection] | None) -> None:
         if not self._prepared:
             self._prepare()
-        if not self._writing:
+        if not self.writing:
             return
         opened = not self._in_step
         if opened:  # outside a step (before training or between steps) values go to the current step
@@ -397,20 +516,24 @@ class BaseHook:
 
     def _write_for_tensor(self, name: str, value: Any, colls: Iterable[Collection]) -> None:
         colls = list(colls)
+        numeric = not (isinstance(value, np.ndarray) and value.dtype.kind in "USO")  # text: raw only
+        pairs = {
+            pair: None
+            for c in colls
+            if numeric and c.name not in self.scalar_collections
+            for pair in c.reduction_config.reduction_pairs()
+        }
         try:
-            done: set[tuple[str, bool]] = set()
-            for coll in colls:
-                if coll.name in SCALAR_COLLECTIONS:
-                    continue
-                for reduction, absolute in coll.reduction_config.reduction_pairs():
-                    if (reduction, absolute) in done:
-                        continue
-                    done.add((reduction, absolute))
+            for reduction, absolute in pairs:
+                try:
                     result = self._reduce(value, reduction, absolute)
-                    # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
-                    result = np.asarray(result if isinstance(result, np.generic) else float(result))
-                    self._queue(reduction_tensor_name(name, reduction, absolute), result)
-            raw = any(c.reduction_config.save_raw_tensor for c in colls)
+                except ValueError as exc:  # undefined for this value (empty): the raw tensor still goes
+                    self.warn_once(f"reduce:{name}", "smdebug: no reductions of %s: %s", name, exc)
+                    break
+                # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
+                result = np.asarray(result if isinstance(result, np.generic) else float(result))
+                self._queue(reduction_tensor_name(name, reduction, absolute), result)
+            raw = not numeric or any(c.reduction_config.save_raw_tensor for c in colls)
             shape = any(c.reduction_config.save_shape for c in colls)
             if raw or shape:
                 array = self._to_numpy(value)
@@ -426,7 +549,7 @@ class BaseHook:
     def _queue(self, name: str, array: np.ndarray) -> None:
         self._get_writer().write_tensor(self.step, self.mode, self.mode_step, name, array)
         self._saved_any = True
-        plugins.hook().smdebug_tensor_saved(hook=self, name=name, value=array, step=self.step, mode=self.mode)
+        plugins.tensor_saved(self, name, array)
 
     def _get_writer(self) -> RunWriter:
         if self._writer is None:
@@ -436,11 +559,9 @@ class BaseHook:
         return self._writer
 
     def _export_collections(self) -> None:
-        if self._writer is None or not self._writing:
+        if self._writer is None or not self.writing:
             return
-        import json
-
-        num_workers = self._get_num_workers() if self.include_workers == "all" else 1
+        num_workers = self.num_workers() if self.include_workers == "all" else 1
         self.collection_manager.meta["num_workers"] = num_workers
         data = json.dumps(self.collection_manager.to_json_dict()).encode()
         self._writer.write_file(collections_file_path(self.worker), data)
@@ -452,7 +573,7 @@ class BaseHook:
         if self.dry_run:
             return
         try:
-            worker = self._get_worker_name()
+            worker = self.worker_name()
         except Exception:  # a plugin not initialised yet: only a finished run can be recognised
             worker = None
         try:
@@ -467,11 +588,56 @@ class BaseHook:
                 "one directory: choose a new out_dir"
             )
 
+    # -- copies ------------------------------------------------------------------------------------
+    def __reduce__(self):
+        """Pickled (Dask ships a training callback to its workers): rebuilt on the other side from the
+        options, as a worker's copy that writes its own files into the same run."""
+        self.shipped = True
+        return (_rebuild_copy, (type(self), self.copy_options(), self.collection_manager, self.copy_state()))
+
     def __repr__(self):
         return (
             f"<{type(self).__name__} out_dir={self.out_dir!r} step={self.step} mode={self.mode.name} "
             f"include_collections={self.include_collections}>"
         )
+
+
+def _rebuild_copy(cls: type[BaseHook], options: HookConfig, collection_manager, state: dict) -> BaseHook:
+    hook = cls.__new__(cls)
+    hook.is_copy = True
+    hook.__init__(**options.arguments(), collections=options.collections)
+    hook.collection_manager = collection_manager
+    hook.collections_changed()
+    for name, value in state.items():
+        setattr(hook, name, value)
+    return hook
+
+
+def _leaves(value: Any, types: tuple[type, ...]) -> Iterator[Any]:
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _leaves(item, types)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item, types)
+    elif value is not None and isinstance(value, types):
+        yield value
+
+
+def _signature(options_class: type[HookConfig]) -> inspect.Signature:
+    params = []
+    for name, field in options_class.model_fields.items():
+        kind = (
+            inspect.Parameter.KEYWORD_ONLY
+            if name in options_class.KEYWORD_ONLY
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        default = None if field.is_required() else field.get_default(call_default_factory=True)
+        params.append(inspect.Parameter(name, kind, default=default))
+    return inspect.Signature(params)
+
+
+BaseHook.__signature__ = _signature(HookConfig)
 
 
 def _close_at_exit(ref, writer: RunWriter) -> None:

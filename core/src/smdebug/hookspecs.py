@@ -1,11 +1,15 @@
 """Every extension point of smdebug. A plugin implements some of these with ``@hookimpl``.
 
-Plugins are found through the ``smdebug`` entry-point group (see ``smdebug.plugins``); the core's own
-defaults (numpy capture and reductions, the fsspec store) are registered through these same hooks.
+Plugins are found through the ``smdebug`` entry-point group (see ``smdebug.plugins``, which also calls
+them, each implementation isolated from the others); the core's own defaults (numpy capture and
+reductions, the fsspec store, the built-in rules, the in-training rule runner, TensorBoard export) are
+registered through these same hooks by ``smdebug.defaults``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -17,11 +21,47 @@ if TYPE_CHECKING:
 
     from smdebug.hook import BaseHook
     from smdebug.modes import ModeKeys
-    from smdebug.plugins import Framework
     from smdebug.store import Store
 
 hookspec = pluggy.HookspecMarker("smdebug")
 hookimpl = pluggy.HookimplMarker("smdebug")
+
+
+@dataclasses.dataclass(frozen=True)
+class Framework:
+    """What a framework plugin declares through ``smdebug_framework``."""
+
+    alias: str  # import smdebug.<alias>
+    package: str  # the plugin's import package, e.g. "smdebug_torch"
+    import_names: tuple[str, ...] = ()  # importing one of these activates the plugin
+    distribution: str | None = None  # the framework's distribution, for the version check
+    supported: str = ""  # PEP 440 specifier, e.g. ">=2.0"
+    distributions: tuple[str, ...] = ()  # more distributions providing it (xgboost, xgboost-cpu)
+
+    def installed_version(self) -> tuple[str, str] | None:
+        """(distribution, version) of the first installed distribution of the framework, or None."""
+        names = (self.distribution, *self.distributions) if self.distribution else self.distributions
+        for name in names or self.import_names[:1]:
+            try:
+                return name, metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    def version_problem(self) -> str | None:
+        """Why the installed framework is outside the supported range, or None when it is fine."""
+        if not self.supported:
+            return None
+        found = self.installed_version()
+        if found is None:
+            names = (self.distribution, *self.distributions) if self.distribution else self.distributions
+            return f"{' or '.join(names or self.import_names[:1])} is not installed"
+        dist, version = found
+        from packaging.specifiers import SpecifierSet
+
+        if not SpecifierSet(self.supported).contains(version, prereleases=True):
+            return f"{dist} {version} is outside the supported range {self.supported}"
+        return None
 
 
 # -- framework registration ------------------------------------------------------------------------

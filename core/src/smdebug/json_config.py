@@ -23,13 +23,12 @@ import difflib
 import json
 import logging
 import os
-from typing import Any, Literal, Optional
-
-from pydantic import Field, field_validator
+from typing import Any
 
 from smdebug.config import (
     SAVE_CONFIG_KEYS,
-    ConfigModel,
+    CollectionSettings,
+    HookConfig,
     ReductionConfig,
     SaveConfig,
     SaveConfigMode,
@@ -75,105 +74,24 @@ HOOK_KEYS = (
 COLLECTION_KEYS = ("include_regex", "save_histogram", *_REDUCTION_KEYS, *SAVE_CONFIG_KEYS)
 
 
-class CollectionSettings(ConfigModel):
-    """What the configuration says about one collection (None: left to the collection's default)."""
-
-    name: str
-    include_regex: Optional[list[str]] = None
-    save_config: Optional[SaveConfig] = None
-    reduction_config: Optional[ReductionConfig] = None
-    save_histogram: Optional[bool] = None
-
-    def __init__(
-        self, name, include_regex=None, save_config=None, reduction_config=None, save_histogram=None
-    ):
-        super().__init__(
-            name=name,
-            include_regex=include_regex,
-            save_config=save_config,
-            reduction_config=reduction_config,
-            save_histogram=save_histogram,
-        )
-
-    @field_validator("include_regex", mode="before")
-    @classmethod
-    def _regex(cls, v):
-        return None if v is None else to_str_list(v, "CollectionSettings.include_regex")
-
-    @field_validator("save_config", mode="before")
-    @classmethod
-    def _save_config(cls, v):
-        return None if v is None else SaveConfig.parse(v)
-
-    @field_validator("save_histogram", mode="before")
-    @classmethod
-    def _histogram(cls, v):
-        return None if v is None else to_bool(v, "CollectionSettings.save_histogram")
-
-
-class HookConfig(ConfigModel):
-    """The hook constructor's arguments, plus per-collection settings."""
-
-    out_dir: str
-    export_tensorboard: bool = False
-    tensorboard_dir: Optional[str] = None
-    dry_run: bool = False
-    reduction_config: Optional[ReductionConfig] = None
-    save_config: Optional[SaveConfig] = None
-    include_regex: Optional[list[str]] = None
-    include_collections: Optional[list[str]] = None
-    save_all: bool = False
-    include_workers: Literal["one", "all"] = "one"
-    collections: dict[str, CollectionSettings] = Field(default_factory=dict)
-
-    @field_validator("out_dir", mode="before")
-    @classmethod
-    def _out_dir(cls, v):
-        if not isinstance(v, str) or not v.strip():
-            raise ConfigError(f"HookConfig.out_dir: invalid value {v!r} (expected a path or URI)")
-        return v
-
-    @field_validator("export_tensorboard", "dry_run", "save_all", mode="before")
-    @classmethod
-    def _bools(cls, v, info):
-        return to_bool(v, f"HookConfig.{info.field_name}")
-
-    @field_validator("include_regex", "include_collections", mode="before")
-    @classmethod
-    def _lists(cls, v, info):
-        return None if v is None else to_str_list(v, f"HookConfig.{info.field_name}")
-
-    @field_validator("save_config", mode="before")
-    @classmethod
-    def _save_config(cls, v):
-        return None if v is None else SaveConfig.parse(v)
-
-    @field_validator("reduction_config", mode="before")
-    @classmethod
-    def _reduction_config(cls, v):
-        return ReductionConfig.from_dict(v) if isinstance(v, dict) else v
-
-    @field_validator("include_workers", mode="before")
-    @classmethod
-    def _workers(cls, v):
-        if v not in ("one", "all"):
-            raise ConfigError(f"HookConfig.include_workers: invalid value {v!r} (expected 'one' or 'all')")
-        return v
-
-
 # -- finding and loading the file -----------------------------------------------------------------------
 def find_config_path(json_file_path: str | None = None) -> str | None:
     """The explicit path, else $SMDEBUG_CONFIG_FILE_PATH, else the SageMaker default if it exists."""
     if json_file_path is not None:
-        if not os.path.isfile(json_file_path):
-            raise ConfigError(f"json_file_path: hook configuration file {json_file_path!r} does not exist")
+        _check_config_file(json_file_path, "json_file_path")
         return json_file_path
     env_path = os.environ.get(CONFIG_FILE_PATH_ENV)
     if env_path:
-        if not os.path.isfile(env_path):
-            raise ConfigError(f"{CONFIG_FILE_PATH_ENV}: hook configuration file {env_path!r} does not exist")
+        _check_config_file(env_path, CONFIG_FILE_PATH_ENV)
         return env_path
     return DEFAULT_CONFIG_PATH if os.path.isfile(DEFAULT_CONFIG_PATH) else None
+
+
+def _check_config_file(path: str, where: str) -> None:
+    if os.path.isdir(path):
+        raise ConfigError(f"{where}: {path!r} is a directory, not a hook configuration file")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{where}: hook configuration file {path!r} does not exist")
 
 
 def find_tensorboard_dir() -> str | None:
@@ -204,6 +122,8 @@ def _read_json(path: str) -> Any:
         raise ConfigError(
             f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a hook configuration file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the hook configuration: {exc}") from None
 
@@ -269,8 +189,14 @@ def _parse(data: Any) -> HookConfig:
         )
         args["export_tensorboard"] = True
 
+    entries = data.get("CollectionConfigurations")
+    if entries is not None and not isinstance(entries, list):
+        raise ConfigError(
+            f"CollectionConfigurations: invalid value {entries!r} "
+            '(expected a list of objects such as {"CollectionName": "weights"})'
+        )
     collections: dict[str, CollectionSettings] = {}
-    for index, entry in enumerate(data.get("CollectionConfigurations") or []):
+    for index, entry in enumerate(entries or []):
         settings = _collection(entry, index, hook_modes)
         previous = collections.get(settings.name)
         collections[settings.name] = _combine(previous, settings) if previous else settings

@@ -1,17 +1,51 @@
-"""The one PluginManager: entry-point discovery, isolation of broken plugins, and a typed facade."""
+"""The one PluginManager (entry-point discovery, broken plugins skipped) and its typed, isolated facade.
+
+Nothing else in smdebug calls pluggy's hook relay: every hook specification has one function here, and
+each call runs the implementations one at a time, each inside its own try/except. A plugin whose
+implementation raises is logged once per process (naming the plugin and the hook) and skipped: an
+observation hook still reaches the other plugins, and a capture, reduction or storage hook is answered by
+the next implementation, finally the core's own (``smdebug.defaults``).
+"""
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from smdebug import hookspecs
+from smdebug.hookspecs import Framework
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numpy as np
+
+    from smdebug.hook import BaseHook
+    from smdebug.store import Store
+
+__all__ = [
+    "Framework",
+    "activate",
+    "add_commands",
+    "frameworks",
+    "get_plugin_manager",
+    "hook_closed",
+    "open_store",
+    "reduce",
+    "reset",
+    "rules",
+    "step_begin",
+    "step_end",
+    "tensor_saved",
+    "to_numpy",
+]
 
 logger = logging.getLogger("smdebug")
 
@@ -20,7 +54,7 @@ ENTRY_POINT_GROUP = "smdebug"
 # plugins that are registered later are called first and can override them).
 DEFAULT_PLUGINS = ("smdebug.defaults",)
 
-# Distribution to install for the aliases smdebug 1.0 users know.
+# Where the plugins for the aliases smdebug 1.0 users know live in this project.
 KNOWN_ALIASES = {
     "pytorch": "smdebug-torch",
     "tensorflow": "smdebug-tf",
@@ -28,35 +62,11 @@ KNOWN_ALIASES = {
     "xgboost": "smdebug-xgb",
 }
 
-
-@dataclasses.dataclass(frozen=True)
-class Framework:
-    """What a framework plugin declares through ``smdebug_framework``."""
-
-    alias: str  # import smdebug.<alias>
-    package: str  # the plugin's import package, e.g. "smdebug_torch"
-    import_names: tuple[str, ...] = ()  # importing one of these activates the plugin
-    distribution: str | None = None  # the framework's distribution, for the version check
-    supported: str = ""  # PEP 440 specifier, e.g. ">=2.0"
-
-    def version_problem(self) -> str | None:
-        """Why the installed framework is outside the supported range, or None when it is fine."""
-        dist = self.distribution or (self.import_names[0] if self.import_names else None)
-        if not dist or not self.supported:
-            return None
-        try:
-            version = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return f"{dist} is not installed"
-        from packaging.specifiers import SpecifierSet
-
-        if not SpecifierSet(self.supported).contains(version, prereleases=True):
-            return f"{dist} {version} is outside the supported range {self.supported}"
-        return None
-
-
 _pm: pluggy.PluginManager | None = None
 _lock = threading.RLock()
+_declared_by: dict[str, str] = {}  # framework alias -> name of the plugin that declared it
+_failed: set[tuple[str, str]] = set()  # (plugin, hook) already reported
+load_errors: dict[str, str] = {}  # entry-point name -> why it failed to load (for error messages)
 
 
 def _disabled() -> set[str]:
@@ -73,8 +83,6 @@ def get_plugin_manager() -> pluggy.PluginManager:
         if _pm is None:
             pm = pluggy.PluginManager("smdebug")
             pm.add_hookspecs(hookspecs)
-            import importlib
-
             for name in DEFAULT_PLUGINS:
                 pm.register(importlib.import_module(name), name=name)
             _load_entry_points(pm)
@@ -96,6 +104,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
         except Exception as exc:  # one broken plugin must not break the others
+            load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
             logger.warning(
                 "smdebug: plugin %r (%s) failed to load and is skipped: %s: %s",
                 ep.name,
@@ -112,58 +121,51 @@ def reset() -> None:
         _pm = None
         _failed.clear()
         _declared_by.clear()
+        load_errors.clear()
 
 
-def hook() -> Any:
-    return get_plugin_manager().hook
+# -- calling implementations, each isolated --------------------------------------------------------
+def _implementations(spec: str, only: str | None = None) -> Iterator[tuple[str, Any]]:
+    """(plugin name, function) of each implementation of a hook, in pluggy's order (last registered
+    first, tryfirst/trylast honoured). Wrappers are not run."""
+    for impl in reversed(getattr(get_plugin_manager().hook, spec).get_hookimpls()):
+        if impl.hookwrapper or getattr(impl, "wrapper", False):
+            continue
+        if only is None or impl.plugin_name == only:
+            yield impl.plugin_name, impl
 
 
-# -- typed facade over the hooks -------------------------------------------------------------------
-def frameworks() -> dict[str, Framework]:
-    """Every framework the installed plugins serve, by alias (a plugin that fails to say is skipped)."""
-    found: dict[str, Framework] = {}
-    for plugin_name, fw, exc in _call_each("smdebug_framework"):
-        if exc is not None:
-            _log_failure(plugin_name, "smdebug_framework", exc)
-        elif fw is not None and fw.alias not in found:
-            found[fw.alias] = fw
-            _declared_by[fw.alias] = plugin_name
-    return found
+def _call_each(
+    spec: str, only: str | None = None, core_raises: bool = False, **kwargs: Any
+) -> Iterator[tuple[str, Any]]:
+    """(plugin name, result) of each implementation that did not raise; one that raised is reported once.
+    With core_raises, the core's own implementation has the last word: its error (an empty tensor has
+    no mean) is the caller's."""
+    for plugin_name, impl in _implementations(spec, only):
+        try:
+            result = impl.function(*(kwargs[arg] for arg in impl.argnames))
+        except Exception as exc:
+            if core_raises and plugin_name in DEFAULT_PLUGINS:
+                raise
+            _report(plugin_name, spec, exc)
+        else:
+            yield plugin_name, result
 
 
-def activate(framework: Framework, module: Any) -> Any:
-    """The first hook an ``smdebug_activate`` implementation returns (see smdebug.activation). An error of
-    the plugin that declared the framework is raised; another plugin's is logged and the next one is
-    tried, so a broken plugin cannot stop another plugin's activation."""
-    for plugin_name, result, exc in _call_each("smdebug_activate", framework=framework, module=module):
-        if exc is not None:
-            if plugin_name == _declared_by.get(framework.alias):
-                raise exc
-            _log_failure(plugin_name, "smdebug_activate", exc)
-        elif result is not None:
+def _first(spec: str, **kwargs: Any) -> Any:
+    """firstresult: the first result that is not None, skipping implementations that raise."""
+    for _, result in _call_each(spec, core_raises=True, **kwargs):
+        if result is not None:
             return result
     return None
 
 
-_declared_by: dict[str, str] = {}  # framework alias -> name of the plugin that declared it
-_failed: set[tuple[str, str]] = set()
+def _notify(spec: str, **kwargs: Any) -> None:
+    for _ in _call_each(spec, **kwargs):
+        pass
 
 
-def _call_each(name: str, **kwargs: Any):
-    """(plugin name, result, exception) for each implementation of a hook, called one at a time in
-    pluggy's order, each inside its own try/except. Wrappers are not run."""
-    for impl in reversed(getattr(hook(), name).get_hookimpls()):
-        if impl.hookwrapper or getattr(impl, "wrapper", False):
-            continue
-        try:
-            result = impl.function(*(kwargs[arg] for arg in impl.argnames))
-        except Exception as exc:
-            yield impl.plugin_name, None, exc
-        else:
-            yield impl.plugin_name, result, None
-
-
-def _log_failure(plugin_name: str, hook_name: str, exc: Exception) -> None:
+def _report(plugin_name: str, hook_name: str, exc: Exception) -> None:
     if (plugin_name, hook_name) not in _failed:  # once per process, however often the hook is called
         _failed.add((plugin_name, hook_name))
         logger.warning(
@@ -175,23 +177,81 @@ def _log_failure(plugin_name: str, hook_name: str, exc: Exception) -> None:
         )
 
 
-def to_numpy(value: Any):
-    return hook().smdebug_to_numpy(value=value)
+# -- the typed facade: one function per hook specification -----------------------------------------
+def frameworks() -> dict[str, Framework]:
+    """Every framework the installed plugins serve, by alias. The first plugin to claim an alias keeps
+    it; a later claim is logged and ignored."""
+    found: dict[str, Framework] = {}
+    for plugin_name, fw in _call_each("smdebug_framework"):
+        if not isinstance(fw, Framework):
+            continue
+        owner = _declared_by.setdefault(fw.alias, plugin_name)
+        if owner != plugin_name:
+            if (plugin_name, f"alias:{fw.alias}") not in _failed:
+                _failed.add((plugin_name, f"alias:{fw.alias}"))
+                logger.warning(
+                    "smdebug: plugin %r also declares the alias %r, which plugin %r serves; ignored",
+                    plugin_name,
+                    fw.alias,
+                    owner,
+                )
+            continue
+        found.setdefault(fw.alias, fw)
+    return found
+
+
+def activate(framework: Framework, module: Any) -> BaseHook | None:
+    """Call ``smdebug_activate`` of the plugin that declared the framework (only that one). Its error is
+    raised to the caller (smdebug.activation logs it without failing the framework import)."""
+    if framework.alias not in _declared_by:
+        frameworks()
+    owner = _declared_by.get(framework.alias)
+    for _, impl in _implementations("smdebug_activate", only=owner):
+        result = impl.function(*({"framework": framework, "module": module}[a] for a in impl.argnames))
+        if result is not None:
+            return result
+    return None
+
+
+def to_numpy(value: Any) -> np.ndarray | None:
+    return _first("smdebug_to_numpy", value=value)
 
 
 def reduce(value: Any, reduction: str, abs: bool = False) -> float | None:
-    return hook().smdebug_reduce(value=value, reduction=reduction, abs=abs)
+    return _first("smdebug_reduce", value=value, reduction=reduction, abs=abs)
 
 
-def open_store(uri: str):
-    store = hook().smdebug_open_store(uri=uri)
+def open_store(uri: str) -> Store:
+    store = _first("smdebug_open_store", uri=uri)
     if store is None:
         raise ValueError(f"no storage backend can open {uri!r}")
     return store
 
 
+def step_begin(hook: BaseHook) -> None:
+    _notify("smdebug_step_begin", hook=hook, mode=hook.mode, step=hook.step, mode_step=hook.mode_step)
+
+
+def step_end(hook: BaseHook) -> None:
+    _notify("smdebug_step_end", hook=hook, mode=hook.mode, step=hook.step, mode_step=hook.mode_step)
+
+
+def tensor_saved(hook: BaseHook, name: str, value: np.ndarray) -> None:
+    _notify("smdebug_tensor_saved", hook=hook, name=name, value=value, step=hook.step, mode=hook.mode)
+
+
+def hook_closed(hook: BaseHook) -> None:
+    _notify("smdebug_hook_closed", hook=hook)
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    _notify("smdebug_add_commands", subparsers=subparsers)
+
+
 def rules() -> dict[str, type]:
+    """Built-in rules of the core and every plugin, by name (the first to contribute a name keeps it)."""
     found: dict[str, type] = {}
-    for contributed in hook().smdebug_rules():
-        found.update(contributed or {})
+    for _, contributed in _call_each("smdebug_rules"):
+        for name, cls in (contributed or {}).items():
+            found.setdefault(name, cls)
     return found

@@ -51,7 +51,8 @@ def summaries_for(name: str, value: np.ndarray, collections: Iterable[Collection
     colls = sorted(collections, key=lambda c: (c.name in _GENERIC_COLLECTIONS, c.name))
     if name.startswith(REDUCTIONS_PREFIX) or name.startswith(SCALAR_PREFIX):
         return [("scalar", name)] if value.size == 1 else []
-    if any(c.name in SCALAR_COLLECTIONS for c in colls):
+    # a scalar collection, the core's or a plugin's (whose hook saves it without histograms)
+    if any(c.name in SCALAR_COLLECTIONS or not c.save_histogram for c in colls):
         return [("scalar", name)] if value.size == 1 else []
     for coll in colls:
         if coll.save_histogram:
@@ -217,8 +218,8 @@ def _exporter(hook) -> _HookExporter | None:
 def _hook_collections(hook, name: str) -> list[Collection]:
     """The hook's collections due for this tensor now (all of its collections for an explicit save)."""
     try:
-        colls = hook._collections_of(name)
-        due = colls.intersection(hook._due)
+        colls = hook.collections_of(name)
+        due = colls.intersection(hook.due_collections)
         return list(due or colls)
     except AttributeError:  # a hook that is not a BaseHook
         return []

@@ -30,12 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smdebug", description="Inspect and analyse smdebug runs.")
     parser.add_argument("--version", action="version", version=f"smdebug {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    plugins.hook().smdebug_add_commands(subparsers=subparsers)
+    plugins.add_commands(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # reported with the usage of the subcommand they were given to, not the top-level one
+        (_subcommand_parser(parser, args) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -45,3 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"smdebug {args.command}: error: {message}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(getattr(args, "command", None))
+    return None

@@ -184,7 +184,7 @@ class RuleRunner:
     def _step_written(self, step: int) -> bool:
         hook = self.hook
         writer = hook._writer
-        if writer is None or not hook._writing or not hook._due:
+        if writer is None or not hook.writing or not hook._due:
             return False  # nothing was due at this step: nothing new to judge
         # Rules read the step back: wait until the writer has published it (this makes the saving of
         # steps that rules judge synchronous, the price of judging them in-process).
@@ -232,7 +232,7 @@ class RuleRunner:
             return
         self.stop = stop
         logger.warning("smdebug: %s", stop)
-        if self.hook._writing:
+        if self.hook.writing:
             try:  # so that every worker of a distributed run stops, not only this one
                 write_stop_signal(self.hook.out_dir, stop.rule_name, stop.step, stop.reason)
             except Exception as exc:

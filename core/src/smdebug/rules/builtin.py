@@ -1,7 +1,7 @@
 """The built-in rules by name, and ``create_rule``: a rule from a name plus (string) parameters.
 
-The core's rules are the classes of ``smdebug.rules.generic``; plugins add theirs through the
-``smdebug_rules`` hook (the XGBoost plugin adds ``tree_depth`` and ``feature_importance_overweight``).
+The core's rules are the classes of ``smdebug.rules.generic``, contributed through the ``smdebug_rules``
+hook (``smdebug.defaults``) as plugins contribute theirs (the XGBoost plugin adds ``tree_depth`` and ``feature_importance_overweight``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ def builtin_rules() -> dict[str, type[Rule]]:
     """Every built-in rule, the core's and the installed plugins', by configuration name, sorted."""
     from smdebug import plugins
 
-    found = dict(CORE_RULES)
-    for name, cls in plugins.rules().items():
-        if not (isinstance(cls, type) and issubclass(cls, Rule)):
-            continue
-        found.setdefault(name, cls)
+    found = {n: c for n, c in plugins.rules().items() if isinstance(c, type) and issubclass(c, Rule)}
     return dict(sorted(found.items()))
 
 

@@ -6,8 +6,7 @@ hook.register_module(model)
 hook.register_loss(criterion)
 """
 
-from smdebug import modes  # noqa: F401 (part of the API: smd.modes)
-from smdebug.framework_api import exports
+from smdebug.plugin import exports
 
 # Hook, SaveConfig, create_trial, ... resolve on first use: importing this package stays cheap.
 __getattr__, __dir__, get_hook, __all__ = exports(

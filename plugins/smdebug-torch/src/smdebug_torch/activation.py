@@ -20,7 +20,7 @@ import weakref
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from smdebug import hook as core_hook
+from smdebug.plugin import get_hook
 from smdebug_torch.hook import Hook, _is_compiling
 
 logger = logging.getLogger("smdebug")
@@ -77,7 +77,7 @@ class AutoRegistration:
     def _classify(self, module, inputs, output, before: bool) -> None:
         hook = self.hook
         try:
-            if hook._closed or core_hook.get_hook() is not hook:
+            if hook.closed or get_hook() is not hook:
                 # the script closed the hook or made its own: it decides from now on
                 self.remove()
                 return
@@ -89,7 +89,7 @@ class AutoRegistration:
                 self._register_after(module, inputs, output)
         except Exception as exc:  # never break training
             self._seen.add(module)
-            hook._warn_once(
+            hook.warn_once(
                 f"auto:{type(module).__name__}",
                 "smdebug: could not register %s automatically: %s: %s",
                 module._get_name(),

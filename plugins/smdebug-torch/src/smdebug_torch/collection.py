@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from smdebug.collection import Collection as BaseCollection
-from smdebug.collection import CollectionKeys
+from smdebug.plugin import Collection as BaseCollection
+from smdebug.plugin import CollectionKeys
 
 GRADIENT_PREFIX = "gradient/"
 INPUT_SUFFIX = "_input_"

@@ -16,9 +16,7 @@ from typing import Any
 
 import torch
 
-from smdebug.collection import CollectionKeys
-from smdebug.exceptions import SMDebugTypeError
-from smdebug.hook import BaseHook
+from smdebug.plugin import BaseHook, CollectionKeys, SMDebugTypeError
 from smdebug_torch.collection import (
     BUILTIN_PATTERNS,
     GRADIENT_PREFIX,
@@ -43,59 +41,30 @@ def _compiled_parts(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
 class Hook(BaseHook):
     framework = "pytorch"
     collection_class = Collection
+    builtin_patterns = BUILTIN_PATTERNS
     default_include_collections = (CollectionKeys.LOSSES,)
+    tensor_types = (torch.Tensor,)
 
-    def __init__(
-        self,
-        out_dir: str | None = None,
-        export_tensorboard: bool = False,
-        tensorboard_dir: str | None = None,
-        dry_run: bool = False,
-        reduction_config=None,
-        save_config=None,
-        include_regex=None,
-        include_collections=None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        *,
-        max_queue_bytes: int | None = None,
-    ):
-        super().__init__(
-            out_dir=out_dir,
-            export_tensorboard=export_tensorboard,
-            tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run,
-            reduction_config=reduction_config,
-            save_config=save_config,
-            include_regex=include_regex,
-            include_collections=include_collections,
-            save_all=save_all,
-            include_workers=include_workers,
-            max_queue_bytes=max_queue_bytes,
-        )
-        for name, pattern in BUILTIN_PATTERNS.items():
-            self.get_collection(name).include(pattern)
+    def setup(self) -> None:
         self._module_names: dict[torch.nn.Module, str] = {}  # every hooked module -> its name
         self._models: dict[torch.nn.Module, _Model] = {}
         self._loss_modules: list[torch.nn.Module] = []
         self._grad_hooked: set[int] = set()  # id() of parameters carrying a gradient hook
         self._handles: list[Any] = []
-        self._call_index: dict[str, int] = {}  # "<module>_output_" -> next index, this step
         self._modules_version = -1
-        self._warned: set[str] = set()
 
     # -- distributed training ------------------------------------------------------------------
-    def _get_worker_name(self) -> str:
+    def worker_name(self) -> str:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             return f"worker_{dist.get_rank()}"
-        return super()._get_worker_name()
+        return super().worker_name()
 
-    def _get_num_workers(self) -> int:
+    def num_workers(self) -> int:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             return dist.get_world_size()
-        return super()._get_num_workers()
+        return super().num_workers()
 
     # -- registration (reference: PyTorch specific Hook API) -----------------------------------
     def register_module(self, module: torch.nn.Module) -> None:
@@ -153,27 +122,22 @@ class Hook(BaseHook):
             raise SMDebugTypeError(
                 f"record_tensor_value expects a torch.Tensor, got {type(tensor_value).__name__}"
             )
-        self._save_sequence(tensor_name + OUTPUT_SUFFIX, tensor_value)
+        self.save_numbered(tensor_name + OUTPUT_SUFFIX, tensor_value)
 
     # -- step boundaries -----------------------------------------------------------------------
-    def begin_step(self) -> None:
+    def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
         if Collection.modules_version != self._modules_version:
-            self._resolve_module_collections()
-        super().begin_step()
-        self._call_index.clear()
+            self.collections_changed()  # a module was given to add_module_tensors since the last step
+        super().begin_step(step, mode_step)
 
-    def _prepare(self) -> None:
-        self._resolve_module_collections()
-        super()._prepare()
-
-    def _resolve_module_collections(self) -> None:
+    def prepare_collections(self) -> None:
         """Turn modules given to ``add_module_tensors`` into patterns of their tensor names."""
         self._modules_version = Collection.modules_version
         for coll in self.collection_manager.collections.values():
             for module, (inputs, outputs) in getattr(coll, "modules", {}).items():
                 name = self._module_names.get(module)
                 if name is None:
-                    self._warn_once(
+                    self.warn_once(
                         f"unregistered:{id(module)}",
                         "smdebug: %s was given to add_module_tensors of collection %r but is not part of "
                         "a module registered with register_module/register_loss; its tensors are not saved",
@@ -182,7 +146,6 @@ class Hook(BaseHook):
                     )
                     continue
                 coll.include(module_tensor_patterns(name, inputs, outputs))
-        self._colls_of.clear()
 
     def close(self) -> None:
         super().close()
@@ -194,51 +157,36 @@ class Hook(BaseHook):
     def _end_step_or_stop(self) -> None:
         """End the previous step (the hook's rules run, the stop signal is looked for) and raise
         StopTraining from this forward call when a rule asked training to stop."""
-        if self._in_step:
-            try:
-                self.end_step()
-            except Exception as exc:  # never break training because of saving
-                self._warn_once(
-                    "end", "smdebug: could not end step %d: %s: %s", self.step, type(exc).__name__, exc
-                )
-        self._raise_if_stop_requested()
+        self.end_step()
+        self.raise_if_stop_requested()
 
     def _on_model_forward(self, module, inputs) -> None:
-        if self._closed:
+        if self.closed:
             return
         self._end_step_or_stop()
-        try:
+        self.begin_step()
+        with self.guard("save the parameters"):
             model = self._models[module]
-            self.begin_step()
-            if self._anything_due():
+            if self.anything_due():
                 model.refresh()  # like smdebug, the parameters the model has now
                 for name, param in model.params:
                     if not _is_uninitialized(param):
-                        self._save(name, param)
+                        self.save_for_step(name, param)
             self._hook_gradients(model.params)  # new parameters, or unfrozen since the last step
-        except Exception as exc:  # never break training
-            self._warn_once(
-                "forward", "smdebug: could not start step %d: %s: %s", self.step, type(exc).__name__, exc
-            )
 
     def _on_loss_forward(self, module, inputs) -> None:
         # A loss starts the step only when no model is registered to do it.
-        if not self._models and not self._closed:
+        if not self._models and not self.closed:
             self._end_step_or_stop()
-            try:
-                self.begin_step()
-            except Exception as exc:
-                self._warn_once(
-                    "loss", "smdebug: could not start step %d: %s: %s", self.step, type(exc).__name__, exc
-                )
+            self.begin_step()
 
     def _on_module_output(self, module, inputs, outputs) -> None:
-        if not self._anything_due():
+        if not self.anything_due():
             return
         name = self._module_names.get(module)
         if name is not None:
-            self._save_sequence(name + INPUT_SUFFIX, inputs)
-            self._save_sequence(name + OUTPUT_SUFFIX, outputs)
+            self.save_numbered(name + INPUT_SUFFIX, inputs)
+            self.save_numbered(name + OUTPUT_SUFFIX, outputs)
 
     def _hook_gradients(self, params) -> None:
         for name, param in params:
@@ -248,31 +196,8 @@ class Hook(BaseHook):
                 self._handles.append(param.register_post_accumulate_grad_hook(on_gradient))
 
     def _on_gradient(self, name: str, param) -> None:
-        if self._anything_due() and param.grad is not None and self.is_due(name):
-            self._save(name, param.grad)
-
-    # -- saving --------------------------------------------------------------------------------
-    def _anything_due(self) -> bool:
-        return self._in_step and self._writing and bool(self._due)
-
-    def _save_sequence(self, prefix: str, value) -> None:
-        """Save the tensors of a (nested) tuple/list/dict in order, numbered after the step's earlier ones."""
-        index = self._call_index.get(prefix, 0)
-        for tensor in _tensors_in(value):
-            self._save(f"{prefix}{index}", tensor)
-            index += 1
-        self._call_index[prefix] = index
-
-    def _save(self, name: str, value) -> None:
-        if self.save_for_step(name, value):
-            # Record the name in its collections (as smdebug does), so the collections file lists it.
-            for coll in self._collections_of(name):
-                coll.add_tensor_name(name)
-
-    def _warn_once(self, key: str, message: str, *args) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warning(message, *args)
+        if param.grad is not None and self.is_due(name):
+            self.save_for_step(name, param.grad)
 
 
 class _Model:
@@ -338,14 +263,3 @@ class _Callback:
 
     def __reduce__(self):
         return (_inert_callback, ())
-
-
-def _tensors_in(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_in(item)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from smdebug.hookspecs import hookimpl
-from smdebug.plugins import Framework
+from smdebug.plugin import Framework, hookimpl
 
 
 def _is_torch_tensor(value) -> bool:
@@ -46,8 +45,6 @@ def smdebug_reduce(value, reduction, abs):
 @hookimpl
 def smdebug_activate(framework, module):
     # Called just after ``import torch`` when a hook configuration is present (smdebug.activation).
-    if framework.alias != "pytorch":
-        return None
     from smdebug_torch.activation import activate
 
     return activate()

@@ -79,7 +79,7 @@ def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> np.floatin
         raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
     t = _plain(value)
     if t.numel() == 0:
-        raise ValueError(f"cannot compute {reduction} of an empty tensor")
+        return None  # undefined: numpy says so (the core then saves no reduction of it)
     try:
         if t.dtype in _LOW_PRECISION:
             t = t.float()

@@ -5,8 +5,7 @@ hook = smd.Hook(out_dir="/tmp/run", include_collections=["metrics", "feature_imp
 xgboost.train(params, dtrain, evals=[(dval, "validation")], callbacks=[hook])
 """
 
-from smdebug import modes  # noqa: F401 (part of the API: smd.modes)
-from smdebug.framework_api import exports
+from smdebug.plugin import exports
 
 # Hook, SaveConfig, create_trial, ... resolve on first use: importing this package stays cheap.
 __getattr__, __dir__, get_hook, __all__ = exports(__name__, "smdebug_xgb.hook")

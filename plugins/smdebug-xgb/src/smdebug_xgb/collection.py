@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from smdebug.collection import CollectionKeys
+from smdebug.plugin import CollectionKeys
 
 # Tensors of one collection share a prefix (``feature_importance/gain/f0``); metrics are
 # ``<eval name>-<metric>`` (``validation-logloss``), as smdebug 1.0 names them.

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.sparse
 import xgboost as xgb
 
-from smdebug.exceptions import ConfigError
+from smdebug.plugin import ConfigError
 
 CONTENT_TYPES = {
     "csv": "csv",

@@ -19,17 +19,13 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import xgboost as xgb
+from pydantic import field_validator
 
-from smdebug import plugins
-from smdebug.collection import CollectionKeys
-from smdebug.config import SaveConfig
-from smdebug.exceptions import ConfigError
-from smdebug.hook import BaseHook
-from smdebug.writer import END_OF_JOB_FILE
+from smdebug.plugin import BaseHook, CollectionKeys, ConfigError, HookConfig, SaveConfig
 from smdebug_xgb.collection import (
     AVERAGE_SHAP_PREFIX,
     BIAS,
@@ -49,64 +45,43 @@ from smdebug_xgb.trees import tree_columns
 
 logger = logging.getLogger("smdebug")
 
-# smdebug 1.0's XGBoost hook saves every 10 rounds when given no save configuration.
-DEFAULT_SAVE_INTERVAL = 10
 TREE_BOOSTERS = ("gbtree", "dart")
+
+
+class XGBoostHookConfig(HookConfig):
+    """The XGBoost hook's options: the common ones, then smdebug 1.0's three of its own."""
+
+    hyperparameters: Optional[dict[str, Any]] = None
+    train_data: Any = None  # a DMatrix, or (file path, content type)
+    validation_data: Any = None
+
+    @field_validator("hyperparameters", mode="before")
+    @classmethod
+    def _hyperparameters(cls, v):
+        if v is not None and not isinstance(v, Mapping):
+            raise ConfigError(f"hyperparameters: expected a dict, got {type(v).__name__}")
+        return None if v is None else dict(v)
 
 
 class Hook(BaseHook, xgb.callback.TrainingCallback):
     framework = "xgboost"
-    default_include_collections = (CollectionKeys.METRICS,)
+    options_class = XGBoostHookConfig
     builtin_collections = XGBOOST_COLLECTIONS
+    builtin_patterns = BUILTIN_PATTERNS
+    default_include_collections = (CollectionKeys.METRICS,)
+    default_save_config = SaveConfig(save_interval=10)  # smdebug 1.0's XGBoost default
+    scalar_collections = BaseHook.scalar_collections | {
+        CollectionKeys.FEATURE_IMPORTANCE,
+        CollectionKeys.AVERAGE_SHAP,
+    }
 
-    def __init__(
-        self,
-        out_dir: str | None = None,
-        export_tensorboard: bool = False,
-        tensorboard_dir: str | None = None,
-        dry_run: bool = False,
-        reduction_config=None,
-        save_config=None,
-        include_regex=None,
-        include_collections=None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        hyperparameters: Mapping[str, Any] | None = None,
-        train_data=None,
-        validation_data=None,
-        *,
-        max_queue_bytes: int | None = None,
-    ):
-        if hyperparameters is not None and not isinstance(hyperparameters, Mapping):
-            raise ConfigError(f"hyperparameters: expected a dict, got {type(hyperparameters).__name__}")
-        train = load_data("train_data", train_data)
-        validation = load_data("validation_data", validation_data)
-        self._is_copy = getattr(self, "_is_copy", False)  # set by _restore for a Dask worker's copy
-        super().__init__(
-            out_dir=out_dir,
-            export_tensorboard=export_tensorboard,
-            tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run,
-            reduction_config=reduction_config,
-            save_config=SaveConfig(save_interval=DEFAULT_SAVE_INTERVAL)
-            if save_config is None
-            else save_config,
-            include_regex=include_regex,
-            include_collections=include_collections,
-            save_all=save_all,
-            include_workers=include_workers,
-            max_queue_bytes=max_queue_bytes,
-        )
-        for name, pattern in BUILTIN_PATTERNS.items():
-            self.get_collection(name).include(pattern)
-        self.hyperparameters = dict(hyperparameters) if hyperparameters else None
-        self.train_data = train
-        self.validation_data = validation
-        self._data_arguments = {"train_data": train_data, "validation_data": validation_data}
+    def setup(self) -> None:
+        options = self.options
+        self.hyperparameters = options.hyperparameters or None
+        self.train_data = load_data("train_data", options.train_data)
+        self.validation_data = load_data("validation_data", options.validation_data)
         self._rounds_done = 0  # rounds seen by this hook, so a second training continues the steps
         self._round_offset = 0
-        self._shipped = False  # pickled for Dask workers
-        self._warned: set[str] = set()
         self._training: _Training | None = None
 
     @classmethod
@@ -115,15 +90,11 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return cls.create_from_json_file(json_config_path)
 
     # -- distributed training: XGBoost's collective (Dask, Spark, ...) ------------------------------
-    def _get_worker_name(self) -> str:
+    def worker_name(self) -> str:
         return f"worker_{xgb.collective.get_rank()}"
 
-    def _get_num_workers(self) -> int:
+    def num_workers(self) -> int:
         return xgb.collective.get_world_size()
-
-    def _check_out_dir(self) -> None:
-        if not self._is_copy:  # a worker's copy writes beside the others in the run its original checked
-            super()._check_out_dir()
 
     # -- xgboost.callback.TrainingCallback --------------------------------------------------------------
     def before_training(self, model):
@@ -134,14 +105,10 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return model
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
-        if self._closed:
+        if self.closed:
             return False
-        try:
+        with self.guard("save a boosting round"):
             self._save_round(model, epoch, evals_log)
-        except Exception as exc:  # never break training
-            self._warn_once(
-                "round", "smdebug: could not save boosting round %d: %s: %s", epoch, type(exc).__name__, exc
-            )
         # True stops boosting: a rule added with hook.add_rule fired, or the run's stop signal was left.
         if self.should_stop():
             logger.warning("smdebug: boosting stopped after round %d: %s", epoch, self.stop_reason)
@@ -149,15 +116,9 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return False
 
     def after_training(self, model):
-        try:
-            if self._is_copy:
-                self._finish_copy()
-            else:
-                self._flush()
-        except Exception as exc:
-            self._warn_once(
-                "flush", "smdebug: could not flush %s: %s: %s", self.out_dir, type(exc).__name__, exc
-            )
+        # A Dask worker's copy is done (the end-of-job marker is its original's to write, once every
+        # worker is done); the original's run stays open for more training.
+        self.close() if self.is_copy else self.flush()
         self._training = None
         return model
 
@@ -167,26 +128,30 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             self.before_training(model)
         step = self._round_offset + epoch
         self._rounds_done = max(self._rounds_done, step + 1)
-        self.step = step - 1  # begin_step moves both counters to this round
-        self.mode_steps[self.mode] = step - 1
-        self.begin_step()
+        self.begin_step(step, mode_step=step)
         try:
-            if not (self._in_step and self._writing and self._due):
+            if not self.anything_due():
                 return
-            self._guard("metrics", self._save_metrics, evals_log)
-            self._guard("hyperparameters", self._save_hyperparameters, model)
+            with self.guard("save metrics"):
+                self._save_metrics(evals_log)
+            with self.guard("save hyperparameters"):
+                self._save_hyperparameters(model)
             if not isinstance(model, xgb.Booster):  # xgboost.cv hands callbacks a pack of boosters
-                self._warn_once("cv", "smdebug: with xgboost.cv only metrics and hyperparameters are saved")
+                self.warn_once("cv", "smdebug: with xgboost.cv only metrics and hyperparameters are saved")
                 return
-            self._guard("predictions", self._save_predictions, model)
-            self._guard("feature importance", self._save_feature_importance, model)
-            self._guard("trees", self._save_trees, model)
-            self._guard("SHAP values", self._save_shap, model)
+            for what, save in (
+                ("save predictions", self._save_predictions),
+                ("save feature importance", self._save_feature_importance),
+                ("save trees", self._save_trees),
+                ("save SHAP values", self._save_shap),
+            ):
+                with self.guard(what):
+                    save(model)
         finally:
             self.end_step()
 
     def _save_metrics(self, evals_log) -> None:
-        metrics = self.collection_manager.get(CollectionKeys.METRICS, cls=self.collection_class)
+        metrics = self.get_collections()[CollectionKeys.METRICS]
         for data_name, results in evals_log.items():
             for metric, history in results.items():
                 if not history:
@@ -196,9 +161,8 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
                     value = value[0]
                 name = f"{data_name}-{metric}"
                 if not metrics.matches(name):  # an eval name with "/" in it is a metric all the same
-                    metrics.add_tensor_name(name)
-                    self._colls_of.pop(name, None)
-                self._save(name, np.array([float(value)]))
+                    self.add_to_collection(CollectionKeys.METRICS, name)
+                self.save_for_step(name, np.array([float(value)]))
 
     def _save_hyperparameters(self, model) -> None:
         if not self._any_due_prefix(HYPERPARAMETERS_PREFIX):
@@ -207,21 +171,21 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         if params is None:
             params = self._training.config_params(model) if isinstance(model, xgb.Booster) else {}
         for key, value in params.items():
-            self._save(HYPERPARAMETERS_PREFIX + str(key), _param_array(value))
+            self.save_for_step(HYPERPARAMETERS_PREFIX + str(key), _param_array(value))
 
     def _save_predictions(self, model) -> None:
         due = [name for name in (PREDICTIONS, LABELS) if self.is_due(name)]
         if not due:
             return
         if self.validation_data is None:
-            self._warn_once(
+            self.warn_once(
                 "validation", "smdebug: to save predictions and labels, give the hook validation_data="
             )
             return
         if PREDICTIONS in due:
-            self._save(PREDICTIONS, model.predict(self.validation_data))
+            self.save_for_step(PREDICTIONS, model.predict(self.validation_data))
         if LABELS in due:
-            self._save(LABELS, self.validation_data.get_label())
+            self.save_for_step(LABELS, self.validation_data.get_label())
 
     def _save_feature_importance(self, model) -> None:
         features = _feature_names(model)
@@ -236,7 +200,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             if total <= 0:  # no split yet
                 continue
             for feature, score in scores.items():
-                self._save(prefix + feature, np.array([score / total]))
+                self.save_for_step(prefix + feature, np.array([score / total]))
 
     def _save_trees(self, model) -> None:
         due = [c for c in TREE_COLUMNS if self.is_due(TREES_PREFIX + c)]
@@ -248,7 +212,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         first = (rounds - 1) * per_round  # the trees this round added
         columns = tree_columns(dumps[first : first + per_round], first)
         for column in due:
-            self._save(TREES_PREFIX + column, columns[column])
+            self.save_for_step(TREES_PREFIX + column, columns[column])
 
     def _save_shap(self, model) -> None:
         features = [*_feature_names(model), BIAS]
@@ -257,95 +221,33 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         if not (full or average):
             return
         if self.train_data is None:
-            self._warn_once("train_data", "smdebug: to save SHAP values, give the hook train_data=")
+            self.warn_once("train_data", "smdebug: to save SHAP values, give the hook train_data=")
             return
         contributions = model.predict(self.train_data, pred_contribs=True)
         for i in full:  # as smdebug 1.0: each feature's tensor holds the whole matrix
-            self._save(FULL_SHAP_PREFIX + features[i], contributions)
+            self.save_for_step(FULL_SHAP_PREFIX + features[i], contributions)
         if average:
             # The reference's definition: the sum of SHAP value magnitudes over all samples (and
             # classes), one number per feature.
             magnitudes = np.abs(contributions).sum(axis=tuple(range(contributions.ndim - 1)))
             for i in average:
-                self._save(AVERAGE_SHAP_PREFIX + features[i], magnitudes[i : i + 1])
+                self.save_for_step(AVERAGE_SHAP_PREFIX + features[i], magnitudes[i : i + 1])
 
     # -- saving ---------------------------------------------------------------------------------------
-    def _save(self, name: str, value) -> None:
-        if not self.is_due(name):
-            return
-        array = np.asarray(value)
-        if array.dtype.kind in "USO":  # reductions are for numbers: text is saved as it is
-            self._queue(name, array)
-        else:
-            self._write_for_tensor(name, array, self._due.intersection(self._collections_of(name)))
-        for coll in self._collections_of(name):  # the collections file lists what was saved
-            coll.add_tensor_name(name)
-
     def _any_due_prefix(self, prefix: str) -> bool:
         """Whether a tensor of this prefix may be due: its collection, or any due collection with
         patterns of the user's (the default and all collections, custom ones)."""
         return any(
             c.name not in BUILTIN_PATTERNS or any(p.startswith("^" + prefix) for p in c.include_regex)
-            for c in self._due
+            for c in self.due_collections
         )
 
     def _is_tree_booster(self, model, what: str) -> bool:
         kind = self._training.booster(model)
         if kind not in TREE_BOOSTERS:
-            self._warn_once(f"booster:{what}", "smdebug: %s are not defined for booster %r", what, kind)
+            self.warn_once(f"booster:{what}", "smdebug: %s are not defined for booster %r", what, kind)
             return False
         return True
-
-    def _guard(self, what: str, fn, *args) -> None:
-        try:
-            fn(*args)
-        except Exception as exc:
-            self._warn_once(
-                what,
-                "smdebug: could not save %s at step %d: %s: %s",
-                what,
-                self.step,
-                type(exc).__name__,
-                exc,
-            )
-
-    def _warn_once(self, key: str, message: str, *args) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warning(message, *args)
-
-    # -- ending -----------------------------------------------------------------------------------------
-    def _flush(self) -> None:
-        """Make everything saved so far readable (the run stays open for more training)."""
-        if self._in_step:
-            self.end_step()
-        if self._writer is not None:
-            self._export_collections()
-            self._writer.flush()
-
-    def _finish_copy(self) -> None:
-        """A Dask worker's copy: write its steps and collections; the end-of-job mark is the
-        original's to write when it closes (once every worker is done)."""
-        if self._in_step:
-            self.end_step()
-        self._closed = True
-        if self._writer is not None:
-            self._export_collections()
-            failed = self._writer.close()
-            if failed:
-                logger.warning(
-                    "smdebug: %s could not save steps %s to %s", self.worker, sorted(failed), self.out_dir
-                )
-        plugins.hook().smdebug_hook_closed(hook=self)  # exporters (TensorBoard) close with it
-
-    def close(self) -> None:
-        was_closed = self._closed
-        super().close()
-        if not was_closed and self._shipped and self._writer is None and not self.dry_run:
-            try:  # only the workers wrote: mark the run as finished for them
-                plugins.open_store(self.out_dir).write_bytes(END_OF_JOB_FILE, b"")
-            except Exception as exc:
-                logger.warning("smdebug: could not mark %s as finished: %s", self.out_dir, exc)
 
     # -- copies -----------------------------------------------------------------------------------------
     def __copy__(self):
@@ -354,45 +256,22 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
     def __deepcopy__(self, memo):
         return self
 
-    def __reduce__(self):
-        """Pickled (by Dask, for its workers): the configuration, rebuilt into a hook on the other side."""
-        self._shipped = True
-        data = {}
-        for argument, value in self._data_arguments.items():
-            if isinstance(value, xgb.DMatrix):
-                self._warn_once(
+    def copy_options(self) -> XGBoostHookConfig:
+        """What Dask's workers get: a DMatrix of this process stays here (a file tuple travels)."""
+        dropped = {}
+        for argument in ("train_data", "validation_data"):
+            if isinstance(getattr(self.options, argument), xgb.DMatrix):
+                self.warn_once(
                     f"ship:{argument}",
                     "smdebug: %s is a DMatrix of this process and stays here; workers get none (give a "
                     "(file path, content type) tuple for them to load)",
                     argument,
                 )
-                value = None
-            data[argument] = value
-        kwargs = dict(
-            out_dir=self.out_dir,
-            export_tensorboard=self.export_tensorboard,
-            tensorboard_dir=self.tensorboard_dir,
-            dry_run=self.dry_run,
-            reduction_config=self.reduction_config,
-            save_config=self.save_config,
-            include_collections=list(self.include_collections),
-            include_workers=self.include_workers,
-            hyperparameters=self.hyperparameters,
-            max_queue_bytes=self.max_queue_bytes,
-            **data,
-        )
-        first_step = max(self._rounds_done, self.step + 1)  # the workers' rounds go on from here
-        return (_restore, (kwargs, self.collection_manager, first_step))
+                dropped[argument] = None
+        return self.options.model_copy(update=dropped)
 
-
-def _restore(kwargs: dict, collection_manager, first_step: int = 0) -> Hook:
-    hook = Hook.__new__(Hook)
-    hook._is_copy = True
-    hook.__init__(**kwargs)
-    hook.collection_manager = collection_manager
-    hook._colls_of.clear()
-    hook._rounds_done = first_step
-    return hook
+    def copy_state(self) -> dict:
+        return {"_rounds_done": max(self._rounds_done, self.step + 1)}  # the workers' rounds go on from here
 
 
 class _Training:

@@ -1,6 +1,6 @@
 """An entry-point module that imports, but whose hook implementations raise."""
 
-from smdebug.hookspecs import hookimpl
+from smdebug.plugin import hookimpl
 
 
 @hookimpl

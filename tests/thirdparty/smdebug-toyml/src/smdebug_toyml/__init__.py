@@ -5,7 +5,6 @@ hook = smd.Hook(out_dir="/tmp/run", save_config=smd.SaveConfig(save_interval=1))
 toyml.fit(model, x, y, callbacks=[hook])
 """
 
-from smdebug import modes  # noqa: F401 (part of the API: smd.modes)
-from smdebug.framework_api import exports
+from smdebug.plugin import exports
 
 __getattr__, __dir__, get_hook, __all__ = exports(__name__, "smdebug_toyml.hook")

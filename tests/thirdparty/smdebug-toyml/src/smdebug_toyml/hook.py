@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from smdebug.collection import CollectionKeys
-from smdebug.hook import BaseHook
+from smdebug.plugin import BaseHook, CollectionKeys
 
 GRADIENT_PREFIX = "gradients/"
 
 
 class Hook(BaseHook):
     framework = "toyml"
+    builtin_patterns = {
+        CollectionKeys.WEIGHTS: "^weight$",
+        CollectionKeys.BIASES: "^bias$",
+        CollectionKeys.GRADIENTS: f"^{GRADIENT_PREFIX}",
+        CollectionKeys.LOSSES: "^loss$",
+    }
     default_include_collections = (CollectionKeys.LOSSES,)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.get_collection(CollectionKeys.WEIGHTS).include("^weight$")
-        self.get_collection(CollectionKeys.BIASES).include("^bias$")
-        self.get_collection(CollectionKeys.GRADIENTS).include(f"^{GRADIENT_PREFIX}")
-        self.get_collection(CollectionKeys.LOSSES).include("^loss$")
 
     # toyml's callback protocol
     def on_step_begin(self, step: int) -> None:
