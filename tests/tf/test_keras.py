@@ -1,0 +1,275 @@
+"""KerasHook in model.fit / evaluate / predict on real tiny models, with and without XLA."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tfmodels import WeightsBefore, make_model, reference_gradients
+
+import smdebug.tensorflow as smd
+from smdebug.trials import create_trial
+
+EVERYTHING = ["weights", "biases", "gradients", "losses", "metrics", "outputs", "layers", "inputs"]
+KERNELS = ["mlp/hidden/kernel", "mlp/head/kernel"]
+BIASES = ["mlp/hidden/bias", "mlp/head/bias"]
+
+
+def test_reference_example(out_dir, data):
+    """saving-tensors-api / overview: KerasHook as a callback of fit and evaluate, then create_trial."""
+    x, y = data
+    hook = smd.KerasHook(out_dir=out_dir)
+    model = make_model()
+    model.fit(x, y, epochs=2, batch_size=8, callbacks=[hook], verbose=0)
+    model.evaluate(x, y, batch_size=8, callbacks=[hook], verbose=0)
+    trial = smd.create_trial(out_dir=out_dir)
+    # default collections only: losses and metrics, at step 0 of each mode (save_interval 500)
+    assert set(trial.tensor_names()) == {"loss", "accuracy"}
+    assert trial.steps(mode=smd.modes.TRAIN) == [0]
+    assert trial.steps(mode=smd.modes.EVAL) == [0]
+    assert trial.tensor_names(collection="losses") == ["loss"]
+    assert trial.tensor_names(collection="metrics") == ["accuracy"]
+    assert trial.tensor("loss").value(0, mode=smd.modes.TRAIN).shape == (1,)
+    assert smd.Hook is smd.KerasHook
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_collections_steps_and_modes(out_dir, data, jit):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=2), include_collections=EVERYTHING
+    )
+    model = make_model(jit_compile=jit)
+    model.fit(x, y, epochs=1, batch_size=8, shuffle=False, callbacks=[hook], verbose=0)
+    model.evaluate(x, y, batch_size=16, callbacks=[hook], verbose=0)
+    model.predict(x, batch_size=16, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor_names(collection="weights") == sorted(KERNELS)
+    assert trial.tensor_names(collection="biases") == sorted(BIASES)
+    assert trial.tensor_names(collection="gradients") == sorted(
+        f"gradients/{n}Grad" for n in KERNELS + BIASES
+    )
+    assert trial.tensor_names(collection="losses") == ["loss"]
+    assert trial.tensor_names(collection="metrics") == ["accuracy"]
+    assert trial.tensor_names(collection="outputs") == ["labels", "predictions"]
+    assert trial.tensor_names(collection="inputs") == ["model_input"]
+    assert trial.tensor_names(collection="layers") == [
+        "head/inputs",
+        "head/outputs",
+        "hidden/inputs",
+        "hidden/outputs",
+    ]
+    # 4 train steps, 2 eval steps, 2 predict steps; global steps count across modes
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 2]
+    assert trial.steps(mode=smd.modes.EVAL) == [0]
+    assert trial.steps(mode=smd.modes.PREDICT) == [0]
+    assert trial.steps() == [0, 2, 4, 6]
+    # gradients only in training; the model's inputs and labels are the batch fed at that step
+    assert trial.tensor("gradients/mlp/head/kernelGrad").steps(mode=smd.modes.EVAL) == []
+    np.testing.assert_array_equal(trial.tensor("model_input").value(2, mode=smd.modes.TRAIN), x[16:24])
+    np.testing.assert_array_equal(trial.tensor("labels").value(0, mode=smd.modes.EVAL), y[:16])
+    np.testing.assert_array_equal(trial.tensor("model_input").value(0, mode=smd.modes.PREDICT), x[:16])
+    predictions = trial.tensor("predictions").value(0, mode=smd.modes.PREDICT)
+    np.testing.assert_allclose(predictions, model.predict(x[:16], verbose=0), rtol=1e-5, atol=1e-6)
+    # the hidden layer's output is relu(x W + b) of the model at that step
+    hidden = trial.tensor("hidden/outputs").value(0, mode=smd.modes.EVAL)
+    expected = model.get_layer("hidden")(x[:16]).numpy()
+    np.testing.assert_allclose(hidden, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_gradients_equal_an_independent_gradient_tape(out_dir, data, jit):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["gradients", "weights", "biases", "outputs"],
+    )
+    before = WeightsBefore()
+    model = make_model(jit_compile=jit, optimizer=keras.optimizers.SGD(0.5))
+    model.fit(x, y, epochs=1, batch_size=8, shuffle=False, callbacks=[before, hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3]
+    for step in (0, 3):  # the first step and one after three updates
+        xb, yb = x[step * 8 : step * 8 + 8], y[step * 8 : step * 8 + 8]
+        expected, reference = reference_gradients(before.at[step], xb, yb)
+        for path, grad in expected.items():
+            saved = trial.tensor(f"gradients/{path}Grad").value(step)
+            np.testing.assert_allclose(saved, grad, rtol=1e-4, atol=1e-6)
+            # the weights saved at a step are those this step's gradients were computed with
+            np.testing.assert_array_equal(
+                trial.tensor(path).value(step), before.at[step][_index(model, path)]
+            )
+        np.testing.assert_allclose(
+            trial.tensor("predictions").value(step), reference(xb).numpy(), rtol=1e-5, atol=1e-6
+        )
+    # and the gradients did move the weights: they are not the same at steps 0 and 3
+    assert not np.allclose(trial.tensor("mlp/head/kernel").value(0), trial.tensor("mlp/head/kernel").value(3))
+
+
+def _index(model, path):
+    return [v.path for v in model.trainable_variables].index(path)
+
+
+def test_steps_with_nothing_due_run_keras_own_function(out_dir, data):
+    """Zero cost: only due steps swap in the instrumented function, and Keras' own one is back after."""
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=3),
+        include_collections=["gradients", "layers"],
+    )
+    model = make_model()
+    seen = []
+
+    class Spy(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append(self.model.train_function)
+
+    model.fit(x, y, epochs=1, batch_size=8, callbacks=[hook, Spy()], verbose=0)
+    plain = model.train_function
+    assert [f is plain for f in seen] == [False, True, True, False]  # due at steps 0 and 3
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor("gradients/mlp/head/kernelGrad").steps() == [0, 3]
+    assert trial.tensor("hidden/outputs").steps() == [0, 3]
+    # the model is left as it was: no wrapped call on its layers
+    assert all("call" not in vars(layer) for layer in model.layers)
+
+
+def test_set_mode_modes_and_validation(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    model = make_model()
+    model.fit(x, y, epochs=2, batch_size=16, validation_data=(x[:8], y[:8]), callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 1, 2, 3]
+    assert trial.steps(mode=smd.modes.EVAL) == [0, 1]
+    # validation results of each epoch go with that epoch's validation step, as smdebug 1.0 saves them
+    assert trial.tensor_names(collection="losses") == ["loss", "val_loss"]
+    assert trial.tensor_names(collection="metrics") == ["accuracy", "val_accuracy"]
+    assert trial.tensor("val_loss").steps(mode=smd.modes.EVAL) == [0, 1]
+    # the hook's mode follows Keras: set_mode before fit is overridden by fit itself
+    hook2 = smd.KerasHook(out_dir=out_dir + "2", save_config=smd.SaveConfig(save_interval=1))
+    hook2.set_mode(smd.modes.EVAL)
+    assert hook2.mode == smd.modes.EVAL
+    model.fit(x, y, epochs=1, batch_size=32, callbacks=[hook2], verbose=0)
+    assert hook2.mode == smd.modes.TRAIN
+
+
+def test_optimizer_variables_and_reductions(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"], save_raw_tensor=True),
+        include_collections=["optimizer_variables", "weights"],
+    )
+    model = make_model(optimizer="adam")
+    model.fit(x, y, epochs=1, batch_size=16, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    names = trial.tensor_names(collection="optimizer_variables")
+    assert "adam/iteration" in names
+    assert "adam/mlp_head_kernel_momentum" in names
+    # the iteration counter after each update
+    assert [int(trial.tensor("adam/iteration").value(s)) for s in (0, 1)] == [1, 2]
+    kernel = trial.tensor("mlp/head/kernel")
+    raw = kernel.value(1)
+    assert kernel.reduction_value(1, "mean") == pytest.approx(raw.mean(), rel=1e-5)
+    assert kernel.reduction_value(1, "max") == pytest.approx(raw.max(), rel=1e-6)
+    assert kernel.reduction_value(1, "l2") == pytest.approx(np.sqrt((raw**2).sum()), rel=1e-5)
+
+
+def test_loss_scale_optimizer_gradients_are_unscaled(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_steps=[0]), include_collections=["gradients"]
+    )
+    before = WeightsBefore()
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=1024.0)
+    model = make_model(optimizer=optimizer)
+    model.fit(x, y, epochs=1, batch_size=8, shuffle=False, callbacks=[before, hook], verbose=0)
+    hook.close()
+    expected, _ = reference_gradients(before.at[0], x[:8], y[:8])
+    trial = create_trial(out_dir)
+    for path, grad in expected.items():
+        np.testing.assert_allclose(trial.tensor(f"gradients/{path}Grad").value(0), grad, rtol=1e-4, atol=1e-6)
+
+
+def test_add_keras_layer_and_custom_collections(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    model = make_model()
+    hook.get_collection("head_only").add_keras_layer(model.get_layer("head"), inputs=True, outputs=True)
+    hook.get_collection("hidden_kernel").add(model.get_layer("hidden").kernel)
+    hook.get_collection("my_regex").include("^gradients/mlp/hidden/bias")
+    hook.include_collections = [*hook.include_collections, "head_only", "hidden_kernel", "my_regex"]
+    model.fit(x, y, epochs=1, batch_size=16, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor_names(collection="head_only") == ["head/inputs", "head/outputs"]
+    assert trial.tensor_names(collection="hidden_kernel") == ["mlp/hidden/kernel"]
+    assert trial.tensor_names(collection="my_regex") == ["gradients/mlp/hidden/biasGrad"]
+    assert "hidden/outputs" not in trial.tensor_names()
+
+
+def test_save_scalar_save_tensor_and_add_to_collection(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    model = make_model()
+
+    class Extra(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            hook.save_tensor("kernel_copy", model.get_layer("head").kernel, "custom")
+            hook.save_tensor("twice", tf.constant([1.0, 2.0]) * 2, ["custom"])
+
+    model.fit(x, y, epochs=1, batch_size=16, callbacks=[Extra(), hook], verbose=0)
+    hook.save_scalar("lr", tf.constant(0.5), sm_metric=True)
+    hook.save_tensor("numpy_array", np.arange(3), "custom")
+    hook.add_to_collection("custom", "not_saved_yet")
+    hook.close()
+    trial = create_trial(out_dir)
+    assert {"kernel_copy", "twice", "numpy_array"} <= set(trial.tensor_names(collection="custom"))
+    np.testing.assert_array_equal(trial.tensor("twice").value(1), [2.0, 4.0])
+    assert float(trial.tensor("scalar/lr").value(trial.tensor("scalar/lr").steps()[-1])) == 0.5
+    assert "not_saved_yet" in hook.get_collection("custom").tensor_names
+
+
+def test_json_configuration(tmp_path, data):
+    x, y = data
+    config = tmp_path / "hook.json"
+    config.write_text(
+        '{"LocalPath": "%s", "HookParameters": {"save_interval": "2"},'
+        ' "CollectionConfigurations": [{"CollectionName": "gradients"},'
+        ' {"CollectionName": "weights", "CollectionParameters": {"save_steps": "1"}}]}' % (tmp_path / "run")
+    )
+    hook = smd.KerasHook.create_from_json_file(str(config))
+    make_model().fit(x, y, epochs=1, batch_size=8, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor("gradients/mlp/head/kernelGrad").steps() == [0, 2]
+    assert trial.tensor("mlp/head/kernel").steps() == [0, 1, 2]  # save_steps joins the interval
+    assert trial.tensor("loss").steps() == [0, 2]
+
+
+def test_tf1_hooks_say_what_to_use_instead():
+    for cls in (smd.SessionHook, smd.EstimatorHook):
+        with pytest.raises(NotImplementedError, match="KerasHook"):
+            cls(out_dir="/nonexistent")
+
+
+def test_predict_only_model_and_run_eagerly(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=EVERYTHING
+    )
+    model = make_model()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", run_eagerly=True)
+    model.fit(x, y, epochs=1, batch_size=16, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor("gradients/mlp/head/kernelGrad").steps() == [0, 1]
+    assert trial.tensor("head/outputs").steps() == [0, 1]
