@@ -21,7 +21,7 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout"]
 # xgboost's CPU-only build (6 MB); "xgboost" is 130 MB of CUDA kernels and pulls NVIDIA's NCCL. Plugins in
 # NO_DEPS install without their dependencies, which their row's requirements supply under another name.
 XGBOOST = ["xgboost-cpu", "dask[dataframe]", "distributed", "scikit-learn"]  # + the tests' Dask, sklearn
-NO_DEPS = {"plugins/smdebug-xgb"}
+NO_DEPS = {"plugins/smdebug-xgb", "plugins/smdebug-tf"}
 # The real smdebug 1.0.34 imports only with these beside it (it forgets some and needs old others). It
 # asks for setuptools<70 elsewhere, but torch 2.13 needs >=77 and smdebug imports fine with it.
 SMDEBUG_1034 = [
@@ -55,6 +55,8 @@ SUITES = {
     ),
     "thirdparty": ([], [], "tests/thirdparty"),
     "rules": ([TORCH], ["plugins/smdebug-torch"], "tests/rules"),
+    # Keras 3; installed with --no-deps (NO_DEPS): it asks for "tensorflow", this is its CPU build
+    "tf": (["tensorflow-cpu==2.21.0"], ["plugins/smdebug-tf"], "tests/tf"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
