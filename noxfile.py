@@ -109,6 +109,37 @@ def compat(session: nox.Session) -> None:
     session.run("pytest", str(ROOT / "tests" / "compat"), *session.posargs, env=env)
 
 
+# MXNet 1.9.1 (its last release) needs numpy<1.24 (np.bool) and Python <= 3.11 (it imports distutils).
+MXNET = ["mxnet==1.9.1", "numpy<1.24"]
+SMDEBUG_1034_MXNET = [
+    "smdebug==1.0.34",
+    *MXNET,
+    "requests",
+    "pandas<2.3",
+    "psutil",
+    "protobuf<=3.20.3",
+    "setuptools<70",  # smdebug 1.0.34 imports pkg_resources
+]
+
+
+@nox.session(name="tests-mxnet", python="3.11")
+def tests_mxnet(session: nox.Session) -> None:
+    """The MXNet plugin on MXNet 1.9.1; its compat tests run the same scripts under the real smdebug
+    1.0.34, in an MXNet venv of its own (.nox/smdebug-1.0.34-mxnet)."""
+    _install(session, [*TEST_DEPS, *MXNET], ["plugins/smdebug-mxnet"])
+    venv = ROOT / ".nox" / "smdebug-1.0.34-mxnet"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        session.run(sys.executable, "-m", "virtualenv", "-q", "-p", "python3.11", str(venv), external=True)
+    session.run(str(python), "-m", "pip", "install", "-q", *SMDEBUG_1034_MXNET, external=True)
+    session.run(str(python), "-c", "import smdebug.mxnet, smdebug.trials", external=True)
+    env = {"SMDEBUG_1034_MXNET_PYTHON": str(python)}
+    session.run("pytest", str(ROOT / "tests" / "mxnet"), *session.posargs, env=env)
+
+
+nox.options.sessions.append("tests-mxnet")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6")  # pinned: a new ruff release may format differently
