@@ -45,7 +45,8 @@ class TFState:
         self.swapped = None  # (model, attribute, Keras' function) while an instrumented one is in place
         self.captured: dict | None = None
         self.broken: set = set()  # modes whose instrumented function failed once
-        self.saved: set[str] = set()  # names saved in this step by a custom loop
+        self.saved: set[str] = set()  # gradient names saved in a custom loop's step ...
+        self.saved_step = -1  # ... this one
 
 
 class KerasHook(BaseHook, keras.callbacks.Callback):
@@ -352,18 +353,25 @@ class KerasHook(BaseHook, keras.callbacks.Callback):
         if self.mode == ModeKeys.GLOBAL:
             self.set_mode(ModeKeys.TRAIN)
         self.begin_step()
-        self.tf_state.saved.clear()
+
+    def saved_this_step(self) -> set[str]:
+        state = self.tf_state
+        if state.saved_step != self.step:
+            state.saved_step = self.step
+            state.saved = set()
+        return state.saved
 
     def tape_tensors(self, pairs, loss, weights=None) -> None:
         """A tape's gradients (with their variables), its loss, and the variables' values."""
         if not self.anything_due():
             return
+        saved = self.saved_this_step()
         named = self.include_variables([v for v, _ in pairs])
         values = weights if weights is not None else [v for _, v in named]
         for (name, _), (variable, grad), value in zip(named, pairs, values):
             gname = capture.gradient_name(variable)
             if self.save_for_step(gname, grad):
-                self.tf_state.saved.add(gname)
+                saved.add(gname)
             self.save_for_step(name, value)
         if loss is not None:
             self.save_for_step("loss", loss)
@@ -373,10 +381,11 @@ class KerasHook(BaseHook, keras.callbacks.Callback):
         if not self.anything_due():
             return
         with self.guard("save the optimizer's gradients"):
+            saved = self.saved_this_step()
             for variable, grad in pairs:
                 name = capture.gradient_name(variable)
-                if name not in self.tf_state.saved and self.save_for_step(name, grad):
-                    self.tf_state.saved.add(name)
+                if name not in saved and self.save_for_step(name, grad):
+                    saved.add(name)
 
     def save_scalar(self, name, value, sm_metric=False, timestamp=None):
         """Save a scalar at the current step; ``sm_metric=True`` also lists it in sm_metrics (which is
