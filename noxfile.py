@@ -60,6 +60,8 @@ SUITES = {
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
+CONTRACT = "tests/contract"
+PLUGIN_SUITES = {"torch", "xgb", "thirdparty", "tf"}
 
 
 def _install(session: nox.Session, requirements: list[str], local: list[str]) -> None:
@@ -80,7 +82,9 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
             session.install(*(str(ROOT / p) for p in DUMMY_PLUGINS))
         if name == "thirdparty":
             session.install(*(str(ROOT / p) for p in THIRDPARTY))
-        session.run("pytest", folder, *session.posargs)
+        # a framework plugin's session checks the plugin contract too (tests/contract, for every plugin)
+        contract = [CONTRACT] if name in PLUGIN_SUITES else []
+        session.run("pytest", folder, *contract, *session.posargs)
 
     return session_fn
 
@@ -134,7 +138,7 @@ def tests_mxnet(session: nox.Session) -> None:
     session.run(str(python), "-m", "pip", "install", "-q", *SMDEBUG_1034_MXNET, external=True)
     session.run(str(python), "-c", "import smdebug.mxnet, smdebug.trials", external=True)
     env = {"SMDEBUG_1034_MXNET_PYTHON": str(python)}
-    session.run("pytest", str(ROOT / "tests" / "mxnet"), *session.posargs, env=env)
+    session.run("pytest", str(ROOT / "tests" / "mxnet"), CONTRACT, *session.posargs, env=env)
 
 
 nox.options.sessions.append("tests-mxnet")

@@ -1,6 +1,5 @@
 """A small real PyTorch run (saved once per session) for the analysis tools to read."""
 
-import logging
 import os
 import shutil
 import subprocess
@@ -18,19 +17,6 @@ torch.set_num_threads(1)
 TRAIN_STEPS = 6
 EVAL_STEPS = 2
 SAVE_INTERVAL = 2
-
-
-@pytest.fixture(autouse=True)
-def fresh_plugins():
-    plugins.reset()
-    yield
-    plugins.reset()
-
-
-@pytest.fixture
-def caplog_smdebug(caplog):
-    caplog.set_level(logging.INFO, logger="smdebug")
-    return caplog
 
 
 class Net(nn.Module):

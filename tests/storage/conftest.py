@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from smdebug import plugins
-
 HERE = Path(__file__).parent
 # Deliberately recognisable: tests assert they never show up in a log or an error message.
 ACCESS_KEY = "AKIASMDEBUGTESTKEY01"
@@ -110,13 +108,6 @@ def _forget_s3fs() -> None:
         s3fs.S3FileSystem.clear_instance_cache()
     except ImportError:
         pass
-
-
-@pytest.fixture(autouse=True)
-def fresh_plugins():
-    plugins.reset()
-    yield
-    plugins.reset()
 
 
 @pytest.fixture

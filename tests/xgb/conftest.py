@@ -1,10 +1,6 @@
-import logging
-
 import numpy as np
 import pytest
 import xgboost as xgb
-
-from smdebug import plugins
 
 ALL_XGB = [
     "metrics",
@@ -16,24 +12,6 @@ ALL_XGB = [
     "average_shap",
     "trees",
 ]
-
-
-@pytest.fixture(autouse=True)
-def fresh_plugins():
-    plugins.reset()
-    yield
-    plugins.reset()
-
-
-@pytest.fixture
-def out_dir(tmp_path):
-    return str(tmp_path / "run")
-
-
-@pytest.fixture
-def caplog_smdebug(caplog):
-    caplog.set_level(logging.INFO, logger="smdebug")
-    return caplog
 
 
 def make_data(n=160, features=5, seed=0, task="binary"):

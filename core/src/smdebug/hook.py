@@ -625,16 +625,18 @@ def _leaves(value: Any, types: tuple[type, ...]) -> Iterator[Any]:
 
 
 def _signature(options_class: type[HookConfig]) -> inspect.Signature:
-    params = []
-    for name, field in options_class.model_fields.items():
-        kind = (
+    """The constructor's signature: the options, positional ones first (as from_arguments binds them)."""
+    params = [
+        inspect.Parameter(
+            name,
             inspect.Parameter.KEYWORD_ONLY
             if name in options_class.KEYWORD_ONLY
-            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=None if field.is_required() else field.get_default(call_default_factory=True),
         )
-        default = None if field.is_required() else field.get_default(call_default_factory=True)
-        params.append(inspect.Parameter(name, kind, default=default))
-    return inspect.Signature(params)
+        for name, field in options_class.model_fields.items()
+    ]
+    return inspect.Signature(sorted(params, key=lambda p: p.kind))
 
 
 BaseHook.__signature__ = _signature(HookConfig)

@@ -63,7 +63,7 @@ def _train_with(train, hook):
         except TypeError:
             return train(*args, **kwargs)  # xgboost reports the bad call itself
         callbacks = list(bound.arguments.get("callbacks") or ())
-        if hook._closed or any(isinstance(cb, Hook) for cb in callbacks):
+        if hook.closed or any(isinstance(cb, Hook) for cb in callbacks):
             return train(*args, **kwargs)
         bound.arguments["callbacks"] = [*callbacks, hook]
         # Without data of its own the hook takes this call's: SHAP values on the training data,

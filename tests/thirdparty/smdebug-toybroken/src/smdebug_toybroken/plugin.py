@@ -9,5 +9,10 @@ def smdebug_framework():
 
 
 @hookimpl(tryfirst=True)  # called before any other plugin's: the worst case
-def smdebug_activate(framework, module):
-    raise RuntimeError(f"toybroken fails while {framework.alias} activates")
+def smdebug_to_numpy(value):
+    raise RuntimeError("toybroken fails to convert a value")
+
+
+@hookimpl
+def smdebug_step_end(hook, mode, step, mode_step):
+    raise RuntimeError(f"toybroken fails at the end of step {step}")
