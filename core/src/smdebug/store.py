@@ -48,10 +48,20 @@ class Store:
                 # answers "not found" for a file missing from a cached listing of its folder).
                 storage_options.setdefault("use_listings_cache", False)
             try:
-                fs, path = fsspec.core.url_to_fs(root, **storage_options)
-            except TypeError:  # a filesystem without that option
-                storage_options.pop("use_listings_cache", None)
-                fs, path = fsspec.core.url_to_fs(root, **storage_options)
+                try:
+                    fs, path = fsspec.core.url_to_fs(root, **storage_options)
+                except TypeError:  # a filesystem without that option
+                    storage_options.pop("use_listings_cache", None)
+                    fs, path = fsspec.core.url_to_fs(root, **storage_options)
+            except ImportError as exc:  # the filesystem's package (s3fs for s3://) is not installed
+                from smdebug._optional import MissingDependencyError, install_hint
+
+                package = "s3fs" if protocol in ("s3", "s3a") else getattr(exc, "name", None)
+                hint = f": {install_hint(package)}" if package else ""
+                raise MissingDependencyError(
+                    f"{redact(root)}: {protocol}:// needs {package or 'a filesystem package'}, "
+                    f"which is not installed{hint}"
+                ) from None
         else:
             path = fs._strip_protocol(root)
         self.uri = redact(root)

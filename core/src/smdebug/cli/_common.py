@@ -3,21 +3,68 @@
 from __future__ import annotations
 
 import difflib
+import os
+import threading
 
-from smdebug.exceptions import SMDebugValueError
+from smdebug.exceptions import SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys, to_mode
+
+# How long the CLI waits for a remote store's first answer before saying it is unreachable (seconds).
+REACH_TIMEOUT = float(os.environ.get("SMDEBUG_CLI_REACH_TIMEOUT", "20"))
 
 
 def open_trial(path: str):
-    """The Trial at path; a clear error when nothing there looks like an smdebug run."""
-    from smdebug.trials import create_trial
-
-    trial = create_trial(path)
+    """The Trial at path; a clear error when nothing there looks like an smdebug run, or when the store
+    cannot be reached (no answer, no credentials): one line naming the URI and the cause, in bounded time."""
+    trial = reach_trial(path)
     if not trial.steps(show_incomplete_steps=True) and not trial.collections():
         if not trial.store.fs.exists(trial.store.root):
             raise SMDebugValueError(f"{path}: no such file or directory")
         raise SMDebugValueError(f"{path}: no smdebug run found (no index or collections files)")
     return trial
+
+
+def reach_trial(path: str, missing_ok: bool = False):
+    """create_trial(path), after checking within REACH_TIMEOUT that a remote store answers; its errors
+    (unreachable endpoint, no credentials, ...) become one line naming the URI and the cause."""
+    from smdebug import plugins
+    from smdebug.trials import create_trial
+
+    os.environ.setdefault("AWS_MAX_ATTEMPTS", "2")  # a command, not training: fail soon, say why
+    store = plugins.open_store(path)
+    if not store.is_local:
+        _probe(store, missing_ok)
+    try:
+        return create_trial(path)
+    except SMDebugError:
+        raise
+    except Exception as exc:  # the storage client's own errors (botocore, aiohttp, ...)
+        raise SMDebugValueError(f"{store.uri}: cannot read the run: {store.describe(exc)}") from None
+
+
+def _probe(store, missing_ok: bool = False) -> None:
+    """List the run's folder once, off the main thread and with a deadline: an unreachable endpoint or
+    missing credentials become one clear error instead of minutes of retries and a traceback."""
+    outcome: list = []
+
+    def probe():
+        try:
+            outcome.append(store.fs.ls(store.root, detail=False))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=probe, name="smdebug-cli-probe", daemon=True)
+    thread.start()
+    thread.join(REACH_TIMEOUT)
+    if not outcome:
+        raise SMDebugValueError(f"{store.uri}: cannot read the run: no answer within {REACH_TIMEOUT:g} s")
+    result = outcome[0]
+    if isinstance(result, FileNotFoundError):
+        if missing_ok:
+            return
+        raise SMDebugValueError(f"{store.uri}: no such file or directory")
+    if isinstance(result, BaseException):
+        raise SMDebugValueError(f"{store.uri}: cannot read the run: {store.describe(result)}")
 
 
 def parse_mode(value: str | None) -> ModeKeys | None:

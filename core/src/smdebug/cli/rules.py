@@ -85,11 +85,11 @@ class _State:
 
 
 def run(args) -> int:
+    from smdebug.cli._common import reach_trial
     from smdebug.rules.builtin import builtin_rules, create_rule
     from smdebug.rules.stalled import StalledTrainingRule
-    from smdebug.trials import create_trial
 
-    trial = _open(args.out, args.watch, args.timeout, create_trial)
+    trial = _open(args.out, args.watch, args.timeout, lambda path: reach_trial(path, missing_ok=args.watch))
     states: list[_State] = []
     if args.rules:
         for name, params in args.rules:

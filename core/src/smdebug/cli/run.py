@@ -51,12 +51,15 @@ def add_command(subparsers) -> None:
         help="collections to save, e.g. weights gradients losses (commas work too)",
     )
     parser.add_argument("--save-interval", type=int, metavar="N", help="save every N steps")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
+    # dest is not "command": that is where the top-level parser keeps the subcommand's name
+    parser.add_argument(
+        "command_args", metavar="COMMAND", nargs=argparse.REMAINDER, help="the command to run, after --"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    command = list(args.command)
+    command = list(args.command_args)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
@@ -124,6 +127,8 @@ def _config(args) -> dict:
         data.setdefault("HookParameters", {})["save_interval"] = str(args.save_interval)
     if args.collections:
         entries = data.setdefault("CollectionConfigurations", [])
+        if not isinstance(entries, list):  # reported by the parser, with the configuration's path
+            parse_hook_config(data, source=args.config or "smdebug run")
         present = {e.get("CollectionName") for e in entries if isinstance(e, dict)}
         for name in (n.strip() for arg in args.collections for n in arg.split(",")):
             if name and name not in present:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from smdebug.cli._common import add_mode_argument, open_trial, parse_mode, require_tensor, table
-from smdebug.exceptions import SMDebugError
+from smdebug.exceptions import CorruptTensorRecord, SMDebugError
 from smdebug.modes import ModeKeys
 from smdebug.reductions import numpy_reduction
 
@@ -60,14 +62,18 @@ def run(args) -> int:
     query_mode = mode or ModeKeys.GLOBAL
     if args.step is not None:
         return _show_step(trial, tensor, args.step, query_mode, args.worker, args.full)
-    rows = []
+    rows, damaged = [], []
     for step in tensor.steps():
         step_mode, mode_step = trial.mode_modestep(step)
         if mode not in (None, ModeKeys.GLOBAL) and step_mode != mode:
             continue
         workers = [args.worker] if args.worker else tensor.workers(step)
         for worker in workers:
-            shape, text = _summary(tensor, step, worker)
+            try:
+                shape, text = _summary(tensor, step, worker)
+            except CorruptTensorRecord as exc:  # the other steps are still worth showing
+                damaged.append(f"step {step} ({worker}): {exc.reason}")
+                shape, text = "?", "DAMAGED record (not readable; see below)"
             rows.append([str(step), step_mode.name, str(mode_step), worker, shape, text])
     if not rows:
         where = f" in mode {mode.name}" if mode else ""
@@ -75,6 +81,8 @@ def run(args) -> int:
         return 0
     print(f"{args.tensor} ({len(rows)} saved step{'s' if len(rows) != 1 else ''}):")
     print(table(rows, ["STEP", "MODE", "MODE_STEP", "WORKER", "SHAPE", "VALUE"]))
+    for line in damaged:
+        print(f"smdebug show: damaged record at {line}", file=sys.stderr)
     return 0
 
 

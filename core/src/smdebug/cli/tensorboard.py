@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from smdebug._optional import install_hint
 from smdebug.cli._common import open_trial
 
 
@@ -32,4 +33,8 @@ def run(args) -> int:
         f"wrote {counts['scalars']} scalars and {counts['histograms']} histograms to {args.logdir} "
         f"(modes: {modes or '-'}); view them with: tensorboard --logdir {args.logdir}"
     )
+    try:  # writing needs no TensorBoard, viewing does
+        import tensorboard  # noqa: F401
+    except ImportError:
+        print(f"smdebug export-tensorboard: tensorboard is not installed: {install_hint('tensorboard')}")
     return 0
