@@ -13,6 +13,7 @@ pandas DataFrame, and the hook's TensorBoard export is ready for ``tensorboard -
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -149,10 +150,36 @@ def analyse(out_dir: str, plot_path: str, healthy: bool = False) -> None:
         title="smdebug demo: " + ("healthy ReLU network" if healthy else "deep sigmoid network"),
     )
     print(f"\nPlot of the losses and gradient norms: {plot_path} ({sum(len(p) for p in panels)} curves)")
-    print(f"TensorBoard: tensorboard --logdir {out_dir}/tensorboard")
-    print(
-        f"More: smdebug ls {out_dir}   |   smdebug show {out_dir} {loss_name}   |   smdebug rules {out_dir}"
-    )
+    tensorboard = _command("tensorboard")
+    if tensorboard is None:
+        print(
+            f"TensorBoard: pip install 'smdebug-core[tensorboard]', then tensorboard --logdir {out_dir}/tensorboard"
+        )
+    else:
+        print(f"TensorBoard: {tensorboard} --logdir {out_dir}/tensorboard")
+    cli = _command("smdebug") or f"{_shown(sys.executable)} -m smdebug"
+    print(f"More: {cli} ls {out_dir}   |   {cli} show {out_dir} {loss_name}   |   {cli} rules {out_dir}")
+
+
+def _command(name: str) -> str | None:
+    """How to run this environment's ``name`` script from here: its bare name when PATH finds this one
+    (after ``nox -s demo`` it does not: the scripts are in the session's venv), else its path."""
+    here = Path(sys.executable).parent / name
+    if not here.is_file():
+        return None
+    found = shutil.which(name)
+    if found and Path(found).resolve() == here.resolve():
+        return name
+    return _shown(str(here))
+
+
+def _shown(path: str) -> str:
+    """A path as short as it can be written from the current directory."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return relative if len(relative) < len(path) and not relative.startswith("../..") else path
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,9 @@
 """The README's demo (examples/demo.py): the planted problem is caught, the healthy run is quiet."""
 
+import importlib.util
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +51,43 @@ def test_demo(tmp_path, png, healthy):
     assert width > 600 and height > 600
     assert "(10 curves)" in result.stdout  # the loss in TRAIN and EVAL, 8 weight gradients
     assert (out / "tensorboard" / "TRAIN").is_dir()
+
+
+def test_closing_hints_name_commands_that_work_from_where_the_user_is(tmp_path):
+    """As after `nox -s demo`: the environment's scripts are not on PATH; the hints still run as printed."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    args = [
+        sys.executable,
+        str(DEMO),
+        "--out-dir",
+        str(out),
+        "--plot",
+        str(tmp_path / "d.png"),
+        "--steps",
+        "20",
+    ]
+    result = subprocess.run(
+        args + ["--healthy"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    (more,) = [line for line in result.stdout.splitlines() if line.startswith("More: ")]
+    commands = [c.strip() for c in more[len("More: ") :].split("|")]
+    assert [next(w for w in c.split() if w in ("ls", "show", "rules")) for c in commands] == [
+        "ls",
+        "show",
+        "rules",
+    ]
+    for command in commands:
+        ran = subprocess.run(
+            shlex.split(command), capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+        )
+        assert ran.returncode in (0, 1), (command, ran.stderr)  # `smdebug rules` exits 1 when a rule fires
+        assert "Traceback" not in ran.stderr
+    (board,) = [line for line in result.stdout.splitlines() if line.startswith("TensorBoard: ")]
+    hint = board.split(": ", 1)[1]
+    if importlib.util.find_spec("tensorboard") is None:
+        assert "pip install 'smdebug-core[tensorboard]'" in hint
+    else:  # this environment's tensorboard, by a name or path that works from the demo's directory
+        exe = shlex.split(hint)[0]
+        assert shutil.which(exe, path=env["PATH"]) or (tmp_path / exe).is_file(), hint
