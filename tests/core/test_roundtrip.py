@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from smdebug.exceptions import (
     ConfigError,
     InvalidWorker,
     NoMoreData,
+    SMDebugTypeError,
     StepUnavailable,
     TensorUnavailable,
     TensorUnavailableForStep,
@@ -196,6 +198,37 @@ def test_save_scalar_and_layout(tmp_path):
     assert os.path.exists(os.path.join(out, "events/000000000000/000000000000_worker_0.tfevents"))
     assert os.path.exists(os.path.join(out, "collections/000000000/worker_0_collections.json"))
     assert create_trial(out).tensor("scalar/lr").value(0).tolist() == pytest.approx([0.1])
+
+
+def test_save_scalar_timestamp_is_the_event_wall_time(tmp_path):
+    from smdebug import codec
+
+    out = tmp_path / "run"
+    hook = BaseHook(out_dir=str(out))
+    hook.begin_step()
+    hook.save_scalar("given", 2.0, timestamp=1234567890.5)
+    hook.save_scalar("now", 3.0)
+    hook.close()
+    data = (out / "events/000000000000/000000000000_worker_0.tfevents").read_bytes()
+    events = [codec.decode_event(payload) for _, payload in codec.iter_records(data)]
+    times = {v.tag: e.wall_time for e in events for v in e.values}
+    assert times["scalar/given"] == 1234567890.5
+    assert abs(times["scalar/now"] - time.time()) < 60
+    with pytest.raises(SMDebugTypeError, match="timestamp"):
+        BaseHook(out_dir=str(tmp_path / "other")).save_scalar("x", 1.0, timestamp="yesterday")
+
+
+def test_a_hook_that_saved_nothing_still_leaves_a_run(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, include_collections=["losses"], save_config=every_step())
+    for _ in range(3):  # training, but no loss was ever registered: nothing is due to be saved
+        hook.begin_step()
+        assert not hook.save_for_step("fc.weight", np.ones(2))
+        hook.end_step()
+    hook.close()
+    trial = create_trial(out)
+    assert trial.steps() == [] and trial.training_ended()
+    assert "losses" in trial.collections()
 
 
 def test_dry_run_writes_nothing(tmp_path):

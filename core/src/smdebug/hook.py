@@ -135,6 +135,7 @@ class BaseHook:
 
         self._colls_of: dict[str, frozenset[Collection]] = {}
         self._prepared = False
+        self._closed_at_exit = None
         self.collection_manager = CollectionManager()
         for name in self.builtin_collections:
             self.collection_manager.get(name, cls=self.collection_class)
@@ -224,11 +225,15 @@ class BaseHook:
         self.mode_steps.setdefault(mode, -1)
 
     def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: float | None = None) -> None:
-        """Save a scalar at the current step, whatever the save configuration."""
+        """Save a scalar at the current step, whatever the save configuration; ``timestamp`` (seconds
+        since the epoch) is the event's wall time, now by default."""
+        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, (int, float))):
+            raise SMDebugTypeError(f"save_scalar({name!r}): timestamp must be seconds since the epoch")
         array = np.asarray(self._to_numpy(value))
         if array.size != 1:
             raise SMDebugTypeError(f"save_scalar({name!r}): value has {array.size} elements, expected one")
-        self._write_now(SCALAR_PREFIX + name, array, None)  # a 0-d tensor stays 0-d, as in smdebug 1.0
+        # a 0-d tensor stays 0-d, as in smdebug 1.0
+        self._write_now(SCALAR_PREFIX + name, array, None, wall_time=timestamp)
 
     def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
         """Save a tensor at the current step into the given collections, whatever their save config."""
@@ -397,6 +402,9 @@ class BaseHook:
 
     def _prepare(self) -> None:
         """Give every collection its effective configs (its own, completed by the hook's)."""
+        if self._closed_at_exit is None:  # training started: the run is finished at exit at the latest
+            self._closed_at_exit = weakref.ref(self)
+            at_exit(_close_at_exit, self._closed_at_exit, None)
         self.worker = self.worker_name()
         self.prepare_collections()
         for name in self.include_collections:
@@ -466,6 +474,8 @@ class BaseHook:
         if self._in_step:
             self.end_step()
         with self.guard("close"):
+            if self._writer is None and self._closed_at_exit and self.writing and not self.shipped:
+                self._get_writer()  # nothing was saved: the run (collections, end marker) exists all the same
             if self._writer is not None:
                 self._export_collections()
                 if not self.is_copy:
@@ -493,7 +503,7 @@ class BaseHook:
             raise SMDebugTypeError(f"no plugin can compute {reduction} of a {type(value).__name__}")
         return result
 
-    def _write_now(self, name: str, value: Any, colls: list[Collection] | None) -> None:
+    def _write_now(self, name: str, value: Any, colls: list[Collection] | None, wall_time=None) -> None:
         if not self._prepared:
             self._prepare()
         if not self.writing:
@@ -505,7 +515,7 @@ class BaseHook:
             self._in_step = True
         try:
             if colls is None:
-                self._queue(name, self._to_numpy(value))
+                self._queue(name, self._to_numpy(value), wall_time)
             else:
                 self._write_for_tensor(name, value, colls)
         finally:
@@ -546,8 +556,8 @@ class BaseHook:
                 "smdebug: could not save %s at step %d: %s: %s", name, self.step, type(exc).__name__, exc
             )
 
-    def _queue(self, name: str, array: np.ndarray) -> None:
-        self._get_writer().write_tensor(self.step, self.mode, self.mode_step, name, array)
+    def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None) -> None:
+        self._get_writer().write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time)
         self._saved_any = True
         plugins.tensor_saved(self, name, array)
 
@@ -642,13 +652,13 @@ def _signature(options_class: type[HookConfig]) -> inspect.Signature:
 BaseHook.__signature__ = _signature(HookConfig)
 
 
-def _close_at_exit(ref, writer: RunWriter) -> None:
+def _close_at_exit(ref, writer: RunWriter | None) -> None:
     """Interpreter exit: close the hook (flush, collections, end marker), or at least its writer."""
     hook = ref()
     try:
         if hook is not None:
             hook.close()
-        else:
+        elif writer is not None:
             writer.close()
     except Exception as exc:  # never let saving break interpreter exit
-        logger.warning("smdebug: could not close at exit: %s", writer.store.describe(exc))
+        logger.warning("smdebug: could not close at exit: %s: %s", type(exc).__name__, redact(str(exc)))

@@ -144,7 +144,10 @@ class RunWriter:
         self._thread.start()
 
     # -- training thread ----------------------------------------------------------------------------
-    def write_tensor(self, step: int, mode: ModeKeys, mode_step: int, name: str, array: np.ndarray) -> None:
+    def write_tensor(
+        self, step: int, mode: ModeKeys, mode_step: int, name: str, array: np.ndarray, wall_time=None
+    ) -> None:
+        """Queue a tensor of a step; wall_time (seconds since the epoch) defaults to now."""
         nbytes = int(array.nbytes)
         with self._room:
             # Wait for room, but always admit one item into an empty queue however large it is.
@@ -152,7 +155,8 @@ class RunWriter:
                 self._room.wait()
             self._queued_bytes += nbytes
         self._step_has_data = True
-        self._queue.put(("tensor", step, mode, mode_step, name, array, time.time(), nbytes))
+        wall_time = time.time() if wall_time is None else wall_time
+        self._queue.put(("tensor", step, mode, mode_step, name, array, wall_time, nbytes))
 
     def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
         self._step_has_data = True
