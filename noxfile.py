@@ -55,6 +55,12 @@ SUITES = {
     ),
     "thirdparty": ([], [], "tests/thirdparty"),
     "rules": ([TORCH], ["plugins/smdebug-torch"], "tests/rules"),
+    # rules and reads over many runs on a Dask LocalCluster (smdebug-core[dask]), local and on moto's S3
+    "dask": (
+        [TORCH, "dask[dataframe]", "distributed", "pandas", "s3fs", "moto[server]"],
+        ["plugins/smdebug-torch"],
+        "tests/dask",
+    ),
     # Keras 3; installed with --no-deps (NO_DEPS): it asks for "tensorflow", this is its CPU build
     "tf": (["tensorflow-cpu==2.21.0"], ["plugins/smdebug-tf"], "tests/tf"),
 }
