@@ -10,14 +10,13 @@ hybridized blocks (smdebug_mxnet.hybrid); a loss block's from its own forward ho
 
 from __future__ import annotations
 
-import os
-import sys
 import weakref
 
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
 from smdebug.plugin import BaseHook, CollectionKeys
+from smdebug_mxnet import workers
 from smdebug_mxnet.collection import (
     BUILTIN_PATTERNS,
     GRADIENT_PREFIX,
@@ -41,11 +40,13 @@ class Hook(BaseHook):
     tensor_types = (NDArray,)
 
     def setup(self) -> None:
-        self.models: list = []  # registered blocks whose forward starts a step
+        # Weak references only: a hook alive at interpreter exit must not keep the script's blocks (and
+        # through their Trainer a distributed kvstore, which aborts when freed that late) alive.
+        self.models = weakref.WeakSet()  # registered blocks whose forward starts a step
         self.registered = weakref.WeakSet()  # every registered block (models and losses)
         self.hooked = weakref.WeakSet()  # blocks carrying this hook's forward hook
-        self.parameters: dict[int, list] = {}  # id(model) -> its Parameters, listed once
-        self.last_model = None  # the model of the current step
+        self.parameters = weakref.WeakKeyDictionary()  # model -> weak references to its Parameters
+        self.last_model = None  # a weak reference to the model of the current step
         self.params_saved_step = None  # the step whose parameters were saved already
         self.taps = HybridTaps(self)
         self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
@@ -53,14 +54,21 @@ class Hook(BaseHook):
 
     # -- distributed -------------------------------------------------------------------------------
     def worker_name(self) -> str:
-        rank = _horovod("rank")
-        if rank is not None:
-            return f"worker_{rank}"
+        found = workers.rank()
+        if found is not None:
+            return f"worker_{found}"
+        if workers.unnamed_ps_worker():
+            self.warn_once(
+                "worker",
+                "smdebug: this parameter-server worker has no kvstore yet, so it is saved as worker_0: "
+                "create it (kv = mx.kv.create('dist_sync'); gluon.Trainer(..., kvstore=kv)) before the first "
+                "forward to name each worker by its rank",
+            )
         return super().worker_name()
 
     def num_workers(self) -> int:
-        size = _horovod("size")
-        return size if size is not None else super().num_workers()
+        found = workers.size()
+        return found if found is not None else super().num_workers()
 
     # -- MXNet specific hook API (reference: register_block) ---------------------------------------
     def register_block(self, block) -> None:
@@ -84,7 +92,7 @@ class Hook(BaseHook):
         if isinstance(block, mx.gluon.loss.Loss):
             self.hook_forward(block)
             return
-        self.models.append(block)
+        self.models.add(block)
         block.register_forward_pre_hook(self.model_forward_pre)
         block.apply(self.hook_forward)
 
@@ -100,7 +108,7 @@ class Hook(BaseHook):
         with self.guard("start a step"):
             if self.in_step:
                 self.save_parameters()
-            self.last_model = block
+            self.last_model = weakref.ref(block)
             self.calls_at_start = self.ndarray_calls
             self.begin_step()
             if self.layers_wanted():
@@ -117,7 +125,11 @@ class Hook(BaseHook):
         self.ndarray_calls += 1
         if not self.anything_due():
             return
-        if block is self.last_model and self.ndarray_calls == self.calls_at_start + 1:
+        if (
+            self.last_model is not None
+            and block is self.last_model()
+            and self.ndarray_calls == self.calls_at_start + 1
+        ):
             self.check_hybridized(block)
         with self.guard("save block tensors"):
             if self.taps.mapped:
@@ -144,14 +156,17 @@ class Hook(BaseHook):
     # -- parameters --------------------------------------------------------------------------------
     def save_parameters(self) -> None:
         """The current step's parameters and gradients (gradients only where gradients are computed)."""
-        block = self.last_model
+        block = self.last_model() if self.last_model is not None else None
         if block is None or self.params_saved_step == self.step or not self.anything_due():
             return
         self.params_saved_step = self.step
-        params = self.parameters.get(id(block))
-        if params is None:
-            params = self.parameters[id(block)] = list(block.collect_params().values())
-        for param in params:
+        refs = self.parameters.get(block)
+        if refs is None:  # a Parameter holds its Trainer: weak references, as for the blocks
+            refs = self.parameters[block] = [weakref.ref(p) for p in block.collect_params().values()]
+        for ref in refs:
+            param = ref()
+            if param is None:
+                continue
             with self.guard(f"save parameter {param.name}"):
                 ctx = param.list_ctx()[0]
                 if self.is_due(param.name):
@@ -176,15 +191,3 @@ class Hook(BaseHook):
             with self.guard("save parameters"):
                 self.save_parameters()
         super().close()
-
-
-def _horovod(what: str):
-    """Horovod's rank or size when a Horovod job is running (smdebug 1.0's way to name MXNet workers)."""
-    if "horovod.mxnet" not in sys.modules and "HOROVOD_RANK" not in os.environ:
-        return None
-    try:
-        import horovod.mxnet as hvd
-
-        return int(getattr(hvd, what)())
-    except Exception:  # not initialised, or not installed
-        return None
