@@ -24,14 +24,17 @@ def activate():
     """Build the hook from the configuration and attach it to Keras. Returns the hook (or None)."""
     if _state["hook"] is not None:
         return _state["hook"]
-    from smdebug_tf.hook import KerasHook
-
-    hook = KerasHook.create_from_json_file()
+    module = sys.modules.get(TRAINER_MODULE)
+    ready = module is not None and not _initializing(module)
+    if ready:
+        from smdebug_tf.hook import KerasHook as hook_class
+    else:  # Keras is (maybe) half imported: a TFHook now, a KerasHook once the trainer is there
+        from smdebug_tf.tfhook import TFHook as hook_class
+    hook = hook_class.create_from_json_file()
     if hook is None:
         return None
     _state["hook"] = hook
-    module = sys.modules.get(TRAINER_MODULE)
-    if module is not None and not _initializing(module):
+    if ready:
         patch(module)
     else:
         sys.meta_path.insert(0, _TrainerWatcher())
@@ -47,6 +50,9 @@ def patch(module) -> None:
     """Wrap the TensorFlow trainer's fit/evaluate/predict: each adds the active hook to its callbacks."""
     if _state["patched"]:
         return
+    keras = sys.modules.get("keras")
+    if keras is not None and not _initializing(keras):
+        upgrade()  # else at the first fit/evaluate/predict, when Keras is complete
     trainer = getattr(module, "TensorFlowTrainer", None)
     if trainer is None:
         logger.warning("smdebug: this Keras has no TensorFlowTrainer; the hook is not attached to fit")
@@ -54,6 +60,18 @@ def patch(module) -> None:
     for name in _METHODS:
         setattr(trainer, name, _with_hook(getattr(trainer, name)))
     _state["patched"] = True
+
+
+def upgrade():
+    """Make the activated TFHook a KerasHook: the same object, now also a keras.callbacks.Callback."""
+    hook = _state["hook"]
+    from smdebug_tf.hook import KerasHook
+
+    if hook is not None and not isinstance(hook, KerasHook):
+        hook.__class__ = KerasHook  # both keep their state in the instance dict
+        import keras
+
+        keras.callbacks.Callback.__init__(hook)
 
 
 def _with_hook(method):
@@ -64,6 +82,7 @@ def _with_hook(method):
         hook = _state["hook"]
         if hook is not None and not hook.closed:
             try:
+                upgrade()
                 bound = signature.bind(self, *args, **kwargs)
                 callbacks = bound.arguments.get("callbacks")
                 added = _add(callbacks, hook)

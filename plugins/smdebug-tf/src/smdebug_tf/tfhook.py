@@ -1,0 +1,410 @@
+"""TFHook: everything KerasHook does, in a class that needs no Keras import to be defined.
+
+KerasHook (smdebug_tf.hook) adds keras.callbacks.Callback as a base. Activation may have to build the
+hook while Keras is still being imported (``import keras`` imports TensorFlow half-way through), so the
+hook is built as a TFHook then and becomes a KerasHook once Keras is ready (smdebug_tf.activation).
+
+What the hook saves, and when (names in the plugin's README):
+
+- at a batch's start: weights and biases (the values this step computes with);
+- from inside the compiled step, only on steps where one of them is due (smdebug_tf.capture): gradients,
+  layer inputs/outputs, model outputs, labels and inputs;
+- at a batch's end: losses and metrics as Keras reports them in ``logs``, predictions in predict,
+  optimizer variables after the update.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tensorflow as tf
+
+from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
+from smdebug_tf import capture
+from smdebug_tf.collection import BUILTIN_PATTERNS, Collection, exact
+
+logger = logging.getLogger("smdebug")
+
+# mode -> (capture.build's name, the model attribute Keras calls for each batch, the stop flag Keras reads)
+_KERAS_MODES = {
+    ModeKeys.TRAIN: ("train", "train_function", "stop_training"),
+    ModeKeys.EVAL: ("test", "test_function", "stop_evaluating"),
+    ModeKeys.PREDICT: ("predict", "predict_function", "stop_predicting"),
+}
+
+
+class TFState:
+    """The hook's TensorFlow-side state (one attribute, so nothing clashes with BaseHook's own)."""
+
+    def __init__(self):
+        self.model = None
+        self.model_ref = None  # id of the model the names below were taken from
+        self.weights: list = []  # (name, variable)
+        self.gradient_names: list[str] = []
+        self.layer_names: list[str] = []
+        self.optimizer = None
+        self.optimizer_variables: list = []  # (name, variable)
+        self.known: dict[str, set[str]] = {}  # collection -> exact names already included
+        self.functions: dict = {}  # (mode, kinds) -> (Keras' function it stands in for, instrumented)
+        self.swapped = None  # (model, attribute, Keras' function) while an instrumented one is in place
+        self.captured: dict | None = None
+        self.broken: set = set()  # modes whose instrumented function failed once
+        self.saved: set[str] = set()  # gradient names saved in a custom loop's step ...
+        self.saved_step = -1  # ... this one
+
+
+class TFHook(BaseHook):
+    framework = "tensorflow"
+    collection_class = Collection
+    builtin_collections = (
+        CollectionKeys.ALL,
+        CollectionKeys.DEFAULT,
+        CollectionKeys.WEIGHTS,
+        CollectionKeys.BIASES,
+        CollectionKeys.GRADIENTS,
+        CollectionKeys.LOSSES,
+        CollectionKeys.METRICS,
+        CollectionKeys.INPUTS,
+        CollectionKeys.OUTPUTS,
+        CollectionKeys.LAYERS,
+        CollectionKeys.SM_METRICS,
+        CollectionKeys.OPTIMIZER_VARIABLES,
+    )
+    builtin_patterns = BUILTIN_PATTERNS
+    default_include_collections = (CollectionKeys.METRICS, CollectionKeys.LOSSES, CollectionKeys.SM_METRICS)
+
+    def setup(self) -> None:
+        self.tf_state = TFState()
+
+    # -- names ---------------------------------------------------------------------------------------
+    def include_names(self, collection: str, names) -> None:
+        """Make these exact names members of a collection (once each)."""
+        known = self.tf_state.known.setdefault(collection, set())
+        new = [n for n in names if n not in known]
+        if new:
+            coll = self.get_collection(collection)
+            for name in new:
+                coll.include(exact(name))
+            known.update(new)
+
+    def include_variables(self, variables) -> list:
+        """(name, variable) of model variables, each in weights or biases (smdebug: "bias" in its name)."""
+        pairs = [(capture.variable_name(v), v) for v in variables]
+        biases = [n for (n, v) in pairs if "bias" in str(getattr(v, "name", n)).split(":")[0]]
+        self.include_names(CollectionKeys.BIASES, biases)
+        self.include_names(CollectionKeys.WEIGHTS, [n for n, _ in pairs if n not in set(biases)])
+        return pairs
+
+    def register_model(self, model) -> None:
+        """Take the model's variable, gradient and layer names, and wrap its optimizer (fit does this)."""
+        state = self.tf_state
+        state.model = model
+        state.model_ref = id(model)
+        state.weights = self.include_variables(model.weights)
+        state.gradient_names = [capture.gradient_name(v) for v in model.trainable_variables]
+        layers = capture.walk_layers(model)
+        state.layer_names = [
+            capture.layer_tensor_name(layer, k) for layer in layers for k in ("inputs", "outputs")
+        ]
+        self.include_names(CollectionKeys.LAYERS, state.layer_names)
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None and hasattr(optimizer, "apply"):
+            self.wrap_optimizer(optimizer)
+
+    def refresh_optimizer_variables(self) -> None:
+        optimizer = self.tf_state.optimizer
+        variables = list(getattr(optimizer, "variables", None) or ())
+        if len(variables) != len(self.tf_state.optimizer_variables):
+            pairs = [(capture.variable_name(v), v) for v in variables]
+            self.include_names(CollectionKeys.OPTIMIZER_VARIABLES, [n for n, _ in pairs])
+            self.tf_state.optimizer_variables = pairs
+
+    # -- Keras callback protocol ----------------------------------------------------------------------
+    def set_model(self, model) -> None:
+        with self.guard("register the Keras model"):
+            self.register_model(model)
+
+    def on_train_begin(self, logs=None):
+        self.mode_begin(ModeKeys.TRAIN)
+
+    def on_test_begin(self, logs=None):
+        self.mode_begin(ModeKeys.EVAL)
+
+    def on_predict_begin(self, logs=None):
+        self.mode_begin(ModeKeys.PREDICT)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.batch_begin(ModeKeys.TRAIN)
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self.batch_begin(ModeKeys.EVAL)
+
+    def on_predict_batch_begin(self, batch, logs=None):
+        self.batch_begin(ModeKeys.PREDICT)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batch_end(ModeKeys.TRAIN, logs)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.batch_end(ModeKeys.EVAL, logs)
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self.batch_end(ModeKeys.PREDICT, logs)
+
+    def on_train_end(self, logs=None):
+        self.mode_end()
+
+    def on_test_end(self, logs=None):
+        self.mode_end()
+
+    def on_predict_end(self, logs=None):
+        self.mode_end()
+
+    def on_epoch_end(self, epoch, logs=None):
+        # validation results exist only here; smdebug 1.0 saves them with the epoch's last step
+        if self.closed or not logs:
+            return
+        with self.guard("save the validation metrics"):
+            for key, value in logs.items():
+                if key.startswith("val_"):
+                    collection = CollectionKeys.LOSSES if self.is_loss(key) else CollectionKeys.METRICS
+                    self.include_names(collection, [key])
+                    self.save_tensor(key, value, collection)
+
+    def mode_begin(self, mode) -> None:
+        if self.closed:
+            return
+        with self.guard("start training"):
+            self.set_mode(mode)
+            model = self.tf_state.model
+            if model is not None and id(model) != self.tf_state.model_ref:
+                self.register_model(model)
+
+    def mode_end(self) -> None:
+        self.restore_function()
+        if not self.closed:
+            self.flush()  # a Trial reads everything saved so far, without closing the run
+
+    def batch_begin(self, mode) -> None:
+        if self.closed:
+            return
+        if self.mode != mode:
+            self.set_mode(mode)
+        self.begin_step()
+        if not self.anything_due():
+            return  # the common step: Keras' own function runs, nothing else happens
+        with self.guard("prepare the step's tensors"):
+            state = self.tf_state
+            for name, variable in state.weights:
+                if self.is_due(name):
+                    self.save_for_step(name, variable)
+            kinds = self.capture_kinds(mode)
+            if kinds:
+                self.swap_in(mode, kinds)
+
+    def batch_end(self, mode, logs) -> None:
+        self.restore_function()
+        state = self.tf_state
+        if self.closed or not self.in_step:
+            state.captured = None
+            return
+        with self.guard("save the step's tensors"):
+            if state.captured:
+                for name, per_replica in state.captured.items():
+                    self.save_for_step(name, per_replica[0])  # the first replica: include_workers "one"
+            if self.anything_due():
+                self.save_logs(mode, logs or {})
+                if mode == ModeKeys.TRAIN and state.optimizer is not None:
+                    self.refresh_optimizer_variables()
+                    for name, variable in state.optimizer_variables:
+                        if self.is_due(name):
+                            self.save_for_step(name, variable)
+        state.captured = None
+        self.end_step()
+        if self.should_stop() and state.model is not None:
+            setattr(state.model, _KERAS_MODES[mode][2], True)  # Keras ends the loop after this batch
+
+    # -- what is captured inside the compiled step ------------------------------------------------------
+    def capture_kinds(self, mode) -> frozenset:
+        state = self.tf_state
+        kinds = set()
+        if mode == ModeKeys.TRAIN and any(self.is_due(n) for n in state.gradient_names):
+            kinds.add(capture.GRADIENTS)
+        if any(self.is_due(n) for n in state.layer_names):
+            kinds.add(capture.LAYERS)
+        if mode != ModeKeys.PREDICT and (self.is_due(capture.PREDICTIONS) or self.is_due(capture.LABELS)):
+            kinds.add(capture.OUTPUTS)
+        if self.is_due(capture.MODEL_INPUT):
+            kinds.add(capture.INPUTS)
+        return frozenset(kinds)
+
+    def swap_in(self, mode, kinds: frozenset) -> None:
+        """Put the instrumented function in place of Keras' own for this step's one call."""
+        state = self.tf_state
+        model = state.model
+        if model is None or mode in state.broken:
+            return
+        name, attribute, _ = _KERAS_MODES[mode]
+        if getattr(model, "steps_per_execution", 1) > 1:
+            self.warn_once(
+                "steps_per_execution",
+                "smdebug: steps_per_execution=%d: one smdebug step is one execution of that many batches; "
+                "gradients, layer tensors, model inputs and outputs are not captured (weights, losses and "
+                "metrics are). Compile with steps_per_execution=1 to save them.",
+                model.steps_per_execution,
+            )
+            return
+        plain = getattr(model, attribute, None)
+        if plain is None:
+            return
+        entry = state.functions.get((name, kinds))
+        if entry is None or entry[0] is not plain:  # Keras rebuilt its function (compile again)
+            entry = (plain, capture.build(model, name, kinds))
+            state.functions[(name, kinds)] = entry
+        instrumented = entry[1]
+        hook = self
+
+        def one_call(arg):
+            setattr(model, attribute, plain)  # Keras' own function again from the next lookup on
+            state.swapped = None
+            try:
+                with capture.layers_wrapped(model, kinds):
+                    result, tensors = instrumented(arg)
+            except (StopIteration, tf.errors.OutOfRangeError):
+                raise  # the end of the data, as Keras' own function signals it
+            except Exception as exc:
+                state.broken.add(mode)
+                hook.warn_once(
+                    f"capture:{name}",
+                    "smdebug: could not capture tensors from inside the %s step (%s: %s); this mode goes "
+                    "on without them",
+                    name,
+                    type(exc).__name__,
+                    exc,
+                )
+                return plain(arg)
+            state.captured = tensors
+            return result
+
+        setattr(model, attribute, one_call)
+        state.swapped = (model, attribute, plain)
+
+    def restore_function(self) -> None:
+        swapped = self.tf_state.swapped
+        if swapped is not None:
+            model, attribute, plain = swapped
+            setattr(model, attribute, plain)
+            self.tf_state.swapped = None
+
+    # -- logs -------------------------------------------------------------------------------------------
+    @staticmethod
+    def is_loss(key: str) -> bool:
+        return key in ("loss", "val_loss") or key.endswith("_loss")
+
+    def save_logs(self, mode, logs) -> None:
+        for key, value in logs.items():
+            if key == "outputs" and mode == ModeKeys.PREDICT:
+                self.save_structure(capture.PREDICTIONS, value)
+                continue
+            if not self.is_loss(key):
+                self.include_names(CollectionKeys.METRICS, [key])
+            self.save_for_step(key, value)
+
+    def save_structure(self, name: str, value) -> None:
+        """A (nested) value: one tensor as ``name``, several as ``name_0``, ``name_1``..."""
+        leaves = [v for v in tf.nest.flatten(value) if v is not None]
+        if len(leaves) == 1:
+            self.save_for_step(name, leaves[0])
+        else:
+            for i, leaf in enumerate(leaves):
+                self.save_for_step(f"{name}_{i}", leaf)
+
+    # -- TensorFlow-specific API (reference: TensorFlow specific Hook API) ------------------------------
+    def wrap_optimizer(self, optimizer):
+        """Return the same optimizer, its gradients now seen by the hook (its ``apply`` is wrapped on
+        this instance; a LossScaleOptimizer's gradients are saved unscaled)."""
+        if not hasattr(optimizer, "apply"):
+            self.warn_once(
+                "optimizer",
+                "smdebug: wrap_optimizer expects a keras.optimizers.Optimizer, got %s; gradients are not saved",
+                type(optimizer).__name__,
+            )
+            return optimizer
+        self.tf_state.optimizer = optimizer
+        return capture.wrap_optimizer(optimizer, on_eager_gradients=self.eager_gradients)
+
+    def wrap_tape(self, tape):
+        """Return a tape that behaves as ``tape`` and shows the hook its loss, gradients and variables;
+        each ``with`` block of it is one step (TRAIN mode)."""
+        if not isinstance(tape, tf.GradientTape):
+            self.warn_once(
+                "tape",
+                "smdebug: wrap_tape expects a tf.GradientTape, got %s; nothing is saved from it",
+                type(tape).__name__,
+            )
+            return tape
+        from smdebug_tf.tape import WrappedTape
+
+        self.set_mode(ModeKeys.TRAIN)
+        return WrappedTape(self, tape)
+
+    # custom loops: called by WrappedTape and the wrapped optimizer (eager values)
+    def tape_step_begin(self) -> None:
+        if self.closed:
+            return
+        if self.mode == ModeKeys.GLOBAL:
+            self.set_mode(ModeKeys.TRAIN)
+        self.begin_step()
+
+    def saved_this_step(self) -> set[str]:
+        state = self.tf_state
+        if state.saved_step != self.step:
+            state.saved_step = self.step
+            state.saved = set()
+        return state.saved
+
+    def tape_tensors(self, pairs, loss, weights=None) -> None:
+        """A tape's gradients (with their variables), its loss, and the variables' values."""
+        if not self.anything_due():
+            return
+        saved = self.saved_this_step()
+        named = self.include_variables([v for v, _ in pairs])
+        values = weights if weights is not None else [v for _, v in named]
+        for (name, _), (variable, grad), value in zip(named, pairs, values):
+            gname = capture.gradient_name(variable)
+            if self.save_for_step(gname, grad):
+                saved.add(gname)
+            self.save_for_step(name, value)
+        if loss is not None:
+            self.save_for_step("loss", loss)
+
+    def eager_gradients(self, pairs) -> None:
+        """Gradients a wrapped optimizer applies in eager code (custom loops without a wrapped tape)."""
+        if not self.anything_due():
+            return
+        with self.guard("save the optimizer's gradients"):
+            saved = self.saved_this_step()
+            for variable, grad in pairs:
+                name = capture.gradient_name(variable)
+                if name not in saved and self.save_for_step(name, grad):
+                    saved.add(name)
+
+    def save_scalar(self, name, value, sm_metric=False, timestamp=None):
+        """Save a scalar at the current step; ``sm_metric=True`` also lists it in sm_metrics (which is
+        only ever written locally)."""
+        if isinstance(value, (tf.Tensor, tf.Variable)):
+            value = value.numpy()
+        super().save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
+        if sm_metric:
+            self.add_to_collection(CollectionKeys.SM_METRICS, f"scalar/{name}")
+
+    def add_to_collection(self, collection_name, variable) -> None:
+        """Add a tensor name, or a TF variable / named tensor (or a list of them), to a collection."""
+        if isinstance(variable, str):
+            super().add_to_collection(collection_name, variable)
+        else:
+            self.get_collection(collection_name).add(variable)
+
+    def close(self) -> None:
+        self.restore_function()
+        super().close()

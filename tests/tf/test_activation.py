@@ -1,0 +1,117 @@
+"""Zero code change: an unmodified Keras script (no smdebug import) produces a readable run once a hook
+configuration is present, under SMDEBUG_CONFIG_FILE_PATH and under `smdebug run`, in real subprocesses that
+start through the core's startup file."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smdebug import modes
+from smdebug.trials import create_trial
+
+SMDEBUG_CLI = str(Path(sys.executable).with_name("smdebug"))
+
+# A training script that knows nothing of smdebug; it prints the loss Keras reports after each epoch.
+TRAIN = textwrap.dedent(
+    """
+    import json
+    IMPORTS
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 4)).astype("float32")
+    y = rng.integers(0, 3, size=(32,))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="relu"), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=JIT)
+    history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    model.evaluate(x, y, batch_size=16, verbose=0)
+    model.predict(x, batch_size=16, verbose=0)
+    print(json.dumps(history.history["loss"]))
+    """
+)
+
+
+def _script(tmp_path, imports="import keras", jit=False) -> str:
+    path = tmp_path / "train.py"
+    path.write_text(TRAIN.replace("IMPORTS", imports).replace("JIT", str(jit)))
+    return str(path)
+
+
+def _run(args, env_extra, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMDEBUG")}
+    env.update(env_extra, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _config(tmp_path, out_dir, collections=("weights", "gradients", "layers")) -> str:
+    config = {
+        "LocalPath": out_dir,
+        "HookParameters": {"save_interval": "2"},
+        "CollectionConfigurations": [{"CollectionName": c} for c in collections]
+        + [{"CollectionName": "losses", "CollectionParameters": {"save_interval": "1"}}],
+    }
+    path = tmp_path / "hook.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "imports,jit",
+    [("import keras", False), ("import tensorflow as tf\nkeras = tf.keras", True)],
+    ids=["import-keras", "import-tensorflow-xla"],
+)
+def test_unmodified_script_with_a_config_file(tmp_path, imports, jit):
+    out_dir = str(tmp_path / "run")
+    script = _script(tmp_path, imports, jit)
+    proc = _run([sys.executable, script], {"SMDEBUG_CONFIG_FILE_PATH": _config(tmp_path, out_dir)}, tmp_path)
+    losses = json.loads(proc.stdout.strip().splitlines()[-1])
+    trial = create_trial(out_dir)
+    # 8 training steps (2 epochs of 4), 2 eval steps, 2 predict steps; every second one of each mode
+    # saved, losses at every step
+    assert trial.tensor("sequential/dense/kernel").steps(mode=modes.TRAIN) == [0, 2, 4, 6]
+    assert trial.steps(mode=modes.EVAL) == [0, 1]
+    assert trial.steps(mode=modes.PREDICT) == [0]
+    names = set(trial.tensor_names())
+    assert {
+        "sequential/dense/kernel",
+        "gradients/sequential/dense/kernelGrad",
+        "dense/outputs",
+        "loss",
+    } <= names
+    # the loss of every step (its own save interval); Keras' epoch loss is the one of its last step
+    assert trial.tensor("loss").steps(mode=modes.TRAIN) == list(range(8))
+    assert trial.tensor("loss").value(3, mode=modes.TRAIN).item() == pytest.approx(losses[0], rel=1e-6)
+    assert trial.tensor("loss").value(7, mode=modes.TRAIN).item() == pytest.approx(losses[1], rel=1e-6)
+    assert os.path.exists(os.path.join(out_dir, "training_job_end.ts"))
+
+
+def test_smdebug_run(tmp_path):
+    out_dir = str(tmp_path / "run")
+    script = _script(tmp_path)
+    _run(
+        [SMDEBUG_CLI, "run", "--out-dir", out_dir, "--collections", "gradients", "--save-interval", "4", "--"]
+        + ["python", script],
+        {},
+        tmp_path,
+    )
+    trial = create_trial(out_dir)
+    grads = trial.tensor_names(collection="gradients")
+    assert len(grads) == 4
+    value = trial.tensor(grads[0]).value(0)
+    assert np.isfinite(value).all()
+
+
+def test_no_config_no_hook(tmp_path):
+    script = _script(tmp_path)
+    _run([sys.executable, script], {}, tmp_path)
+    assert not any(p.name.startswith("run") for p in tmp_path.iterdir())
