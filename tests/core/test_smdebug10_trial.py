@@ -182,3 +182,9 @@ def test_last_index_token(tmp_path):
     run.end()
     trial.steps()
     assert trial.last_index_token == f"{run.path}/{layout.index_file_path(5, 'worker_0')}"
+
+
+def test_create_trial_takes_a_path_object_and_strips_spaces(finished):
+    from pathlib import Path
+
+    assert create_trial(Path(finished)).steps() == create_trial(f"  {finished} ").steps() == [0, 2, 4, 6, 10]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from bisect import bisect_left
@@ -48,7 +49,7 @@ def create_trial(
     ``range_steps=(start, end)`` restricts the trial to the steps start <= step < end (either may be None).
     The other keywords are the Trial's; an unknown one is a TypeError.
     """
-    path = path or out_dir
+    path = os.fspath(path or out_dir or "").strip()  # as smdebug 1.0: spaces around a path are not part of it
     if not path:
         raise SMDebugValueError(
             "create_trial needs the path of a run: create_trial(path) or create_trial(out_dir=...)"
