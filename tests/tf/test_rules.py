@@ -1,0 +1,64 @@
+"""The built-in rules on Keras runs: offline on a finished run, and in-process (a firing rule stops fit)."""
+
+import keras
+import numpy as np
+from tfmodels import make_model
+
+import smdebug.tensorflow as smd
+from smdebug.rules import create_rule, invoke_rule
+from smdebug.trials import create_trial
+
+
+def _run(out_dir, data, lr, epochs=1, batch_size=8, collections=("gradients", "weights", "losses")):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=list(collections)
+    )
+    model = make_model(optimizer=keras.optimizers.SGD(lr))
+    history = model.fit(
+        x, y, epochs=epochs, batch_size=batch_size, shuffle=False, callbacks=[hook], verbose=0
+    )
+    hook.close()
+    return hook, history
+
+
+def _fired(out_dir, name, **params):
+    rule = create_rule(name, create_trial(out_dir), **params)
+    return invoke_rule(rule)
+
+
+def test_vanishing_gradient_reads_the_gradients(tmp_path, data):
+    out = str(tmp_path / "run")
+    _run(out, data, lr=0.1)
+    assert _fired(out, "vanishing_gradient", threshold="1e-12") == []
+    # every gradient's mean |g| is far below 10: with that threshold each step fires
+    assert _fired(out, "vanishing_gradient", threshold="10") == [0, 1, 2, 3]
+
+
+def test_loss_not_decreasing_on_a_model_that_does_not_learn(tmp_path, data):
+    x, y = data
+    out = str(tmp_path / "run")
+    # one batch per epoch and a zero learning rate: Keras reports the same loss at every step
+    _run(out, (x[:8], y[:8]), lr=0.0, epochs=8)
+    fired = _fired(out, "loss_not_decreasing", num_steps="3")
+    assert fired and fired[0] == 3
+
+
+def test_exploding_tensor_stops_fit(tmp_path, data):
+    x, y = data
+    out = str(tmp_path / "run")
+    hook = smd.KerasHook(
+        out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    hook.add_rule("exploding_tensor", collection_names="weights")
+    model = make_model(optimizer=keras.optimizers.SGD(1e30))
+    x_big = x * 1e20
+    history = model.fit(x_big, y, epochs=5, batch_size=8, callbacks=[hook], verbose=0)
+    hook.close()
+    assert hook.should_stop()
+    assert [r.rule for r in hook.rule_results][:1] == ["ExplodingTensor"]
+    # Keras stopped after the batch the rule fired on, far before 5 epochs of 4 batches
+    stopped_at = hook.rule_results[0].step
+    assert create_trial(out).steps()[-1] == stopped_at
+    assert len(history.history["loss"]) == 1
+    assert not np.isfinite(model.get_layer("head").kernel.numpy()).all()
