@@ -1,0 +1,76 @@
+"""A small sweep of real PyTorch runs saved with the smdebug hook, some with a defect planted.
+
+Each run trains a tiny regression model on fixed data (full batch, one thread), so runs are fast and the
+same on every machine. Defects, as tests/rules/rule_scenarios.py plants them:
+
+- ``vanishing``: a deep sigmoid network initialised with tiny weights (its gradients vanish);
+- ``flat``: learning rate 0 (the loss does not decrease, the weights do not change);
+- ``exploding``: a huge learning rate (the weights and loss become infinite / NaN).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import smdebug.pytorch as smd
+
+FEATURES = 8
+DEFECTS = (None, "vanishing", "flat", "exploding")
+
+
+def _data(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(64, FEATURES, generator=g)
+    w = torch.randn(FEATURES, 1, generator=g)
+    return x, x @ w + 0.1 * torch.randn(64, 1, generator=g)
+
+
+def _model(defect):
+    if defect == "vanishing":
+        layers = []
+        for _ in range(6):
+            linear = nn.Linear(FEATURES, FEATURES)
+            nn.init.normal_(linear.weight, std=1e-3)
+            nn.init.zeros_(linear.bias)
+            layers += [linear, nn.Sigmoid()]
+        return nn.Sequential(*layers, nn.Linear(FEATURES, 1))
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def make_run(out_dir: str, defect: str | None = None, steps: int = 24, seed: int = 0) -> None:
+    """Train ``steps`` steps with the hook saving weights, gradients and losses at every step."""
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    x, y = _data(seed)
+    model = _model(defect)
+    lr = {"flat": 0.0, "exploding": 1e6}.get(defect, 0.01)
+    loss_fn = nn.MSELoss()
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    hook.set_mode(smd.modes.TRAIN)
+    # Adam would bound the steps of a huge learning rate: plain SGD makes it diverge
+    sgd = defect in ("flat", "exploding")
+    opt = (torch.optim.SGD if sgd else torch.optim.Adam)(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    hook.close()
+
+
+def make_sweep(root: str, n: int = 20, steps: int = 24) -> dict[str, str | None]:
+    """n runs under root (``root/run-00`` ...), every fourth one healthy, the others cycling through the
+    defects; returns run path -> defect."""
+    runs = {}
+    for i in range(n):
+        defect = DEFECTS[i % len(DEFECTS)]
+        path = f"{root.rstrip('/')}/run-{i:02d}"
+        make_run(path, defect, steps=steps, seed=i)
+        runs[path] = defect
+    return runs
