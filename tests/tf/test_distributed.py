@@ -1,0 +1,42 @@
+"""MirroredStrategy on two logical CPU devices (a subprocess: devices are fixed when TensorFlow starts)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from tfmodels import reference_gradients
+
+from smdebug.trials import create_trial
+
+HERE = Path(__file__).parent
+
+
+# (not under XLA: TensorFlow cannot compile a step whose variables live on two devices, with or without
+# the hook: "Trying to access resource ... located in device CPU:1 from device CPU:0")
+def test_mirrored_strategy_saves_the_first_replica(tmp_path, data):
+    x, y = data
+    out = str(tmp_path / "run")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(HERE)}
+    args = [sys.executable, str(HERE / "mirrored_train.py"), out]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "2"  # two replicas
+    trial = create_trial(out)
+    assert trial.workers() == ["worker_0"]  # include_workers "one": one process, the first replica's values
+    assert trial.steps() == [0, 1]
+    # each replica gets half of a global batch of 16: the first replica's share is the batch's first half
+    np.testing.assert_array_equal(trial.tensor("labels").value(1), y[16:24])
+    assert trial.tensor("hidden/outputs").value(1).shape == (8, 5)
+    weights = np.load(out + ".weights.npz")
+    start = [
+        weights[f"1:{p}"]
+        for p in ("mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias")
+    ]
+    expected, _ = reference_gradients(start, x[16:24], y[16:24])
+    for path, grad in expected.items():
+        # Keras divides each replica's loss by the number of replicas (their sum is what is applied)
+        saved = trial.tensor(f"gradients/{path}Grad").value(1)
+        np.testing.assert_allclose(saved * 2, grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(trial.tensor("mlp/head/kernel").value(1), start[2])
