@@ -1,16 +1,25 @@
-"""``smdebug rules OUT [--rule NAME [--param K=V ...]]... [--watch]``: run built-in rules over a run.
+"""``smdebug rules RUN [RUN ...] [--rule NAME [--param K=V ...]]... [--watch]``: run built-in rules over
+one run or many.
 
-Without ``--rule`` every built-in rule that needs no parameter runs. A progress bar follows the steps (on
+Without ``--rule`` every built-in rule that needs no parameter runs. A progress bar follows the work (on
 stderr), then a table gives each rule's result (on stdout). Exit code: 1 when a rule fired, 0 when none
 did, 2 on an error. With ``--watch`` the command follows a live run until it ends and, the first time a
 rule fires, leaves the stop signal in the run's folder: the running hook then stops training at its next
 step (see ``smdebug.rules.actions``).
+
+Several runs (paths, globs, a folder or s3:// prefix holding runs) are evaluated as (rule, run, step range)
+tasks on a Dask LocalCluster (``--workers N``, default: the machine's cores) or an existing cluster
+(``--scheduler ADDRESS``); without Dask installed, in this process. A run still being written is followed
+until it ends (or no new step comes for ``--timeout`` seconds, 60 unless ``--watch``). ``--json`` prints
+the results for machines. See ``smdebug.rules.sweep``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -53,7 +62,12 @@ def add_command(subparsers) -> None:
         help="run built-in rules over a run (exit code 1 when one fires)",
         description=__doc__.split("\n\n")[1],
     )
-    parser.add_argument("out", metavar="OUT", help="the run's folder or URI (local, s3://, any fsspec path)")
+    parser.add_argument(
+        "runs",
+        metavar="RUN",
+        nargs="+",
+        help="a run's folder or URI (local, s3://, any fsspec path), a glob, or a folder holding runs",
+    )
     parser.add_argument(
         "--rule", action=_RuleArgs, dest="rules", metavar="NAME", help="a rule to run (repeatable)"
     )
@@ -69,8 +83,19 @@ def add_command(subparsers) -> None:
         "--timeout",
         type=float,
         default=None,
-        help="with --watch: give up after this many seconds without a new step",
+        help="with --watch (or a live run among several): give up after this many seconds without a new step",
     )
+    many = parser.add_argument_group("many runs (Dask)")
+    many.add_argument(
+        "--workers", type=int, default=None, help="LocalCluster worker processes (default: cores)"
+    )
+    many.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster, e.g. tcp://host:8786")
+    many.add_argument("--json", action="store_true", help="print the results as JSON")
+    many.add_argument("--all", action="store_true", help="list every (run, rule), not only those that fired")
+    many.add_argument(
+        "--baseline", metavar="RUN", help="the run others are compared with (default: the first)"
+    )
+    many.add_argument("--steps-per-task", type=int, default=None, help="steps of one task (default 250)")
     parser.set_defaults(func=run, rules=None)
 
 
@@ -85,6 +110,45 @@ class _State:
 
 
 def run(args) -> int:
+    if _many(args):
+        from smdebug.cli.sweep import run_many
+
+        return run_many(args)
+    args.out = args.runs[0]
+    return _run_one(args)
+
+
+def _many(args) -> bool:
+    """Whether to take the many-runs path: several RUNs, a glob, a folder holding runs, or its options."""
+    if len(args.runs) > 1 or args.json or args.workers or args.scheduler or args.baseline:
+        return True
+    path = args.runs[0]
+    if any(c in path for c in "*?["):
+        return True
+    from smdebug import plugins
+    from smdebug.cli._common import REACH_TIMEOUT
+    from smdebug.rules.sweep import is_run
+
+    answer: list[bool] = []
+
+    def look() -> None:  # a folder (or prefix) that exists and is not itself a run holds runs
+        try:
+            store = plugins.open_store(path)
+            if store.is_local:
+                answer.append(os.path.isdir(store.root) and not is_run(store.fs, store.root))
+            else:
+                answer.append(store.fs.isdir(store.root) and not is_run(store.fs, store.root))
+        except Exception:
+            answer.append(False)  # _run_one reports it
+
+    # a remote store that does not answer is reported by _run_one, with its time limit
+    thread = threading.Thread(target=look, name="smdebug-cli-look", daemon=True)
+    thread.start()
+    thread.join(REACH_TIMEOUT)
+    return bool(answer and answer[0])
+
+
+def _run_one(args) -> int:
     from smdebug.cli._common import reach_trial
     from smdebug.rules.builtin import builtin_rules, create_rule
     from smdebug.rules.stalled import StalledTrainingRule

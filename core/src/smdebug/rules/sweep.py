@@ -23,6 +23,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from smdebug.exceptions import (
     NoMoreData,
     RuleEvaluationConditionMet,
@@ -148,7 +150,8 @@ def rule_specs(rules=None, *, with_comparisons: bool = True) -> list[RuleSpec]:
 
 
 # -- which runs -------------------------------------------------------------------------------------------
-def _is_run(fs, root: str) -> bool:
+def is_run(fs, root: str) -> bool:
+    """Whether root holds an smdebug run (its index or collections folder)."""
     from smdebug import layout
 
     return any(fs.exists(f"{root}/{name}") for name in (layout.INDEX_DIR, layout.COLLECTIONS_DIR))
@@ -172,7 +175,7 @@ def find_runs(runs) -> list[str]:
         prefix = uri[: len(uri) - len(uri.split("://", 1)[-1])] if "://" in uri else ""
         if any(c in root for c in "*?["):
             matches = sorted(fs.glob(root))
-        elif _is_run(fs, root):
+        elif is_run(fs, root):
             found.append(uri)
             continue
         elif not fs.exists(root):
@@ -188,7 +191,7 @@ def find_runs(runs) -> list[str]:
             if match.endswith("/" + layout.INDEX_DIR) or match.endswith("/" + layout.COLLECTIONS_DIR):
                 continue
             path = f"{prefix}{match}" if prefix and not match.startswith(prefix) else match
-            if path not in found and (not any(c in root for c in "*?[") or _is_run(fs, match)):
+            if path not in found and (not any(c in root for c in "*?[") or is_run(fs, match)):
                 found.append(path)
     if not found:
         raise SMDebugValueError(f"no smdebug run found in {', '.join(map(str, runs))}")
@@ -289,21 +292,29 @@ def evaluate_task(
             return not getattr(exc, "end_of_rule", False)
         except _SKIPPABLE:
             pass
+        except NoMoreData:
+            if live:
+                raise  # the run has ended
         return True
 
     try:
-        if not live:
-            for step in steps:
-                if not invoke(step):
-                    out["ended"] = True
-                    break
-        else:
-            _follow(trial, rule, invoke, start_step, end_step, timeout, out)
+        with np.errstate(all="ignore"):  # a run's NaNs are what rules look for, not a warning
+            _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, out)
     except NoMoreData:
         pass
     except Exception as exc:  # one broken rule does not stop the others
         out["error"] = _describe(exc)
     return out
+
+
+def _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, out) -> None:
+    if live:
+        _follow(trial, rule, invoke, start_step, end_step, timeout, out)
+        return
+    for step in steps:
+        if not invoke(step):
+            out["ended"] = True
+            return
 
 
 def _follow(trial, rule, invoke, start_step, end_step, timeout, out) -> None:

@@ -1,0 +1,110 @@
+"""``smdebug rules`` over many runs: tasks on Dask (or in this process), one results table or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from smdebug.cli.rules import EXIT_ERROR, EXIT_FIRED, _progress
+
+DEFAULT_LIVE_TIMEOUT = 60.0  # seconds without a new step before a live run stops being followed
+
+
+def run_many(args) -> int:
+    from smdebug.rules import sweep
+
+    runs = sweep.find_runs(args.runs)
+    rules = [(name, params) for name, params in args.rules] if args.rules else None
+    client, workers = None, None
+    if args.scheduler:
+        client = sweep.connect(args.scheduler)
+    else:
+        workers = args.workers if args.workers is not None else sweep.default_workers()
+        workers = min(workers, max(len(runs), 1))
+        if workers > 1 and not sweep.dask_available():
+            print(
+                f"smdebug rules: Dask is not installed: evaluating the {len(runs)} runs in this process "
+                f"({sweep.DASK_HINT} for parallel workers)",
+                file=sys.stderr,
+            )
+            workers = None
+    timeout = args.timeout if args.timeout is not None or args.watch else DEFAULT_LIVE_TIMEOUT
+    try:
+        with _progress() as progress:
+            task = progress.add_task(f"{len(runs)} runs", total=None)
+            df = sweep.evaluate_runs(
+                runs,
+                rules,
+                client=client,
+                workers=workers,
+                baseline=args.baseline,
+                start_step=args.start_step,
+                end_step=args.end_step,
+                steps_per_task=args.steps_per_task,
+                timeout=timeout,
+                stop_training=args.watch,
+                progress=lambda done, total: progress.update(task, completed=done, total=total),
+            )
+    finally:
+        if client is not None:
+            client.close()
+    if args.json:
+        records = df.to_dict(orient="records")
+        print(json.dumps({"results": records, "skipped_rules": df.attrs.get("skipped", {})}))
+    else:
+        _print_table(df, show_all=args.all)
+    if (df["status"] == "fired").any():
+        return EXIT_FIRED
+    return EXIT_ERROR if (df["status"] == "error").any() else 0
+
+
+def _params_text(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
+
+
+def _print_table(df, show_all: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from smdebug.cli.rules import _steps_text
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    runs = list(dict.fromkeys(df["run"]))
+    shown = df if show_all else df[df["status"].isin(["fired", "error"])]
+    table = Table(title=f"Rules on {len(runs)} runs", title_justify="left")
+    for column in ("Run", "Rule", "Parameters", "Result", "Fired at steps", "Tensors", "Details"):
+        table.add_column(column, overflow="fold")
+    style = {
+        "fired": "[bold red]FIRED[/bold red]",
+        "error": "[yellow]error[/yellow]",
+        "skipped": "[dim]skipped[/dim]",
+        "ok": "[green]ok[/green]",
+    }
+    for row in shown.itertuples(index=False):
+        details = row.error if row.status == "error" else row.reason
+        if row.note:
+            details = f"{details} ({row.note})" if details else row.note
+        table.add_row(
+            str(row.run),
+            row.rule or "-",
+            _params_text(row.parameters),
+            style[row.status],
+            _steps_text(row.fired_steps),
+            ", ".join(row.tensors) or "-",
+            details,
+        )
+    if len(shown):
+        console.print(table)
+    fired = df[df["status"] == "fired"]
+    errors = df[df["status"] == "error"]
+    rules = [r for r in dict.fromkeys(df["rule"]) if r is not None]
+    summary = (
+        f"{len(runs)} runs x {len(rules)} rules: {len(fired)} fired in {fired['run'].nunique()} runs, "
+        f"{len(errors)} errors"
+    )
+    if not show_all:
+        summary += "; every other (run, rule) is ok or skipped (--all lists them)"
+    console.print(summary)
+    skipped = df.attrs.get("skipped", {})
+    if skipped:
+        console.print(f"skipped (need parameters): {', '.join(skipped)}")
