@@ -90,7 +90,9 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
             session.install(*(str(ROOT / p) for p in THIRDPARTY))
         # a framework plugin's session checks the plugin contract too (tests/contract, for every plugin)
         contract = [CONTRACT] if name in PLUGIN_SUITES else []
-        session.run("pytest", folder, *contract, *session.posargs)
+        # tests-tf has smdebug 1.0.34 read a Keras run (it reads runs without TensorFlow, in its own venv)
+        env = {"SMDEBUG_1034_PYTHON": smdebug_1034_python(session)} if name == "tf" else None
+        session.run("pytest", folder, *contract, *session.posargs, env=env)
 
     return session_fn
 
