@@ -10,6 +10,9 @@ same on every machine. Defects, as tests/rules/rule_scenarios.py plants them:
 
 from __future__ import annotations
 
+import sys
+import time
+
 import torch
 from torch import nn
 
@@ -38,8 +41,11 @@ def _model(defect):
     return nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 1))
 
 
-def make_run(out_dir: str, defect: str | None = None, steps: int = 24, seed: int = 0) -> None:
-    """Train ``steps`` steps with the hook saving weights, gradients and losses at every step."""
+def make_run(
+    out_dir: str, defect: str | None = None, steps: int = 24, seed: int = 0, pause: float = 0
+) -> None:
+    """Train ``steps`` steps with the hook saving weights, gradients and losses at every step (pausing
+    ``pause`` seconds after each, for a run that is still being written while it is read)."""
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     x, y = _data(seed)
@@ -61,6 +67,7 @@ def make_run(out_dir: str, defect: str | None = None, steps: int = 24, seed: int
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
+        time.sleep(pause)
     hook.close()
 
 
@@ -74,3 +81,9 @@ def make_sweep(root: str, n: int = 20, steps: int = 24) -> dict[str, str | None]
         make_run(path, defect, steps=steps, seed=i)
         runs[path] = defect
     return runs
+
+
+if __name__ == "__main__":  # python sweep_runs.py OUT DEFECT|none STEPS PAUSE: a slow live run
+    out, defect, steps, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    make_run(out, None if defect == "none" else defect, steps=steps, pause=pause)
+    print("COMPLETED", flush=True)

@@ -386,7 +386,7 @@ def evaluate_runs(
 
     Columns: run, rule, parameters (dict), status (fired, ok, error, skipped), fired_steps (list),
     tensors (named in the reasons it fired), reason (of its first firing), error, note. A run that cannot
-    be read has one row with rule None and status "error". Needs pandas.
+    be read has one row with no rule (missing) and status "error". Needs pandas.
     """
     from smdebug._optional import require
 

@@ -1,0 +1,117 @@
+"""evaluate_runs over a sweep of 20 real runs: on a 2-worker LocalCluster the results equal the serial
+evaluation exactly (and the single-run rule invoker's); planted defects fire their rules; a damaged run is
+one error row and the others complete; the same on moto's S3 server."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import N_RUNS
+
+from smdebug.rules import create_rule, invoke_rule
+from smdebug.rules.sweep import evaluate_runs, find_runs
+from smdebug.trials import create_trial
+
+# the rule each planted defect must fire, and rules a healthy run must not fire
+DEFECT_RULE = {
+    "vanishing": "vanishing_gradient",
+    "flat": "loss_not_decreasing",
+    "exploding": "exploding_tensor",
+}
+HEALTHY_QUIET = ("vanishing_gradient", "exploding_tensor", "loss_not_decreasing")
+RULES = [
+    "vanishing_gradient",
+    "exploding_tensor",
+    "loss_not_decreasing",
+    "weight_update_ratio",
+    ("unchanged_tensor", {"collection_names": "weights", "num_steps": "4"}),
+    "overtraining",
+    "similar_across_runs",
+]
+
+
+@pytest.fixture(scope="module")
+def serial(sweep):
+    return evaluate_runs(sweep["root"], RULES, steps_per_task=7)
+
+
+def _fired(df, run, rule) -> list:
+    rows = df[(df.run == run) & (df.rule == rule)]
+    assert len(rows) == 1, (run, rule)
+    return rows.iloc[0]["fired_steps"]
+
+
+def test_the_sweep_folder_holds_every_run(sweep):
+    runs = find_runs(sweep["root"])
+    assert len(runs) == N_RUNS + 2 and runs == sorted(runs)
+    assert find_runs(sweep["root"] + "/run-0[0-4]") == runs[:5]
+
+
+def test_dask_equals_serial(sweep, serial, client):
+    parallel = evaluate_runs(sweep["root"], RULES, client=client, steps_per_task=7)
+    pd.testing.assert_frame_equal(parallel, serial)
+
+
+def test_planted_defects_fire_and_healthy_runs_do_not(sweep, serial):
+    for run, defect in sweep["defects"].items():
+        if defect is None:
+            for rule in HEALTHY_QUIET:
+                assert _fired(serial, run, rule) == [], (run, rule)
+        else:
+            assert _fired(serial, run, DEFECT_RULE[defect]), (run, defect)
+    flat = next(r for r, d in sweep["defects"].items() if d == "flat")
+    row = serial[(serial.run == flat) & (serial.rule == "loss_not_decreasing")].iloc[0]
+    assert row.status == "fired" and row.tensors == ["MSELoss_output_0"] and "MSELoss_output_0" in row.reason
+
+
+def test_a_damaged_run_is_one_error_row_and_the_others_complete(sweep, serial):
+    damaged = serial[serial.run == sweep["damaged"]]
+    assert len(damaged) == 1 and damaged.iloc[0].status == "error" and pd.isna(damaged.iloc[0].rule)
+    assert "malformed index file" in damaged.iloc[0].error
+    others = serial[serial.run != sweep["damaged"]]
+    assert len(others) == (N_RUNS + 1) * len(RULES) and not (others.status == "error").any()
+
+
+def test_step_ranges_give_what_the_single_run_invoker_gives(sweep, serial):
+    whole = evaluate_runs(sweep["root"], RULES, steps_per_task=10_000)
+    pd.testing.assert_frame_equal(whole, serial)
+    for run in list(sweep["defects"])[:8]:
+        for name in ("vanishing_gradient", "exploding_tensor", "loss_not_decreasing", "weight_update_ratio"):
+            alone = invoke_rule(create_rule(name, create_trial(run)))
+            assert _fired(serial, run, name) == alone, (run, name)
+
+
+def test_runs_are_compared_with_the_baseline(sweep, serial):
+    runs = find_runs(sweep["root"])
+    twin, other = runs[20], runs[1]  # run-20 trained exactly as run-00 (the baseline); run-01 did not
+    baseline_row = serial[(serial.run == runs[0]) & (serial.rule == "similar_across_runs")].iloc[0]
+    assert baseline_row.status == "skipped"
+    assert _fired(serial, twin, "similar_across_runs") == []
+    assert _fired(serial, other, "similar_across_runs") == list(range(24))
+    alone = invoke_rule(
+        create_rule("similar_across_runs", create_trial(other), other_trials=[create_trial(runs[0])])
+    )
+    assert _fired(serial, other, "similar_across_runs") == alone
+    by_twin = evaluate_runs(runs[:3], ["similar_across_runs"], baseline=twin)
+    assert list(by_twin.status) == ["ok", "fired", "fired"]
+
+
+def test_on_s3_the_same_results(s3_sweep, sweep, serial, client):
+    on_s3 = evaluate_runs(s3_sweep, RULES, client=client, steps_per_task=7)
+    local = serial.copy()
+    local["run"] = local["run"].str.replace(sweep["root"], s3_sweep, regex=False)
+    local["error"] = local["error"].str.replace(sweep["root"], s3_sweep, regex=False)
+    local["reason"] = on_s3["reason"]  # similar_across_runs names the baseline run, the same in both
+    pd.testing.assert_frame_equal(on_s3, local)
+
+
+def test_rule_classes_and_rule_configs(sweep):
+    from smdebug.rules import VanishingGradient, rule_configs
+
+    runs = find_runs(sweep["root"])[:4]
+    by_class = evaluate_runs(runs, [(VanishingGradient, {"threshold": 1e-3})])
+    by_config = evaluate_runs(runs, [rule_configs.vanishing_gradient()])
+    by_name = evaluate_runs(runs, ["vanishing_gradient"])
+    assert list(by_config.fired_steps) == list(by_name.fired_steps)
+    assert by_class.iloc[0].parameters == {"threshold": 0.001}
+    assert (by_class.status == "fired").sum() >= (by_name.status == "fired").sum()
