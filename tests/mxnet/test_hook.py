@@ -140,8 +140,10 @@ def test_block_tensors_and_include_regex(out_dir):
             )
 
 
-def _train_all(out_dir, hybridize, register_first=True):
+def _train_all(out_dir, hybridize, register_first=True, static=False):
     net, loss_fn = make_net(hybridize)
+    if static:
+        net.hybridize(static_alloc=True, static_shape=True)
     data = batches(3)
     if not register_first:
         net(data[0][0])  # the graph is built before the hook is registered
@@ -151,8 +153,10 @@ def _train_all(out_dir, hybridize, register_first=True):
     return create_trial(out_dir)
 
 
-def test_hybridized_layers_are_saved_as_without_hybridize(tmp_path):
-    plain = _train_all(str(tmp_path / "plain"), hybridize=False)
+def test_hybridized_layers_are_saved_as_without_hybridize(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        plain = _train_all(str(tmp_path / "plain"), hybridize=False)
+    assert not caplog.records  # deferred initialisation builds graphs too: no false alarm
     hybrid = _train_all(str(tmp_path / "hybrid"), hybridize=True)
     names = sorted(plain.tensor_names())
     assert {"dense0_relu_output_0", "dense1_input_0", "dense0_input_0", *PARAMS, *GRADS} <= set(names)
@@ -162,6 +166,27 @@ def test_hybridized_layers_are_saved_as_without_hybridize(tmp_path):
         for step in plain.tensor(name).steps():
             np.testing.assert_allclose(
                 hybrid.tensor(name).value(step),
+                plain.tensor(name).value(step),
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=name,
+            )
+
+
+def test_fused_operators_are_named_in_one_warning(tmp_path, caplog):
+    """static_alloc lets MXNet fuse Dense and its activation: the fused nodes are never reported."""
+    plain = _train_all(str(tmp_path / "plain"), hybridize=False)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        static = _train_all(str(tmp_path / "static"), hybridize=False, static=True)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "inside hybridized block hybridsequential0" in warnings[0], warnings
+    missing = set(plain.tensor_names()) - set(static.tensor_names())
+    assert missing and all(name in warnings[0] for name in missing)
+    assert {"dense0_input_0", "dense1_output_0", *PARAMS, *GRADS} <= set(static.tensor_names())
+    for name in static.tensor_names():
+        for step in static.tensor(name).steps():
+            np.testing.assert_allclose(
+                static.tensor(name).value(step),
                 plain.tensor(name).value(step),
                 rtol=1e-5,
                 atol=1e-6,

@@ -123,6 +123,9 @@ class Hook(BaseHook):
                 self.taps.record(block, inputs, outputs)
             return
         self.ndarray_calls += 1
+        if self.taps.mapped:
+            with self.guard("save a hybridized block's layer tensors"):
+                self.taps.called(block, inputs)
         if not self.anything_due():
             return
         if (
@@ -132,8 +135,6 @@ class Hook(BaseHook):
         ):
             self.check_hybridized(block)
         with self.guard("save block tensors"):
-            if self.taps.mapped:
-                self.taps.called(block, inputs)
             self.save_numbered(block.name + INPUT_SUFFIX, inputs)
             self.save_numbered(block.name + OUTPUT_SUFFIX, outputs)
 

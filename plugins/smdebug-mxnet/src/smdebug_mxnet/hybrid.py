@@ -41,9 +41,14 @@ class HybridTaps:
     def __init__(self, hook):
         self.hook = hook
         self.by_node: dict[str, list[str]] = {}  # graph node output -> tensor names ("dense0_output_0")
-        self.graph_inputs: dict[str, list[str]] = {}  # graph input variable -> names, while a graph builds
         self.by_block: dict[int, dict[int, list[str]]] = {}  # id(hybridized block) -> arg position -> names
-        self.counters: dict[str, int] = {}  # numbering of one graph-building pass
+        self.names_of: dict[int, set[str]] = {}  # id(hybridized block) -> every name its graph maps
+        # while a graph builds: node outputs and graph inputs (variables) -> names, blocks seen, numbering
+        self.pending_nodes: dict[str, list[str]] = {}
+        self.pending_inputs: dict[str, list[str]] = {}
+        self.traced: set[int] = set()
+        self.counters: dict[str, int] = {}
+        self.saved: set[str] = set()  # names saved during the current call of a hybridized block
         self.attached: set[int] = set()
 
     def attach(self, block) -> None:
@@ -58,45 +63,73 @@ class HybridTaps:
 
     @property
     def mapped(self) -> bool:
-        return bool(self.by_node or self.by_block)
+        return bool(self.by_node or self.by_block or self.traced)
 
     def record(self, block, inputs, outputs) -> None:
         """A child's forward hook during graph building: remember which node outputs are its tensors."""
+        self.traced.add(id(block))
         for suffix, value in ((INPUT_SUFFIX, inputs), (OUTPUT_SUFFIX, outputs)):
             prefix = block.name + suffix
             for sym in _symbols(value):
-                variable = sym.get_children() is None
+                table = self.pending_inputs if sym.get_children() is None else self.pending_nodes
                 for node_output in sym.list_outputs():
                     index = self.counters.get(prefix, 0)
                     self.counters[prefix] = index + 1
-                    table = self.graph_inputs if variable else self.by_node
-                    names = table.setdefault(node_output, [])
-                    if f"{prefix}{index}" not in names:
-                        names.append(f"{prefix}{index}")
+                    table.setdefault(node_output, []).append(f"{prefix}{index}")
 
     def called(self, block, inputs) -> None:
-        """A block's forward hook with NDArrays: a graph built during this call belongs to it."""
+        """A block's forward hook with NDArrays. The first one after a graph was built tells whose graph it
+        was: a block outside the graph is the hybridized block that will run it; a block inside it means
+        the graph only inferred shapes (deferred initialisation) for blocks that run one by one."""
         self.counters.clear()
-        if self.graph_inputs:
-            positions = {}
-            for var, names in self.graph_inputs.items():
-                position = 0 if var == "data" else int(var[4:]) if var[4:].isdigit() else None
-                if var.startswith("data") and position is not None:
-                    positions[position] = names
-            self.by_block[id(block)] = positions
-            self.graph_inputs = {}
+        if self.traced:
+            if id(block) not in self.traced:
+                self.bind(block)
+            self.pending_nodes, self.pending_inputs, self.traced = {}, {}, set()
         positions = self.by_block.get(id(block))
         if positions and self.hook.anything_due():
             for position, value in enumerate(_ndarrays(inputs)):
                 for name in positions.get(position, ()):
                     self.hook.save_for_step(name, value)
+                    self.saved.add(name)
+        names = self.names_of.get(id(block))
+        if names and self.hook.anything_due():
+            # fused operators (static_alloc, MKLDNN subgraphs) remove graph nodes the op hook would report
+            missing = sorted(n for n in names if n not in self.saved and self.hook.is_due(n))
+            if missing:
+                self.hook.warn_once(
+                    f"unreported:{block.name}",
+                    "smdebug: MXNet did not report %s inside hybridized block %s (its operators were fused, "
+                    "e.g. by static_alloc): not saved",
+                    ", ".join(missing),
+                    block.name,
+                )
+        self.saved.clear()
+
+    def bind(self, block) -> None:
+        names: set[str] = set()
+        for node_output, found in self.pending_nodes.items():
+            known = self.by_node.setdefault(node_output, [])
+            known.extend(n for n in found if n not in known)
+            names.update(found)
+        positions: dict[int, list[str]] = {}
+        for var, found in self.pending_inputs.items():
+            # MXNet names a graph's inputs "data" (one input) or "data0", "data1"...
+            if var == "data" or (var.startswith("data") and var[4:].isdigit()):
+                positions[int(var[4:] or 0)] = found
+                names.update(found)
+        self.by_block[id(block)] = positions
+        self.names_of[id(block)] = names
 
     def on_node_output(self, node_output, op_name, handle) -> None:
         # MXNet hands over a new NDArray handle: wrap it so that it is freed, even when it is not saved.
         value = NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
-        names = self.by_node.get(node_output.decode() if isinstance(node_output, bytes) else node_output)
+        node_output = node_output.decode() if isinstance(node_output, bytes) else node_output
+        # a graph's first run comes right after it was built, before its block's forward hook binds it
+        names = self.by_node.get(node_output) or self.pending_nodes.get(node_output)
         if not names or not self.hook.anything_due():
             return
         with self.hook.guard("save a hybridized layer's tensors"):
             for name in names:
                 self.hook.save_for_step(name, value)
+                self.saved.add(name)
