@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 
@@ -214,17 +215,19 @@ NUMPY = {
 def test_reductions_on_the_device_match_numpy():
     from smdebug_mxnet.plugin import smdebug_reduce, smdebug_to_numpy
 
-    value = mx.nd.array(np.random.RandomState(3).randn(4, 6))
-    host = value.asnumpy()
-    for reduction in REDUCTIONS:
-        for absolute in (False, True):
-            got = smdebug_reduce(value=value, reduction=reduction, abs=absolute)
-            data = np.abs(host) if absolute else host
-            if reduction == "median":
-                assert got is None  # no NDArray operator: the core reduces the host copy
-                continue
-            assert isinstance(got, np.float32), reduction
-            np.testing.assert_allclose(got, NUMPY[reduction](data), rtol=1e-5, err_msg=reduction)
+    host = np.random.RandomState(3).randn(4, 6).astype(np.float32)
+    value = mx.nd.array(host)
+    # mx.np arrays (MXNet's NumPy-compatible API) are NDArrays too
+    for reduction, absolute, array in itertools.product(
+        REDUCTIONS, (False, True), (value, mx.np.array(host))
+    ):
+        got = smdebug_reduce(value=array, reduction=reduction, abs=absolute)
+        if reduction == "median":
+            assert got is None  # no NDArray operator: the core reduces the host copy
+            continue
+        assert isinstance(got, np.float32), reduction
+        want = NUMPY[reduction](np.abs(host) if absolute else host)
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{reduction} abs={absolute} {type(array)}")
     assert smdebug_reduce(value=host, reduction="max", abs=False) is None
     assert smdebug_to_numpy(value=host) is None
     np.testing.assert_array_equal(smdebug_to_numpy(value=value), host)

@@ -28,6 +28,8 @@ def _reduced(value: mx.nd.NDArray, reduction: str) -> mx.nd.NDArray | None:
 
 def reduce(value: mx.nd.NDArray, reduction: str, abs: bool):
     """One reduction as a numpy scalar of the value's dtype, or None when MXNet has no operator for it."""
+    if isinstance(value, mx.np.ndarray):  # the NumPy-compatible arrays: a legacy view for the nd operators
+        value = value.as_nd_ndarray()
     if value.stype != "default":
         value = value.tostype("default")
     if value.size == 0:
