@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from smdebug.cli.rules import EXIT_ERROR, EXIT_FIRED, _progress
@@ -71,7 +72,11 @@ def _print_table(df, show_all: bool = False) -> None:
     console = Console(width=None if sys.stdout.isatty() else 200)
     runs = list(dict.fromkeys(df["run"]))
     shown = df if show_all else df[df["status"].isin(["fired", "error"])]
-    table = Table(title=f"Rules on {len(runs)} runs", title_justify="left")
+    # runs under one folder are named relative to it
+    parent = os.path.commonprefix([r.rsplit("/", 1)[0] + "/" for r in runs]).rsplit("/", 1)[0]
+    where = f" in {parent}" if parent and len(runs) > 1 else ""
+    strip = len(parent) + 1 if where else 0
+    table = Table(title=f"Rules on {len(runs)} runs{where}", title_justify="left")
     for column in ("Run", "Rule", "Parameters", "Result", "Fired at steps", "Tensors", "Details"):
         table.add_column(column, overflow="fold")
     style = {
@@ -84,9 +89,11 @@ def _print_table(df, show_all: bool = False) -> None:
         details = row.error if row.status == "error" else row.reason
         if row.note:
             details = f"{details} ({row.note})" if details else row.note
+        if where:
+            details = details.replace(parent + "/", "")
         table.add_row(
-            str(row.run),
-            row.rule or "-",
+            str(row.run)[strip:],
+            row.rule if isinstance(row.rule, str) else "-",
             _params_text(row.parameters),
             style[row.status],
             _steps_text(row.fired_steps),
@@ -100,7 +107,7 @@ def _print_table(df, show_all: bool = False) -> None:
     rules = [r for r in dict.fromkeys(df["rule"]) if r is not None]
     summary = (
         f"{len(runs)} runs x {len(rules)} rules: {len(fired)} fired in {fired['run'].nunique()} runs, "
-        f"{len(errors)} errors"
+        f"{len(errors)} with errors"
     )
     if not show_all:
         summary += "; every other (run, rule) is ok or skipped (--all lists them)"

@@ -386,7 +386,7 @@ def evaluate_runs(
 
     Columns: run, rule, parameters (dict), status (fired, ok, error, skipped), fired_steps (list),
     tensors (named in the reasons it fired), reason (of its first firing), error, note. A run that cannot
-    be read has one row with no rule (missing) and status "error". Needs pandas.
+    be read has one row with rule None and status "error". Needs pandas.
     """
     from smdebug._optional import require
 
@@ -415,7 +415,8 @@ def evaluate_runs(
             if cluster is not None:
                 cluster.close()
     skipped: dict[str, str] = {}
-    df = pd.DataFrame(_rows(paths, specs, baselines, results, skipped), columns=COLUMNS)
+    # object columns: a missing rule stays None, lists and dicts stay as they are
+    df = pd.DataFrame(_rows(paths, specs, baselines, results, skipped), columns=COLUMNS, dtype=object)
     df.attrs["skipped"] = skipped  # default rules that need parameters -> why
     return df
 

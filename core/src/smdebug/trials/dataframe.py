@@ -27,6 +27,7 @@ def to_dataframe(
     worker: str | None = None,
     reductions: Iterable[str] | None = None,
     values: bool = True,
+    dask: bool = False,
 ):
     """A tidy pandas DataFrame of saved tensors: one row per tensor, saved step and worker.
 
@@ -51,9 +52,34 @@ def to_dataframe(
         df = to_dataframe(trial, collection="losses", mode="TRAIN")
         wide = df.pivot_table(index="step", columns="tensor", values="value")
 
-    Raises MissingDependencyError (an ImportError) when pandas is not installed.
+    Many runs: ``source`` a list of runs (paths or Trials) or a glob (``"sweep/lr-*"``) gives one frame
+    with a first column ``run`` (the run's path). With ``dask=True`` (``pip install
+    'smdebug-core[dask]'``) the result is a lazy Dask DataFrame with one partition per run (``source``
+    may then also be a folder or s3:// prefix holding runs), so reductions across a sweep run on a Dask
+    cluster; its columns are those of the first run's frame (pass ``reductions`` to fix them).
+
+    Raises MissingDependencyError (an ImportError) when pandas (or, with ``dask=True``, Dask) is not
+    installed.
     """
     pd = require("pandas", "smdebug's DataFrame export")
+    options = dict(
+        tensor_names=tensor_names,
+        collection=collection,
+        regex=regex,
+        mode=mode,
+        steps=steps,
+        worker=worker,
+        reductions=reductions,
+        values=values,
+    )
+    many = isinstance(source, (list, tuple)) or (isinstance(source, str) and any(c in source for c in "*?["))
+    if dask or many:
+        from smdebug.rules.sweep import find_runs
+
+        runs = find_runs(source)
+        if dask:
+            return _dask_frame(runs, options)
+        return pd.concat([_run_frame(run, options) for run in runs], ignore_index=True)
     if isinstance(source, str):
         source = create_trial(source)
     if isinstance(source, Tensor):
@@ -140,3 +166,19 @@ def _reduction(tensor: Tensor, step: int, worker: str, key, data, value) -> floa
         return numpy_reduction(value, reduction, absolute)
     except (TensorUnavailableForStep, TypeError, ValueError):
         return float("nan")
+
+
+def _run_frame(run, options: dict, template=None):
+    """One run's frame with the run's path as first column (conformed to ``template`` when given)."""
+    df = to_dataframe(run, **options)
+    df.insert(0, "run", run if isinstance(run, str) else run.path)
+    if template is not None:
+        df = df.reindex(columns=list(template.columns)).astype(template.dtypes.to_dict())
+    return df
+
+
+def _dask_frame(runs: list, options: dict):
+    dd = require("dask.dataframe", "to_dataframe(dask=True)", pip_name="dask")
+    paths = [r if isinstance(r, str) else r.path for r in runs]  # workers open the runs themselves
+    meta = _run_frame(runs[0], options).iloc[:0]
+    return dd.from_map(_run_frame, paths, options=options, template=meta, meta=meta, enforce_metadata=False)

@@ -1,0 +1,90 @@
+"""smdebug rules over many runs: a sweep folder on a LocalCluster, an existing cluster by its address,
+JSON, exit codes, a live run followed to its end, and Dask missing (serial, with a one-line hint)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import N_RUNS
+
+HERE = Path(__file__).parent
+
+
+def smdebug(*args, timeout=300, pre=""):
+    code = f"{pre}import sys; from smdebug.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, "rules", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_a_sweep_folder_on_two_workers(sweep):
+    done = smdebug(
+        sweep["root"], "--workers", "2", "--rule", "vanishing_gradient", "--rule", "exploding_tensor"
+    )
+    assert done.returncode == 1, done.stderr  # rules fired
+    assert f"Rules on {N_RUNS + 2} runs in {sweep['root']}" in done.stdout
+    assert "FIRED" in done.stdout and "malformed index file" in done.stdout  # the damaged run's row
+    vanishing = [r for r, d in sweep["defects"].items() if d == "vanishing"]
+    for run in vanishing:  # named relative to the sweep folder
+        assert run.rsplit("/", 1)[1] in done.stdout
+
+
+def test_json_on_an_existing_cluster(sweep, client):
+    address = client.scheduler.address
+    done = smdebug(
+        sweep["root"] + "/run-0[0-5]", "--scheduler", address, "--json", "--rule", "loss_not_decreasing"
+    )
+    assert done.returncode == 1, done.stderr
+    rows = json.loads(done.stdout)["results"]
+    assert len(rows) == 6 and {r["rule"] for r in rows} == {"loss_not_decreasing"}
+    flat = [r for r, d in sweep["defects"].items() if d == "flat" and r in {x["run"] for x in rows}]
+    assert flat and all(next(x for x in rows if x["run"] == f)["status"] == "fired" for f in flat)
+
+
+def test_healthy_runs_exit_0(sweep):
+    healthy = [r for r, d in sweep["defects"].items() if d is None][:3]
+    done = smdebug(*healthy, "--workers", "1", "--rule", "exploding_tensor", "--all")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(" ok ") == 3
+
+
+def test_without_dask_serially_with_a_hint(sweep):
+    # distributed cannot be imported (as when smdebug-core[dask] is not installed)
+    done = smdebug(
+        sweep["root"] + "/run-0[0-3]",
+        "--rule",
+        "vanishing_gradient",
+        pre="sys_modules = __import__('sys').modules; sys_modules['distributed'] = None; ",
+    )
+    assert done.returncode == 1, done.stderr
+    hints = [line for line in done.stderr.splitlines() if "Dask is not installed" in line]
+    assert len(hints) == 1 and "smdebug-core[dask]" in hints[0]
+    assert "Rules on 4 runs" in done.stdout
+
+
+def test_a_run_still_being_written_is_followed(sweep, tmp_path):
+    live = tmp_path / "live"
+    writer = subprocess.Popen(
+        [sys.executable, str(HERE / "sweep_runs.py"), str(live), "flat", "30", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (live / "index").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        finished = sweep["root"] + "/run-00"
+        done = smdebug(finished, str(live), "--workers", "2", "--json", "--rule", "loss_not_decreasing")
+        assert writer.wait(60) == 0
+    finally:
+        writer.kill()
+    assert done.returncode == 1, done.stderr
+    rows = {r["run"]: r for r in json.loads(done.stdout)["results"]}
+    # every step of the live run was evaluated: the rule fired at steps 10 and 20, after the command began
+    assert rows[str(live)]["fired_steps"] == [10, 20] and rows[str(live)]["note"] == ""
+    assert rows[finished]["status"] == "ok"
