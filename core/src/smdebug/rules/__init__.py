@@ -36,6 +36,7 @@ _LAZY = {
     "invoke_rule": "smdebug.rules.rule_invoker",
     "builtin_rules": "smdebug.rules.builtin",
     "create_rule": "smdebug.rules.builtin",
+    "evaluate_runs": "smdebug.rules.sweep",
     **{name: "smdebug.rules.generic" for name in _GENERIC},
 }
 
