@@ -19,6 +19,7 @@ import weakref
 
 import tensorflow as tf
 
+WEIGHTS = "weights"  # the model's variables as the step starts
 GRADIENTS = "gradients"
 LAYERS = "layers"
 OUTPUTS = "outputs"  # model outputs and labels
@@ -208,6 +209,9 @@ def build(model, mode: str, kinds: frozenset[str]):
     @tf.autograph.experimental.do_not_convert
     def replica_step(data):
         with recording(Recorder(kinds)) as recorder:
+            if WEIGHTS in kinds:  # read before the step's update (TF orders the ops on each variable)
+                for variable in model.weights:
+                    recorder.tensors[variable_name(variable)] = tf.identity(tf.convert_to_tensor(variable))
             if mode != "predict" and (INPUTS in kinds or OUTPUTS in kinds):
                 import keras
 

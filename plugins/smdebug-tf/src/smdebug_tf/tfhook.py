@@ -6,11 +6,10 @@ hook is built as a TFHook then and becomes a KerasHook once Keras is ready (smde
 
 What the hook saves, and when (names in the plugin's README):
 
-- at a batch's start: weights and biases (the values this step computes with);
-- from inside the compiled step, only on steps where one of them is due (smdebug_tf.capture): gradients,
-  layer inputs/outputs, model outputs, labels and inputs;
-- at a batch's end: losses and metrics as Keras reports them in ``logs``, predictions in predict,
-  optimizer variables after the update.
+- from inside the compiled step, only on steps where one of them is due (smdebug_tf.capture): weights
+  and biases as the step starts, gradients, layer inputs/outputs, model outputs, labels and inputs;
+- what the step function returns: losses and metrics (the logs Keras hands its callbacks), predictions;
+- after the step: optimizer variables (updated).
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ class TFState:
         self.known: dict[str, set[str]] = {}  # collection -> exact names already included
         self.functions: dict = {}  # (mode, kinds) -> (Keras' function it stands in for, instrumented)
         self.swapped = None  # (model, attribute, Keras' function) while an instrumented one is in place
-        self.captured: dict | None = None
         self.broken: set = set()  # modes whose instrumented function failed once
         self.saved: set[str] = set()  # gradient names saved in a custom loop's step ...
         self.saved_step = -1  # ... this one
@@ -120,6 +118,9 @@ class TFHook(BaseHook):
             self.tf_state.optimizer_variables = pairs
 
     # -- Keras callback protocol ----------------------------------------------------------------------
+    # No on_*_batch_end: a callback that has one makes Keras wait for every batch's logs (no async
+    # dispatch). On a due step the hook gets the logs, and ends the step, from the one call of the function
+    # it puts in place of Keras' own; other steps end when the next one begins.
     def set_model(self, model) -> None:
         with self.guard("register the Keras model"):
             self.register_model(model)
@@ -141,15 +142,6 @@ class TFHook(BaseHook):
 
     def on_predict_batch_begin(self, batch, logs=None):
         self.batch_begin(ModeKeys.PREDICT)
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.batch_end(ModeKeys.TRAIN, logs)
-
-    def on_test_batch_end(self, batch, logs=None):
-        self.batch_end(ModeKeys.EVAL, logs)
-
-    def on_predict_batch_end(self, batch, logs=None):
-        self.batch_end(ModeKeys.PREDICT, logs)
 
     def on_train_end(self, logs=None):
         self.mode_end()
@@ -183,51 +175,51 @@ class TFHook(BaseHook):
     def mode_end(self) -> None:
         self.restore_function()
         if not self.closed:
-            self.flush()  # a Trial reads everything saved so far, without closing the run
+            self.flush()  # ends the step; a Trial reads everything saved so far, the run stays open
 
     def batch_begin(self, mode) -> None:
+        self.restore_function()  # a call that never came (the data ended)
         if self.closed:
             return
         if self.mode != mode:
             self.set_mode(mode)
-        self.begin_step()
+        self.begin_step()  # ends the previous step
+        self.stop_if_asked(mode)
         if not self.anything_due():
             return  # the common step: Keras' own function runs, nothing else happens
         with self.guard("prepare the step's tensors"):
-            state = self.tf_state
-            for name, variable in state.weights:
-                if self.is_due(name):
-                    self.save_for_step(name, variable)
             kinds = self.capture_kinds(mode)
-            if kinds:
-                self.swap_in(mode, kinds)
+            if not self.swap_in(mode, kinds) and capture.WEIGHTS in kinds:
+                for name, variable in self.tf_state.weights:  # read here when the step cannot
+                    if self.is_due(name):
+                        self.save_for_step(name, variable)
 
-    def batch_end(self, mode, logs) -> None:
-        self.restore_function()
+    def step_done(self, mode, result, tensors) -> None:
+        """The due step's function returned: save what it computed, end the step."""
         state = self.tf_state
-        if self.closed or not self.in_step:
-            state.captured = None
-            return
         with self.guard("save the step's tensors"):
-            if state.captured:
-                for name, per_replica in state.captured.items():
-                    self.save_for_step(name, per_replica[0])  # the first replica: include_workers "one"
-            if self.anything_due():
-                self.save_logs(mode, logs or {})
-                if mode == ModeKeys.TRAIN and state.optimizer is not None:
-                    self.refresh_optimizer_variables()
-                    for name, variable in state.optimizer_variables:
-                        if self.is_due(name):
-                            self.save_for_step(name, variable)
-        state.captured = None
+            for name, per_replica in tensors.items():
+                self.save_for_step(name, per_replica[0])  # the first replica: include_workers "one"
+            self.save_logs(mode, result)
+            if mode == ModeKeys.TRAIN and state.optimizer is not None:
+                self.refresh_optimizer_variables()
+                for name, variable in state.optimizer_variables:
+                    if self.is_due(name):
+                        self.save_for_step(name, variable)
         self.end_step()
-        if self.should_stop() and state.model is not None:
-            setattr(state.model, _KERAS_MODES[mode][2], True)  # Keras ends the loop after this batch
+        self.stop_if_asked(mode)
+
+    def stop_if_asked(self, mode) -> None:
+        model = self.tf_state.model
+        if model is not None and self.should_stop():
+            setattr(model, _KERAS_MODES[mode][2], True)  # Keras ends its loop after this batch
 
     # -- what is captured inside the compiled step ------------------------------------------------------
     def capture_kinds(self, mode) -> frozenset:
         state = self.tf_state
         kinds = set()
+        if any(self.is_due(name) for name, _ in state.weights):
+            kinds.add(capture.WEIGHTS)
         if mode == ModeKeys.TRAIN and any(self.is_due(n) for n in state.gradient_names):
             kinds.add(capture.GRADIENTS)
         if any(self.is_due(n) for n in state.layer_names):
@@ -238,14 +230,18 @@ class TFHook(BaseHook):
             kinds.add(capture.INPUTS)
         return frozenset(kinds)
 
-    def swap_in(self, mode, kinds: frozenset) -> None:
-        """Put the instrumented function in place of Keras' own for this step's one call."""
+    def swap_in(self, mode, kinds: frozenset) -> bool:
+        """Put a function in place of Keras' own for this step's one call: the instrumented one when
+        tensors of the step are due, else Keras' own, called through so that the hook gets the logs.
+        False when the in-graph tensors cannot be captured at this step."""
         state = self.tf_state
         model = state.model
-        if model is None or mode in state.broken:
-            return
         name, attribute, _ = _KERAS_MODES[mode]
-        if getattr(model, "steps_per_execution", 1) > 1:
+        plain = getattr(model, attribute, None) if model is not None else None
+        if plain is None:
+            return False
+        captured = bool(kinds) and mode not in state.broken
+        if captured and getattr(model, "steps_per_execution", 1) > 1:
             self.warn_once(
                 "steps_per_execution",
                 "smdebug: steps_per_execution=%d: one smdebug step is one execution of that many batches; "
@@ -253,41 +249,45 @@ class TFHook(BaseHook):
                 "metrics are). Compile with steps_per_execution=1 to save them.",
                 model.steps_per_execution,
             )
-            return
-        plain = getattr(model, attribute, None)
-        if plain is None:
-            return
-        entry = state.functions.get((name, kinds))
-        if entry is None or entry[0] is not plain:  # Keras rebuilt its function (compile again)
-            entry = (plain, capture.build(model, name, kinds))
-            state.functions[(name, kinds)] = entry
-        instrumented = entry[1]
+            captured = False
+        instrumented = None
+        if captured:
+            entry = state.functions.get((name, kinds))
+            if entry is None or entry[0] is not plain:  # Keras rebuilt its function (compile again)
+                entry = (plain, capture.build(model, name, kinds))
+                state.functions[(name, kinds)] = entry
+            instrumented = entry[1]
         hook = self
 
         def one_call(arg):
             setattr(model, attribute, plain)  # Keras' own function again from the next lookup on
             state.swapped = None
-            try:
-                with capture.layers_wrapped(model, kinds):
-                    result, tensors = instrumented(arg)
-            except (StopIteration, tf.errors.OutOfRangeError):
-                raise  # the end of the data, as Keras' own function signals it
-            except Exception as exc:
-                state.broken.add(mode)
-                hook.warn_once(
-                    f"capture:{name}",
-                    "smdebug: could not capture tensors from inside the %s step (%s: %s); this mode goes "
-                    "on without them",
-                    name,
-                    type(exc).__name__,
-                    exc,
-                )
-                return plain(arg)
-            state.captured = tensors
+            tensors = {}
+            if instrumented is None:
+                result = plain(arg)
+            else:
+                try:
+                    with capture.layers_wrapped(model, kinds):
+                        result, tensors = instrumented(arg)
+                except (StopIteration, tf.errors.OutOfRangeError):
+                    raise  # the end of the data, as Keras' own function signals it
+                except Exception as exc:
+                    state.broken.add(mode)
+                    hook.warn_once(
+                        f"capture:{name}",
+                        "smdebug: could not capture tensors from inside the %s step (%s: %s); this mode "
+                        "goes on without them",
+                        name,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    result = plain(arg)
+            hook.step_done(mode, result, tensors)
             return result
 
         setattr(model, attribute, one_call)
         state.swapped = (model, attribute, plain)
+        return captured
 
     def restore_function(self) -> None:
         swapped = self.tf_state.swapped
@@ -302,10 +302,11 @@ class TFHook(BaseHook):
         return key in ("loss", "val_loss") or key.endswith("_loss")
 
     def save_logs(self, mode, logs) -> None:
-        for key, value in logs.items():
-            if key == "outputs" and mode == ModeKeys.PREDICT:
-                self.save_structure(capture.PREDICTIONS, value)
-                continue
+        """What Keras' step function returned: its logs, or in predict the batch's predictions."""
+        if mode == ModeKeys.PREDICT:
+            self.save_structure(capture.PREDICTIONS, logs)
+            return
+        for key, value in dict(logs or {}).items():
             if not self.is_loss(key):
                 self.include_names(CollectionKeys.METRICS, [key])
             self.save_for_step(key, value)
