@@ -14,7 +14,10 @@ import pytest
 
 import smdebug
 from smdebug import hookspecs, plugins
+from smdebug.hook import BaseHook
 from smdebug.modes import ModeKeys
+from smdebug.plugin import hookimpl
+from smdebug.reductions import numpy_reduction
 from smdebug.trials import create_trial
 
 HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("smdebug_"))
@@ -94,6 +97,67 @@ def test_hook_smdebug_reduce():
     assert plugins.reduce(t, "max", abs=True) == 5.0 and t.reduced_here == 1
     assert plugins.reduce(t, "min", abs=False) == -5.0  # falls back to the core via to_numpy
     assert plugins.reduce(np.array([3.0, 4.0]), "l2") == pytest.approx(5.0)
+
+
+class Lazy:
+    """A value that lives elsewhere (a device): reading it is a transfer."""
+
+    def __init__(self, data):
+        self.data = np.asarray(data)
+
+
+class BatchingPlugin:
+    """Starts the reductions of Lazy values where they live and brings a step's results over at once."""
+
+    def __init__(self):
+        self.transfers: list[int] = []
+
+    @hookimpl
+    def smdebug_to_numpy(self, value):
+        return value.data.copy() if isinstance(value, Lazy) else None
+
+    @hookimpl
+    def smdebug_reductions(self, value, reductions):
+        if not isinstance(value, Lazy):
+            return None
+        return Lazy(np.array([numpy_reduction(value.data, r, a) for r, a in reductions], dtype=np.float32))
+
+    @hookimpl
+    def smdebug_to_host(self, results):
+        if not all(isinstance(r, Lazy) for r in results):
+            return None
+        self.transfers.append(len(results))
+        return [r.data for r in results]
+
+
+def _batched_run(out_dir, plugin, steps=2):
+    plugins.get_plugin_manager().register(plugin, name="batching")
+    hook = BaseHook(
+        out_dir=out_dir,
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(reductions=["max", "mean"], abs_reductions=["max"]),
+        include_regex=["^t"],
+    )
+    for step in range(steps):
+        hook.begin_step()
+        for i in range(3):
+            hook.save_for_step(f"t{i}", Lazy([step, -i - 5.0, 1.0]))
+        hook.end_step()
+    hook.close()
+    return create_trial(out_dir)
+
+
+def test_hook_smdebug_reductions(tmp_path):
+    trial = _batched_run(str(tmp_path / "run"), BatchingPlugin())
+    value = trial.tensor("t2").reduction_value(1, "max", abs=True)
+    assert value == 7.0 and value.dtype == np.float32  # the plugin's dtype is stored
+    assert trial.tensor("t0").reduction_value(1, "mean") == pytest.approx(-1.0)
+
+
+def test_hook_smdebug_to_host(tmp_path):
+    plugin = BatchingPlugin()
+    _batched_run(str(tmp_path / "run"), plugin, steps=3)
+    assert plugin.transfers == [3, 3, 3]  # one transfer per step, for all its tensors
 
 
 def test_hook_smdebug_open_store():

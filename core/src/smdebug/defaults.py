@@ -41,6 +41,16 @@ def smdebug_reduce(value, reduction, abs):
 
 
 @hookimpl(trylast=True)
+def smdebug_to_host(results):
+    import numpy as np
+
+    from smdebug import plugins
+
+    # results of plugins that answer smdebug_reductions but not this: one conversion each
+    return [r if isinstance(r, np.ndarray) else plugins.to_numpy(r) for r in results]
+
+
+@hookimpl(trylast=True)
 def smdebug_open_store(uri):
     from smdebug.store import Store
 

@@ -156,6 +156,7 @@ class BaseHook:
         self._in_step = False
         self._due: frozenset[Collection] = frozenset()
         self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
+        self._pending: list[tuple[str, list, Any]] = []  # reductions started this step, not yet on the host
         self._saved_any = False
         self._collections_exported = False
         self._writer: RunWriter | None = None
@@ -314,6 +315,7 @@ class BaseHook:
         if not self._in_step:
             return
         self._in_step = False
+        self._flush_reductions()
         with self.guard("end a step"):
             if self._writer is not None:
                 self._writer.end_step(self.step)
@@ -520,6 +522,7 @@ class BaseHook:
                 self._write_for_tensor(name, value, colls)
         finally:
             if opened:
+                self._flush_reductions()
                 self._in_step = False
                 if self._writer is not None:
                     self._writer.end_step(self.step)
@@ -534,15 +537,8 @@ class BaseHook:
             for pair in c.reduction_config.reduction_pairs()
         }
         try:
-            for reduction, absolute in pairs:
-                try:
-                    result = self._reduce(value, reduction, absolute)
-                except ValueError as exc:  # undefined for this value (empty): the raw tensor still goes
-                    self.warn_once(f"reduce:{name}", "smdebug: no reductions of %s: %s", name, exc)
-                    break
-                # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
-                result = np.asarray(result if isinstance(result, np.generic) else float(result))
-                self._queue(reduction_tensor_name(name, reduction, absolute), result)
+            if pairs:
+                self._reduce_all(name, value, list(pairs))
             raw = not numeric or any(c.reduction_config.save_raw_tensor for c in colls)
             shape = any(c.reduction_config.save_shape for c in colls)
             if raw or shape:
@@ -555,6 +551,33 @@ class BaseHook:
             logger.warning(
                 "smdebug: could not save %s at step %d: %s: %s", name, self.step, type(exc).__name__, exc
             )
+
+    def _reduce_all(self, name: str, value: Any, pairs: list[tuple[str, bool]]) -> None:
+        """A tensor's reductions: started where it lives and brought to the host with the rest of the
+        step's at its end (one transfer per step), or else computed one by one (numpy's fallback)."""
+        started = plugins.reductions(value, pairs)
+        if started is not None:
+            self._pending.append((name, pairs, started))
+            return
+        for reduction, absolute in pairs:
+            try:
+                result = self._reduce(value, reduction, absolute)
+            except ValueError as exc:  # undefined for this value (empty): the raw tensor still goes
+                self.warn_once(f"reduce:{name}", "smdebug: no reductions of %s: %s", name, exc)
+                return
+            # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
+            result = np.asarray(result if isinstance(result, np.generic) else float(result))
+            self._queue(reduction_tensor_name(name, reduction, absolute), result)
+
+    def _flush_reductions(self) -> None:
+        """Queue the step's pending reductions, brought to the host together."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        with self.guard("save reductions"):
+            for (name, pairs, _), results in zip(pending, plugins.to_host([p[2] for p in pending])):
+                for (reduction, absolute), result in zip(pairs, results):
+                    self._queue(reduction_tensor_name(name, reduction, absolute), np.asarray(result))
 
     def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None) -> None:
         self._get_writer().write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time)

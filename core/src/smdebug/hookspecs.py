@@ -81,6 +81,16 @@ def smdebug_reduce(value: Any, reduction: str, abs: bool) -> float | None:
     """Compute one reduction of a value where it lives; a float (a numpy scalar's dtype is stored) or None."""
 
 
+@hookspec(firstresult=True)
+def smdebug_reductions(value: Any, reductions: list[tuple[str, bool]]) -> Any | None:
+    """Start every (reduction, abs) of a value where it lives, without waiting: a 1-d result, or None."""
+
+
+@hookspec(firstresult=True)
+def smdebug_to_host(results: list[Any]) -> list[np.ndarray] | None:
+    """Bring a step's smdebug_reductions results to the host together (one transfer), or None."""
+
+
 # -- storage ---------------------------------------------------------------------------------------
 @hookspec(firstresult=True)
 def smdebug_open_store(uri: str) -> Store | None:

@@ -39,11 +39,13 @@ __all__ = [
     "hook_closed",
     "open_store",
     "reduce",
+    "reductions",
     "reset",
     "rules",
     "step_begin",
     "step_end",
     "tensor_saved",
+    "to_host",
     "to_numpy",
 ]
 
@@ -219,6 +221,16 @@ def to_numpy(value: Any) -> np.ndarray | None:
 
 def reduce(value: Any, reduction: str, abs: bool = False) -> float | None:
     return _first("smdebug_reduce", value=value, reduction=reduction, abs=abs)
+
+
+def reductions(value: Any, pairs: list[tuple[str, bool]]) -> Any | None:
+    """A 1-d result of every (reduction, abs) pair, started where the value lives (None: no plugin can)."""
+    return _first("smdebug_reductions", value=value, reductions=pairs)
+
+
+def to_host(results: list[Any]) -> list[np.ndarray]:
+    """The host arrays of a step's ``reductions`` results, brought over together."""
+    return _first("smdebug_to_host", results=results)
 
 
 def open_store(uri: str) -> Store:

@@ -43,6 +43,25 @@ def smdebug_reduce(value, reduction, abs):
 
 
 @hookimpl
+def smdebug_reductions(value, reductions):
+    if not _is_torch_tensor(value):
+        return None
+    from smdebug_torch.tensors import reductions as start
+
+    return start(value, reductions)
+
+
+@hookimpl
+def smdebug_to_host(results):
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(results[0], torch.Tensor):
+        return None
+    from smdebug_torch.tensors import to_host
+
+    return to_host(results)
+
+
+@hookimpl
 def smdebug_activate(framework, module):
     # Called just after ``import torch`` when a hook configuration is present (smdebug.activation).
     from smdebug_torch.activation import activate

@@ -43,15 +43,15 @@ def to_numpy(value: torch.Tensor) -> np.ndarray:
 
 
 def _median(t: torch.Tensor) -> torch.Tensor:
-    """numpy's median: the mean of the two middle values when the count is even, NaN if any NaN."""
+    """numpy's median: the mean of the two middle values when the count is even, NaN if any NaN
+    (decided on the device: no synchronisation)."""
     flat = t.reshape(-1)
-    if flat.is_floating_point() and bool(torch.isnan(flat).any()):
-        return torch.tensor(math.nan)
     ordered = torch.sort(flat).values
     n = ordered.numel()
-    if n % 2:
-        return ordered[n // 2]
-    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    if flat.is_floating_point():
+        middle = torch.where(torch.isnan(flat).any(), torch.full_like(middle, math.nan), middle)
+    return middle
 
 
 _REDUCTIONS = {
@@ -67,6 +67,56 @@ _REDUCTIONS = {
     "l1": lambda t: torch.linalg.vector_norm(t.reshape(-1), 1),
     "l2": lambda t: torch.linalg.vector_norm(t.reshape(-1), 2),
 }
+
+
+def _prepared(value: torch.Tensor, pairs) -> torch.Tensor | None:
+    """The tensor the reductions are computed on, or None when numpy must compute them on the host."""
+    t = _plain(value)
+    if t.numel() == 0:
+        return None  # undefined: numpy says so (the core then saves no reduction of it)
+    if t.dtype in _LOW_PRECISION:
+        return t.float()
+    if t.is_complex():
+        if any(r not in ("l1", "l2") and not a for r, a in pairs):
+            return None  # numpy's complex min/max/median semantics
+        return t.abs()
+    if not t.is_floating_point():  # integers and booleans, as numpy computes them
+        return t.double()
+    return t
+
+
+def reductions(value: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tensor | None:
+    """Every (reduction, abs) pair of a tensor as one 1-d tensor on its device: nothing is waited for
+    (the core brings the step's results to the host together, see to_host)."""
+    for reduction, _ in pairs:
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
+    t = _prepared(value, pairs)
+    if t is None:
+        return None
+    try:
+        magnitude = t.abs() if any(a for _, a in pairs) else None
+        return torch.stack([_REDUCTIONS[r](magnitude if a else t).reshape(()) for r, a in pairs])
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None  # e.g. float64 on a device without it: numpy computes it on the host
+
+
+def to_host(results: list) -> list[np.ndarray] | None:
+    """The step's reduction results on the host, one transfer per (device, dtype) group."""
+    if not all(isinstance(r, torch.Tensor) for r in results):
+        return None
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(results):
+        groups.setdefault((r.device, r.dtype), []).append(i)
+    host: list = [None] * len(results)
+    for members in groups.values():
+        joined = torch.cat([results[i] for i in members]).cpu().numpy()
+        start = 0
+        for i in members:
+            end = start + results[i].numel()
+            host[i] = joined[start:end]
+            start = end
+    return host
 
 
 def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> np.floating | None:
