@@ -284,3 +284,10 @@ def test_fixture_plugins_are_real_distributions():
     eps = {ep.name: ep.value for ep in metadata.entry_points(group="smdebug")}
     assert eps.get("dummy") == "smdebug_dummy.plugin"
     assert Path(metadata.distribution("smdebug-dummy").locate_file("")).exists()
+
+
+def test_complex_values_are_reduced_on_their_magnitude():
+    z = np.array([3 + 4j, 1j, -2 + 0j])  # magnitudes 5, 1, 2
+    assert plugins.reduce(z, "max") == 5.0 and plugins.reduce(z, "min") == 1.0
+    assert plugins.reduce(z, "mean") == pytest.approx(8 / 3) and plugins.reduce(z, "median") == 2.0
+    assert plugins.reduce(z, "sum", abs=True) == plugins.reduce(z, "sum") == pytest.approx(8.0)

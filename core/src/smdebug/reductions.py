@@ -26,6 +26,7 @@ _NUMPY = {
 
 
 def numpy_reduction(array, reduction: str, abs: bool = False) -> float:
+    """One reduction of an array as a float; a complex array is reduced on its magnitude."""
     if reduction not in _NUMPY:
         raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_NUMPY)}")
     array = np.asarray(array)
@@ -35,11 +36,11 @@ def numpy_reduction(array, reduction: str, abs: bool = False) -> float:
         raise TypeError(f"cannot compute {reduction} of a {array.dtype} tensor")
     if array.size == 0:
         raise ValueError(f"cannot compute {reduction} of an empty tensor")
-    if abs:
+    if abs or array.dtype.kind == "c":  # complex values have no order: reduced on their magnitude |z|
         array = np.abs(array)
     if array.dtype.kind == "f" and array.dtype.itemsize < 4:
         array = array.astype(np.float32)  # float16 sums overflow quickly
-    return float(np.real(_NUMPY[reduction](array)))
+    return float(_NUMPY[reduction](array))
 
 
 def reduction_tensor_name(tensor_name: str, reduction: str, abs: bool) -> str:

@@ -69,7 +69,7 @@ _REDUCTIONS = {
 }
 
 
-def _prepared(value: torch.Tensor, pairs) -> torch.Tensor | None:
+def _prepared(value: torch.Tensor) -> torch.Tensor | None:
     """The tensor the reductions are computed on, or None when numpy must compute them on the host."""
     t = _plain(value)
     if t.numel() == 0:
@@ -77,9 +77,7 @@ def _prepared(value: torch.Tensor, pairs) -> torch.Tensor | None:
     if t.dtype in _LOW_PRECISION:
         return t.float()
     if t.is_complex():
-        if any(r not in ("l1", "l2") and not a for r, a in pairs):
-            return None  # numpy's complex min/max/median semantics
-        return t.abs()
+        return t.abs()  # complex values have no order: reduced on their magnitude, as numpy_reduction
     if not t.is_floating_point():  # integers and booleans, as numpy computes them
         return t.double()
     return t
@@ -91,7 +89,7 @@ def reductions(value: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tens
     for reduction, _ in pairs:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
-    t = _prepared(value, pairs)
+    t = _prepared(value)
     if t is None:
         return None
     try:
@@ -127,21 +125,11 @@ def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> np.floatin
     fn = _REDUCTIONS.get(reduction)
     if fn is None:
         raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
-    t = _plain(value)
-    if t.numel() == 0:
-        return None  # undefined: numpy says so (the core then saves no reduction of it)
+    t = _prepared(value)
+    if t is None:
+        return None
     try:
-        if t.dtype in _LOW_PRECISION:
-            t = t.float()
-        elif t.is_complex():
-            if reduction not in ("l1", "l2") and not abs:
-                return None  # numpy's complex min/max/median semantics
-            t = t.abs()
-        elif not t.is_floating_point():  # integers and booleans, as numpy computes them
-            t = t.double()
-        if abs:
-            t = t.abs()
         # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
-        return fn(t).cpu().numpy()[()]
+        return fn(t.abs() if abs else t).cpu().numpy()[()]
     except (RuntimeError, TypeError, NotImplementedError):
         return None  # e.g. float64 on a device without it: numpy computes it on the host
