@@ -392,3 +392,19 @@ def test_values_saved_after_a_step_ended_join_it_without_losing_its_tensors(tmp_
     assert trial.tensor("w").value(1).tolist() == [1.0, 1.0]
     assert trial.tensor("scalar/after").value(1).tolist() == [5.0]  # a Python float: shape (1,), as smdebug
     assert trial.tensor("late").value(1).tolist() == [0, 1, 2]
+
+
+def test_an_empty_tensor_keeps_its_raw_value_and_skips_reductions_with_one_warning(tmp_path, caplog):
+    out = str(tmp_path / "run")
+    rc = smdebug.ReductionConfig(reductions=["mean", "max"], save_raw_tensor=True)
+    hook = BaseHook(out_dir=out, include_regex=["^e$"], reduction_config=rc, save_config=every_step())
+    for _ in range(2):
+        hook.begin_step()
+        assert hook.save_for_step("e", np.zeros((0, 3), dtype=np.float32))
+        hook.end_step()
+    hook.close()
+    tensor = create_trial(out).tensor("e")
+    assert tensor.steps() == [0, 1] and tensor.value(1).shape == (0, 3)
+    assert [r.getMessage() for r in caplog.records if "no reductions of e" in r.getMessage()] == [
+        "smdebug: no reductions of e: cannot compute mean of an empty tensor"
+    ]
