@@ -275,3 +275,37 @@ def test_predict_only_model_and_run_eagerly(out_dir, data):
     trial = create_trial(out_dir)
     assert trial.tensor("gradients/mlp/head/kernelGrad").steps() == [0, 1]
     assert trial.tensor("head/outputs").steps() == [0, 1]
+
+
+def test_subclassed_model_with_two_outputs(out_dir):
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = keras.layers.Dense(4, activation="tanh", name="sub_hidden")
+            self.out = keras.layers.Dense(2, name="sub_out")
+
+        def call(self, x):
+            h = self.hidden(x)
+            return {"out": self.out(h), "hid": h}
+
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    hook = smd.KerasHook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=EVERYTHING
+    )
+    model = Net()  # built by its first call, after the hook has seen it
+    model.compile(optimizer="adam", loss={"out": "mse", "hid": "mse"}, jit_compile=True)
+    model.fit(
+        x, {"out": np.zeros((16, 2)), "hid": np.ones((16, 4))}, batch_size=8, callbacks=[hook], verbose=0
+    )
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor_names(collection="losses") == ["hid_loss", "loss", "out_loss"]
+    assert trial.tensor_names(collection="outputs") == [
+        "labels_0",
+        "labels_1",
+        "predictions_0",
+        "predictions_1",
+    ]
+    assert trial.tensor_names(collection="weights") == ["net/sub_hidden/kernel", "net/sub_out/kernel"]
+    assert "gradients/net/sub_out/kernelGrad" in trial.tensor_names(collection="gradients")
+    assert trial.tensor("sub_hidden/outputs").value(1).shape == (8, 4)

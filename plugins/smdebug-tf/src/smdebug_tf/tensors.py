@@ -32,14 +32,14 @@ def as_tensor(value) -> tf.Tensor:
 
 
 def to_numpy(value) -> np.ndarray:
-    """A host array of its own (the writer encodes it later, after the variable may have changed)."""
+    """A host array that later updates of a variable do not change (the writer encodes it later)."""
     t = as_tensor(value)
     if t.dtype == tf.bfloat16 or t.dtype.name.startswith("float8"):
         t = tf.cast(t, tf.float32)  # numpy cannot hold them: any reader can use float32
     if t.dtype == tf.string:
         return np.array(t.numpy(), dtype=object)
-    array = t.numpy()
-    return np.array(array, copy=True) if isinstance(array, np.ndarray) else np.asarray(array)
+    # no second copy: a tensor never changes (a variable was read into a new one by as_tensor)
+    return np.asarray(t.numpy())
 
 
 def _median(t: tf.Tensor) -> tf.Tensor:

@@ -188,6 +188,9 @@ class TFHook(BaseHook):
         if not self.anything_due():
             return  # the common step: Keras' own function runs, nothing else happens
         with self.guard("prepare the step's tensors"):
+            model = self.tf_state.model
+            if model is not None and len(model.weights) != len(self.tf_state.weights):
+                self.register_model(model)  # built on its first call (a subclassed model)
             kinds = self.capture_kinds(mode)
             if not self.swap_in(mode, kinds) and capture.WEIGHTS in kinds:
                 for name, variable in self.tf_state.weights:  # read here when the step cannot
