@@ -212,8 +212,11 @@ NUMPY = {
 }  # fmt: skip
 
 
-def test_reductions_on_the_device_match_numpy():
+def test_reductions_match_numpy():
+    """On the CPU reductions run in numpy on a zero-copy view of the NDArray; on a GPU as NDArray operators
+    (checked here on the CPU, where they run as well), only the scalar being copied to the host."""
     from smdebug_mxnet.plugin import smdebug_reduce, smdebug_to_numpy
+    from smdebug_mxnet.tensors import reduce_on_device
 
     host = np.random.RandomState(3).randn(4, 6).astype(np.float32)
     value = mx.nd.array(host)
@@ -221,13 +224,19 @@ def test_reductions_on_the_device_match_numpy():
     for reduction, absolute, array in itertools.product(
         REDUCTIONS, (False, True), (value, mx.np.array(host))
     ):
-        got = smdebug_reduce(value=array, reduction=reduction, abs=absolute)
-        if reduction == "median":
-            assert got is None  # no NDArray operator: the core reduces the host copy
-            continue
-        assert isinstance(got, np.float32), reduction
         want = NUMPY[reduction](np.abs(host) if absolute else host)
+        got = smdebug_reduce(value=array, reduction=reduction, abs=absolute)
+        assert isinstance(got, np.float32), reduction
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{reduction} abs={absolute} {type(array)}")
+        on_device = reduce_on_device(mx.nd.abs(value) if absolute else value, reduction)
+        if reduction == "median":
+            assert on_device is None  # no NDArray operator: the core reduces a host copy
+        else:
+            assert isinstance(on_device, np.float32), reduction
+            np.testing.assert_allclose(
+                on_device, want, rtol=1e-5, err_msg=f"device {reduction} abs={absolute}"
+            )
+    np.testing.assert_array_equal(host, value.asnumpy())  # the view did not change the NDArray
     assert smdebug_reduce(value=host, reduction="max", abs=False) is None
     assert smdebug_to_numpy(value=host) is None
     np.testing.assert_array_equal(smdebug_to_numpy(value=value), host)
