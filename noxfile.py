@@ -170,7 +170,10 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks against the real smdebug 1.0.34; prints the table and writes bench/RESULTS.md."""
     ours = [str(ROOT / "core"), str(ROOT / "plugins/smdebug-torch")]
-    session.install(TORCH, "s3fs", "moto[server]", "psutil", *ours)
+    # + Dask and pandas: the sweep row (smdebug-core[dask])
+    session.install(
+        TORCH, "s3fs", "moto[server]", "psutil", "dask[dataframe]", "distributed", "pandas", *ours
+    )
     # a regular install, as users have it (not editable), of this tree's code even in a reused venv
     session.install("--force-reinstall", "--no-deps", *ours)
     reference = smdebug_1034_python(session)

@@ -337,6 +337,32 @@ def bench_memory(pythons, rounds, tmp, steps, width, layers, bound) -> dict:
     return out
 
 
+# -- 6. rules over a sweep on Dask -------------------------------------------------------------------
+SWEEP_SIZES = (10, 20, 40)
+
+
+def bench_sweep(python: str, rounds: int, tmp: str, runs: int, steps: int, workers: int = 2) -> dict:
+    """Every built-in rule over the first 10, 20, 40 runs of a sweep, serially and on a LocalCluster of
+    ``workers`` processes (ours only), alternating; each measurement in a fresh process."""
+    res = run_workload(python, "write_sweep", root=tmp, runs=runs, steps=steps)
+    log(f"wrote a sweep of {runs} runs x {steps} steps in {res['seconds']:.1f} s")
+    sizes = [n for n in SWEEP_SIZES if n < runs] + [runs]
+    out = {"runs": runs, "steps": steps, "workers": workers, "sizes": {}}
+    for n in sizes:
+        out["sizes"][n] = {1: [], workers: []}
+        for r in range(rounds):
+            order = [1, workers] if r % 2 == 0 else [workers, 1]
+            for w in order:
+                res = run_workload(python, "sweep", root=tmp, runs=n, workers=w)
+                out["sizes"][n][w].append(res)
+                log(
+                    f"sweep {n:>3} runs, {w} worker(s): {res['seconds']:.1f} s (cpu: this process "
+                    f"{res['cpu_s']:.1f} s, workers {res['worker_cpu_s']}), {res['fired']} fired"
+                )
+    out["load"] = os.getloadavg()
+    return out
+
+
 # -- report ------------------------------------------------------------------------------------------
 def machine_line() -> str:
     cpu = "unknown CPU"
@@ -525,6 +551,43 @@ def report(results: dict, args, started: float, versions: dict) -> str:
             f"gradients, the weights are copied for the writer while the gradients are gone; when gradients are "
             f"kept, the writer's copies add to the peak. " + "; ".join(extras) + "."
         )
+    if "sweep" in results:
+        sw = results["sweep"]
+        n, w = sw["runs"], sw["workers"]
+        by = sw["sizes"][n] if n in sw["sizes"] else sw["sizes"][str(n)]
+        serial, parallel = median([x["seconds"] for x in by[1]]), median([x["seconds"] for x in by[w]])
+        # the CPU a sweep needs on its busiest process: what the wall time is on an otherwise idle machine
+        serial_cpu = median([x["cpu_s"] for x in by[1]])
+        busiest = median([max(x["worker_cpu_s"]) for x in by[w]])
+        speedup, cpu_speedup = serial / parallel, serial_cpu / busiest
+        lines += [
+            f"| 6 rules over a sweep: {n} runs x {sw['steps']} steps, all built-in rules, serial / {w} workers, "
+            f"wall (s) | {serial:.1f} / {parallel:.1f} (**{speedup:.2f}×**) | n/a | | ≥ 1.6× | "
+            f"{verdict(speedup >= 1.6)} |",
+            f"| 6 same, CPU of the busiest process (s): serial / busiest worker | {serial_cpu:.1f} / {busiest:.1f} "
+            f"({cpu_speedup:.2f}×) | n/a | | | |",
+            f"| 6 same, per-run cost (s), serial / {w} workers | {serial / n:.3f} / {parallel / n:.3f} | n/a | | | |",
+        ]
+        same = all(len({x["digest"] for ws in sz.values() for x in ws}) == 1 for sz in sw["sizes"].values())
+        growth = "; ".join(
+            f"{k} runs: {median([x['seconds'] for x in v[1]]) / int(k):.3f} / "
+            f"{median([x['seconds'] for x in v[w]]) / int(k):.3f} s"
+            for k, v in sw["sizes"].items()
+        )
+        start = median([x["startup_s"] for x in by[w]])
+        notes.append(
+            f"6: ours only (smdebug 1.0.34 ran one processing job per rule and training job). A sweep of {n} "
+            f"runs of an MLP 20-32-4 (weights, biases, gradients and the loss saved every step; every fifth "
+            f"run with learning rate 0), `smdebug.rules.evaluate_runs` with every built-in rule that needs no "
+            f"parameter (similar_across_runs against the first run), in one process or on a LocalCluster of "
+            f"{w} single-threaded worker processes; each measurement in a fresh process, the two orders "
+            f"alternating; the cluster's start-up ({start:.1f} s) is not in the wall time. Per-run cost, "
+            f"serial / {w} workers, as the sweep grows: {growth}. The tables were "
+            f"{'identical' if same else '**not identical**'} (digest of the results) whatever ran them. "
+            f"The CPU row is the CPU time of the serial process against that of the busiest worker: the "
+            f"speed-up an otherwise idle machine gives; the wall row depends on what else runs on the "
+            f"machine (load average at the end: {', '.join(f'{x:.1f}' for x in sw['load'])})."
+        )
     lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
@@ -535,7 +598,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline-python", required=True, help="python of a venv with torch alone")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="few rounds and small sizes, to try the benchmark")
-    ap.add_argument("--only", default="overhead,local,s3,import,memory")
+    ap.add_argument("--only", default="overhead,local,s3,import,memory,sweep")
     ap.add_argument("--output", default=str(HERE / "RESULTS.md"))
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
@@ -598,6 +661,9 @@ def main(argv=None) -> int:
             )
         if "memory" in only:
             results["memory"] = bench_memory(pythons, 1, f"{tmp}/memory", mem_steps, 4096, 6, 128 * MiB)
+        if "sweep" in only:
+            runs, steps = (10, 50) if args.quick else (40, 200)
+            results["sweep"] = bench_sweep(sys.executable, min(args.rounds, 2), f"{tmp}/sweep", runs, steps)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     text = report(results, args, started, versions)

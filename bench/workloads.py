@@ -234,7 +234,82 @@ def _rss_now() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-WORKLOADS = {"overhead": overhead, "write_run": write_run, "read": read, "memory": memory}
+def write_sweep(root: str, runs: int = 40, steps: int = 200) -> dict:
+    """A sweep: ``runs`` runs of a small MLP (20-32-4), weights, biases, gradients and the loss saved at
+    every step; learning rates vary, every fifth run has learning rate 0 (its loss does not decrease)."""
+    torch = _torch()
+    t0 = time.perf_counter()
+    for i in range(runs):
+        torch.manual_seed(i)
+        batches = [(torch.randn(32, 20), torch.randint(0, 4, (32,))) for _ in range(4)]
+        model = _mlp(torch, [20, 32, 4])
+        loss_fn = torch.nn.CrossEntropyLoss()
+        opt = torch.optim.SGD(model.parameters(), lr=0.0 if i % 5 == 4 else 0.01 * (1 + i % 4))
+        hook = _hook("raw", f"{root}/run-{i:03d}")
+        hook.register_module(model)
+        hook.register_loss(loss_fn)
+        for s in range(steps):
+            x, y = batches[s % len(batches)]
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        hook.close()
+    return {"runs": runs, "steps": steps, "seconds": time.perf_counter() - t0}
+
+
+def sweep(root: str, runs: int, workers: int) -> dict:
+    """Every built-in rule over the first ``runs`` runs of a sweep: in this process (workers 1) or on a
+    LocalCluster of ``workers`` processes (its start-up timed apart). Ours only (smdebug 1.0.34 has no
+    such command: it ran one processing job per rule and training job)."""
+    import hashlib
+
+    from smdebug.rules.sweep import evaluate_runs, find_runs, local_client
+
+    paths = find_runs(root)[:runs]
+    client, startup = None, 0.0
+    if workers > 1:
+        t0 = time.perf_counter()
+        client, _ = local_client(workers)
+        startup = time.perf_counter() - t0
+    try:
+        before = client.run(_cpu_s) if client else {}
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        df = evaluate_runs(paths, client=client)
+        seconds, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        after = client.run(_cpu_s) if client else {}
+    finally:
+        if client is not None:
+            cluster = client.cluster
+            client.close()
+            cluster.close()
+    digest = hashlib.sha256(df.to_json(orient="records").encode()).hexdigest()[:16]
+    return {
+        "runs": len(paths),
+        "workers": workers,
+        "seconds": seconds,
+        "startup_s": startup,
+        "rows": len(df),
+        "fired": int((df["status"] == "fired").sum()),
+        "errors": int((df["status"] == "error").sum()),
+        "digest": digest,  # the same table whatever ran it
+        "cpu_s": cpu,  # this process (with a cluster: the client and the scheduler)
+        "worker_cpu_s": sorted(after[w] - before[w] for w in after),
+    }
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+WORKLOADS = {
+    "overhead": overhead,
+    "write_run": write_run,
+    "read": read,
+    "memory": memory,
+    "write_sweep": write_sweep,
+    "sweep": sweep,
+}
 
 if __name__ == "__main__":
     name, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
