@@ -28,8 +28,9 @@ TRAIN = textwrap.dedent(
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
     rng = np.random.RandomState(1)
     losses, weights = [], []
+    scale = gluon.nn.HybridLambda(lambda F, x: x * 0.5)  # a parameterless block called before the model
     for step in range(4):
-        x, y = mx.nd.array(rng.randn(4, 5)), mx.nd.array(rng.randint(0, 3, 4))
+        x, y = scale(mx.nd.array(rng.randn(4, 5))), mx.nd.array(rng.randint(0, 3, 4))
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()

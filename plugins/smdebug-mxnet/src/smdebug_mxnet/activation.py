@@ -1,7 +1,7 @@
 """Zero code change: with a hook configuration present, ``import mxnet`` attaches a hook to Gluon.
 
-``Block.__call__`` is wrapped once. The first block a script calls at the top level (not from inside
-another block) that is not a loss is registered as the model, and every loss block called at the top level
+``Block.__call__`` is wrapped once. The first block with parameters a script calls at the top level (not
+from inside another block) that is not a loss is registered as the model, and every loss block called at the top level
 is registered as a loss, before that call runs: the first step is saved as in a script that registered
 them itself. Blocks the script registered itself are left as they are.
 """
@@ -10,6 +10,14 @@ from __future__ import annotations
 
 import functools
 import threading
+
+
+def _is_model(block) -> bool:
+    """A block with parameters, not a data transform (gluon.data.vision.transforms.ToTensor is a block
+    a script calls at the top level too, before its model)."""
+    if type(block).__module__.startswith("mxnet.gluon.data"):
+        return False
+    return bool(list(block.collect_params().keys()))
 
 
 class _Attacher:
@@ -25,7 +33,7 @@ class _Attacher:
             return
         if isinstance(block, self.gluon.loss.Loss):
             hook.register_block(block)
-        elif not self.model_seen and not hook.models:
+        elif not self.model_seen and not hook.models and _is_model(block):
             self.model_seen = True
             hook.register_block(block)
 
