@@ -7,6 +7,7 @@ import tensorflow as tf
 from tfmodels import WeightsBefore, make_model, reference_gradients
 
 import smdebug.tensorflow as smd
+from smdebug.exceptions import TensorUnavailableForStep
 from smdebug.trials import create_trial
 
 EVERYTHING = ["weights", "biases", "gradients", "losses", "metrics", "outputs", "layers", "inputs"]
@@ -309,3 +310,31 @@ def test_subclassed_model_with_two_outputs(out_dir):
     assert trial.tensor_names(collection="weights") == ["net/sub_hidden/kernel", "net/sub_out/kernel"]
     assert "gradients/net/sub_out/kernelGrad" in trial.tensor_names(collection="gradients")
     assert trial.tensor("sub_hidden/outputs").value(1).shape == (8, 4)
+
+
+def test_save_all_and_reductions_without_the_raw_tensor(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir,
+        save_all=True,
+        save_config=smd.SaveConfig(save_steps=[1], save_interval=100),
+        reduction_config=smd.ReductionConfig(reductions=["min"], abs_reductions=["mean"], norms=["l1"]),
+    )
+    before = WeightsBefore()
+    model = make_model(optimizer="adam", jit_compile=True)
+    model.fit(x, y, epochs=1, batch_size=8, shuffle=False, callbacks=[before, hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    names = set(trial.tensor_names())
+    expected = {"mlp/hidden/kernel", "gradients/mlp/hidden/kernelGrad", "hidden/outputs", "head/inputs"}
+    expected |= {"predictions", "labels", "model_input", "loss", "accuracy", "adam/iteration"}
+    assert expected <= names
+    kernel = trial.tensor("mlp/hidden/kernel")
+    with pytest.raises(TensorUnavailableForStep):
+        kernel.value(1)  # only reductions were saved
+    start = before.at[1][0]
+    assert kernel.reduction_value(1, "min") == pytest.approx(start.min(), rel=1e-6)
+    assert kernel.reduction_value(1, "mean", abs=True) == pytest.approx(np.abs(start).mean(), rel=1e-5)
+    assert kernel.reduction_value(1, "l1") == pytest.approx(np.abs(start).sum(), rel=1e-5)
+    # losses and metrics are saved as they are, whatever the reduction configuration
+    assert trial.tensor("loss").value(1).shape == ()
