@@ -31,6 +31,8 @@ class _DLPack:
 
 def host_view(value: mx.nd.NDArray) -> np.ndarray:
     """A read-only numpy view of a CPU NDArray's memory, once the writes pending on it are done."""
+    if not hasattr(np, "from_dlpack"):  # numpy < 1.22: a copy
+        return value.asnumpy()
     return np.from_dlpack(_DLPack(mx.nd.to_dlpack_for_read(value)))
 
 
