@@ -141,11 +141,11 @@ class Hook(BaseHook):
     def check_hybridized(self, block) -> None:
         """The model ran as one cached graph: its layers' tensors come only from a graph built while
         the hook was registered."""
-        if id(block) in self.taps.by_block or not self.layers_wanted() or not list(block.collect_params()):
+        if id(block) in self.taps.by_block or not self.layers_wanted():
             return
         children = []
         block.apply(children.append)
-        if len(children) > 1 and not self.taps.mapped:
+        if len(children) > 1:
             self.warn_once(
                 f"hybridized:{block.name}",
                 "smdebug: the inputs/outputs of the layers inside hybridized block %s cannot be saved: "
