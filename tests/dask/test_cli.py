@@ -88,3 +88,42 @@ def test_a_run_still_being_written_is_followed(sweep, tmp_path):
     # every step of the live run was evaluated: the rule fired at steps 10 and 20, after the command began
     assert rows[str(live)]["fired_steps"] == [10, 20] and rows[str(live)]["note"] == ""
     assert rows[finished]["status"] == "ok"
+
+
+def test_watch_stops_a_live_run_when_a_rule_fires(sweep, tmp_path):
+    from smdebug.rules.actions import STOP_SIGNAL_FILE
+    from smdebug.trials import create_trial
+
+    live = tmp_path / "exploding"
+    writer = subprocess.Popen(
+        [sys.executable, str(HERE / "sweep_runs.py"), str(live), "exploding", "200", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (live / "index").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        finished = sweep["root"] + "/run-00"
+        done = smdebug(finished, str(live), "--watch", "--workers", "2", "--rule", "exploding_tensor")
+        writer.wait(60)
+    finally:
+        writer.kill()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (live / STOP_SIGNAL_FILE).exists()
+    assert len(create_trial(str(live)).steps()) < 200  # the hook stopped training
+
+
+def test_evaluate_runs_without_dask_runs_serially_with_one_warning(sweep):
+    code = (
+        "import sys; sys.modules['distributed'] = None\n"
+        "from smdebug.rules.sweep import evaluate_runs\n"
+        f"df = evaluate_runs({sweep['root'] + '/run-0[0-3]'!r}, ['vanishing_gradient'], workers=2)\n"
+        "print(len(df), (df.status == 'fired').sum())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["4", "1"]  # run-01 has vanishing gradients
+    warnings = [line for line in done.stderr.splitlines() if "Dask is not installed" in line]
+    assert len(warnings) == 1 and "smdebug-core[dask]" in warnings[0]

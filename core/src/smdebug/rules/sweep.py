@@ -376,7 +376,9 @@ def evaluate_runs(
     - ``rules``: names (``"vanishing_gradient"``), ``rule_configs`` entries, Rule classes, or pairs of
       one of those and a dict of parameters; None: every built-in rule that needs no parameter.
     - ``client``: a ``dask.distributed.Client`` (or a scheduler's address) to run the tasks on;
-      ``workers=N`` starts a LocalCluster of N processes for the call; neither: in this process.
+      ``workers=N`` starts a LocalCluster of N processes for the call (without Dask installed: a
+      one-line warning, and the tasks run in this process); neither: in this process. Trials given
+      as runs are read again from their path where the tasks run.
     - Rules that compare runs (``other_trial(s)``) compare each run with ``baseline`` (a run or a list;
       default: the first run); the baseline's own row is skipped.
     - ``start_step``/``end_step``: the steps start <= step < end; ``steps_per_task``: the size of a
@@ -401,7 +403,9 @@ def evaluate_runs(
     per_task = steps_per_task or STEPS_PER_TASK
     settings = dict(start_step=start_step, end_step=end_step, timeout=timeout, stop_training=stop_training)
     owned = None
-    if client is None and workers is not None and workers > 1:
+    if client is None and workers is not None and workers > 1 and not dask_available():
+        logger.warning("smdebug: Dask is not installed: evaluating the runs in this process (%s)", DASK_HINT)
+    elif client is None and workers is not None and workers > 1:
         client, owned = local_client(workers)
     elif isinstance(client, str):
         client, owned = connect(client), True
