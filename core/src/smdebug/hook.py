@@ -61,7 +61,7 @@ from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError,
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
 from smdebug.store import redact
-from smdebug.writer import END_OF_JOB_FILE, RunWriter, at_exit, collections_file_path, existing_run
+from smdebug.writer import END_OF_JOB_FILE, RunWriter, at_exit, collections_file_path
 
 logger = logging.getLogger("smdebug")
 
@@ -480,12 +480,11 @@ class BaseHook:
                 self._get_writer()  # nothing was saved: the run (collections, end marker) exists all the same
             if self._writer is not None:
                 self._export_collections()
-                if not self.is_copy:
-                    self._writer.write_file(END_OF_JOB_FILE, b"")
-                self._writer.close()
+                # the end-of-job marker comes last, after the record of any step that could not be saved
+                self._writer.close(end_of_job=not self.is_copy)
                 unsaved = self._writer.unsaved_report()
                 if unsaved:
-                    logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.store.uri, unsaved)
+                    logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.uri, unsaved)
             elif self.shipped and not self.is_copy and not self.dry_run:
                 # only the workers' copies wrote: the run they wrote is finished
                 plugins.open_store(self.out_dir).write_bytes(END_OF_JOB_FILE, b"")
@@ -586,8 +585,20 @@ class BaseHook:
 
     def _get_writer(self) -> RunWriter:
         if self._writer is None:
-            self._store = plugins.open_store(self.out_dir)
-            self._writer = RunWriter(self._store, self.worker, self.max_queue_bytes)
+            # The store is opened and the run claimed on the writer's threads, never on this one.
+            check = getattr(self, "_out_dir_check", None)
+            store = check.store if check is not None else None
+            claim = None
+            if check is not None and not (check.claimed and check.worker == self.worker):
+                claim = (check.token, check.worker if check.claimed else None)
+            self._store = store
+            self._writer = RunWriter(
+                store or (lambda: plugins.open_store(self.out_dir)),
+                self.worker,
+                self.max_queue_bytes,
+                uri=self.out_dir,
+                claim=claim,
+            )
             at_exit(_close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
         return self._writer
 
@@ -601,24 +612,45 @@ class BaseHook:
         self._collections_exported = True
 
     def _check_out_dir(self) -> None:
-        """Refuse an out_dir that already holds a run (no silent mixing of two runs). The workers of one
-        distributed run share it: files of other workers are fine, this worker's own are not."""
+        """Refuse an out_dir that already holds a run, or that another writer of this worker is writing
+        (no silent mixing of two runs). The workers of one distributed run share it: files of other
+        workers are fine, this worker's own are not. The check claims the worker's name in the run
+        (atomically: of two writers starting together one is refused); it runs on a thread of its own
+        and is waited for at most SMDEBUG_CHECK_TIMEOUT seconds, so an unreachable store never holds
+        training up (the writer then claims the name before it writes anything)."""
+        from smdebug.writer import OutDirCheck, check_timeout_from_env, one_of_many_workers
+
+        self._out_dir_check = None
         if self.dry_run:
             return
         try:
             worker = self.worker_name()
         except Exception:  # a plugin not initialised yet: only a finished run can be recognised
             worker = None
-        try:
-            store = plugins.open_store(self.out_dir)
-            found = existing_run(store, worker)
-        except Exception as exc:  # an unreachable location is reported when writing, not here
-            logger.debug("smdebug: could not check %s: %s", redact(self.out_dir), type(exc).__name__)
+        # A worker launched as one of several may not know its rank yet (the default name then is not
+        # its own): its writer claims the name it has when it first writes.
+        claim = (
+            worker is not None
+            and (self.include_workers == "all" or worker == DEFAULT_WORKER)
+            and not (worker == DEFAULT_WORKER and one_of_many_workers())
+        )
+        check = self._out_dir_check = OutDirCheck(lambda: plugins.open_store(self.out_dir), worker, claim)
+        timeout = check_timeout_from_env()
+        if not check.wait(timeout):
+            logger.warning(
+                "smdebug: %s did not answer within %g s; training goes on, and the run is checked before "
+                "anything is written to it",
+                redact(self.out_dir),
+                timeout,
+            )
             return
-        if found:
+        if check.error is not None:  # an unreachable location is reported when writing, not here
+            logger.debug("smdebug: could not check %s: %s", redact(self.out_dir), type(check.error).__name__)
+            return
+        if check.found:
             raise OutDirExistsError(
-                f"out_dir: {redact(self.out_dir)} already holds {found}; smdebug does not mix two runs in "
-                "one directory: choose a new out_dir"
+                f"out_dir: {redact(self.out_dir)} already holds {check.found}; smdebug does not mix two runs "
+                "in one directory: choose a new out_dir"
             )
 
     # -- copies ------------------------------------------------------------------------------------

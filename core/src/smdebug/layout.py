@@ -4,10 +4,18 @@
     <run>/index/<step // 1000:09d>/<step:012d>_<worker>.json    where each record of the step is
     <run>/collections/000000000/<worker>_collections.json       the worker's collections
     <run>/training_job_end.ts                                   written when training has ended
+    <run>/writers/<worker>.json                                 the worker's claim of its name (ours)
+    <run>/unsaved_steps/<worker>.json                           steps the worker could not save (ours)
 
 An index file is JSON: ``{"meta": {"mode", "mode_step", "event_file_name"}, "tensor_payload": [{"tensorname",
 "start_idx", "length", "crc32c"}], "shape_payload": [{"tensorname", "originalname", "shape"}]}``. ``crc32c``
 (the record payload's masked CRC32C) is ours; smdebug 1.0 ignores keys it does not know.
+
+``writers/`` and ``unsaved_steps/`` are ours too: smdebug 1.0's reader only lists ``index/``,
+``collections/000000000/`` and ``events/`` and looks for the end-of-job file, so it never sees them (their
+names must not start with "index": on S3 it lists the prefix ``<run>/index`` without a slash).
+An unsaved-steps file is JSON: ``{"worker", "unsaved_steps": [{"step", "reason"}], "unsaved_files":
+[{"file", "reason"}]}``, written at close before the end-of-job file.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ END_OF_JOB_FILE = "training_job_end.ts"
 EVENTS_DIR = "events"
 INDEX_DIR = "index"
 COLLECTIONS_DIR = "collections"
+WRITERS_DIR = "writers"
+UNSAVED_DIR = "unsaved_steps"
 STEPS_PER_INDEX_DIR = 1000  # index files are grouped in folders of this many steps
 
 # index schema
@@ -52,6 +62,14 @@ def index_file_path(step: int, worker: str) -> str:
 
 def collections_file_path(worker: str) -> str:
     return f"{COLLECTIONS_DIR}/000000000/{worker}_collections.json"
+
+
+def writer_claim_path(worker: str) -> str:
+    return f"{WRITERS_DIR}/{worker}.json"
+
+
+def unsaved_steps_path(worker: str) -> str:
+    return f"{UNSAVED_DIR}/{worker}.json"
 
 
 def parse_index_file_name(relpath: str) -> tuple[int, str] | None:
@@ -131,6 +149,28 @@ def decode_index(data: bytes) -> IndexRecord:
         tensors,
         shapes,
     )
+
+
+# -- unsaved steps ----------------------------------------------------------------------------------------
+def encode_unsaved(worker: str, steps: dict[int, str], files: dict[str, str]) -> bytes:
+    return json.dumps(
+        {
+            "worker": worker,
+            "unsaved_steps": [{"step": int(s), "reason": r} for s, r in sorted(steps.items())],
+            "unsaved_files": [{"file": f, "reason": r} for f, r in sorted(files.items())],
+        }
+    ).encode()
+
+
+def decode_unsaved(data: bytes) -> dict[int, str]:
+    """The unsaved steps of an unsaved-steps file (step -> reason); ValueError when it is malformed."""
+    record = json.loads(data)
+    if not isinstance(record, dict) or not isinstance(record.get("unsaved_steps", []), list):
+        raise ValueError("not an unsaved-steps record")
+    out = {}
+    for entry in record.get("unsaved_steps", []):
+        out[int(entry["step"])] = str(entry.get("reason", ""))
+    return out
 
 
 # -- what a store holds -----------------------------------------------------------------------------------

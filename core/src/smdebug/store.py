@@ -101,6 +101,35 @@ class Store:
         else:  # object stores publish an object atomically on PUT
             self.fs.pipe_file(path, data)
 
+    def create_exclusive(self, relpath: str, data: bytes) -> None:
+        """Create a file that must not exist yet; FileExistsError when it does. Atomic locally (O_EXCL)
+        and on S3 (a conditional PUT, If-None-Match: "*"); other filesystems look, then write."""
+        path = self.path(relpath)
+        if self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            except BaseException:  # an empty claim would hold the name for nobody
+                _unlink(path)
+                raise
+            return
+        try:
+            self.fs.pipe_file(path, data, mode="create")
+        except TypeError:  # a filesystem whose pipe_file has no mode
+            self.fs.invalidate_cache(path)
+            if self.fs.exists(path):
+                raise FileExistsError(path) from None
+            self.fs.pipe_file(path, data)
+
+    def remove(self, relpath: str) -> None:
+        path = self.path(relpath)
+        if self.is_local:
+            _unlink(path)
+        else:
+            self.fs.rm_file(path)
+
     def stage(self, relpath: str) -> StagedFile:
         """A file written piece by piece and published whole by ``commit()`` (which may be retried)."""
         return StagedFile(self, relpath)

@@ -1,29 +1,41 @@
 """Off-thread writing of steps in smdebug's layout.
 
-The training thread only queues host numpy arrays; encoding and I/O happen on one background thread.
-The queue is bounded in bytes: when it is full the training thread waits, nothing is dropped.
+The training thread only queues host numpy arrays and never waits on storage. Two background threads do
+the rest: the encoder turns queued arrays into a step's files (staged locally: a temp file beside the
+destination, or a spooled buffer for a remote store), and the publisher sends finished steps to the store
+in order. The queue is bounded in bytes; it drains into local staging whatever the store does, so the
+training thread only waits when it produces faster than encoding (nothing is dropped).
 
-Each step's event file is staged (a temp file beside it, or a spooled buffer for a remote store) and
-published whole, then its index file: a reader never sees half a step, and a process killed mid-step
-leaves nothing a reader would look at. When the store fails (an S3 outage), finished steps wait in an
-ordered backlog, spilled to local disk, and are retried with backoff while training goes on; whatever
-is still unsaved when ``close()`` gives up is reported step by step.
+Each step's event file is published whole, then its index file: a reader never sees half a step, and a
+process killed mid-step leaves nothing a reader would look at. When the store fails (an S3 outage),
+finished steps wait in an ordered outbox, spilled to local disk, and are retried with backoff while
+training goes on. ``close()`` returns within its timeout whatever the store does; the steps still unsaved
+then are reported step by step and recorded in the run (``unsaved_steps/<worker>.json``) before its
+end-of-job marker, so a run that lost steps never looks complete.
+
+Before anything else the writer claims its worker name in the run (``writers/<worker>.json``, created
+exclusively): a second writer of the same worker in one out_dir writes nothing.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import json
 import logging
 import os
 import queue
+import socket
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from smdebug import codec, layout
+from smdebug.exceptions import OutDirExistsError
 from smdebug.layout import (  # noqa: F401 (END_OF_JOB_FILE, existing_run: still imported from here)
     END_OF_JOB_FILE,
     collections_file_path,
@@ -32,13 +44,19 @@ from smdebug.layout import (  # noqa: F401 (END_OF_JOB_FILE, existing_run: still
     index_file_path,
 )
 from smdebug.modes import ModeKeys
-from smdebug.store import StagedFile, Store
+from smdebug.store import StagedFile, Store, redact
 
 logger = logging.getLogger("smdebug")
 
 DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 DEFAULT_CLOSE_TIMEOUT = 60.0  # seconds close() keeps retrying a failing store before giving up
+DEFAULT_CHECK_TIMEOUT = 5.0  # seconds a new hook waits for the out_dir check before training goes on
+BATCH_BYTES = 1024 * 1024  # a step's tensors reach the encoder thread together below this size
 RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
+CLOSE_RETRY_MAX = 2.0  # backoff cap while close() drains
+# Environment variables of launchers that start several workers (each then names itself by its rank,
+# possibly only once its framework's distributed setup is done).
+_WORLD_SIZE_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "DMLC_NUM_WORKER")
 
 
 def max_queue_bytes_from_env() -> int:
@@ -49,6 +67,22 @@ def max_queue_bytes_from_env() -> int:
 def close_timeout_from_env() -> float:
     raw = os.environ.get("SMDEBUG_CLOSE_TIMEOUT")
     return float(raw) if raw else DEFAULT_CLOSE_TIMEOUT
+
+
+def check_timeout_from_env() -> float:
+    raw = os.environ.get("SMDEBUG_CHECK_TIMEOUT")
+    return float(raw) if raw else DEFAULT_CHECK_TIMEOUT
+
+
+def one_of_many_workers() -> bool:
+    """Whether a launcher started this process as one of several workers (torchrun, mpirun, ...)."""
+    for name in _WORLD_SIZE_ENV:
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return True
+        except ValueError:
+            pass
+    return False
 
 
 def at_exit(fn, *args) -> None:
@@ -66,6 +100,81 @@ def format_steps(steps) -> str:
     return ", ".join(str(s) for s in sorted(steps))
 
 
+# -- claiming a worker's name in a run ------------------------------------------------------------------
+def claim_worker(store: Store, worker: str, token: str) -> str | None:
+    """Claim ``worker`` in the run of ``store``; None when it is ours (now, or by an earlier call with the
+    same token), else what holds it. The claim file is created exclusively, so of two writers starting
+    together exactly one gets it (atomic locally and on S3; see Store.create_exclusive)."""
+    relpath = layout.writer_claim_path(worker)
+    claim = {"worker": worker, "token": token, "host": socket.gethostname(), "pid": os.getpid()}
+    claim["started"] = time.time()
+    try:
+        store.create_exclusive(relpath, json.dumps(claim).encode())
+        return None
+    except FileExistsError:
+        pass
+    try:
+        other = json.loads(store.read_bytes(relpath))
+    except (OSError, ValueError):
+        other = {}  # being written by its owner right now
+    if not isinstance(other, dict):
+        other = {}
+    if other.get("token") == token:
+        return None
+    who = f"host {other.get('host', '?')}, pid {other.get('pid', '?')}"
+    return f"a run being written by another writer of {worker} ({who}: {relpath} is there)"
+
+
+def release_worker(store: Store, worker: str, token: str) -> None:
+    """Drop our claim of ``worker`` (made under a name the process turned out not to have)."""
+    relpath = layout.writer_claim_path(worker)
+    try:
+        if json.loads(store.read_bytes(relpath)).get("token") == token:
+            store.remove(relpath)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class OutDirCheck:
+    """The check of an out_dir (an earlier run, another writer of this worker) and the claim of the
+    worker's name, made on a thread of its own when a hook is created: the hook waits for it at most a
+    few seconds, so an unreachable store never holds training up. When it does not finish in time, the
+    writer makes the claim before it writes anything (and writes nothing if the name is taken)."""
+
+    def __init__(self, open_store: Callable[[], Store], worker: str | None, claim: bool):
+        self.worker = worker
+        self.token = uuid.uuid4().hex
+        self.store: Store | None = None
+        self.found: str | None = None  # what the out_dir already holds that refuses this hook
+        self.claimed = False
+        self.error: BaseException | None = None
+        self._open_store = open_store
+        self._claim = claim and worker is not None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="smdebug-out-dir-check", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.store = self._open_store()
+            self.found = existing_run(self.store, self.worker)
+            if self.found is None and self._claim:
+                self.found = claim_worker(self.store, self.worker, self.token)
+                self.claimed = self.found is None
+        except Exception as exc:  # an unreachable location: the writer claims the run when it can
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the check finished within ``timeout`` seconds."""
+        return self._done.wait(timeout)
+
+
+class WorkerClaimed(OutDirExistsError):
+    """Another writer holds this worker's name in the run (found by the writer, after the hook started)."""
+
+
+# -- what the publisher sends -------------------------------------------------------------------------
 @dataclass
 class _OpenStep:
     step: int
@@ -83,10 +192,12 @@ class _Publication:
     def __init__(self, step: int | None, parts: list):
         self.step = step
         self.parts = parts  # StagedFile, or (relpath, bytes)
+        self.file = None if step is not None else parts[0][0]
+        self.memory = 0  # what it counted for in the outbox's memory budget
 
     @property
     def what(self) -> str:
-        return f"step {self.step}" if self.step is not None else f"file {self.parts[0][0]}"
+        return f"step {self.step}" if self.step is not None else f"file {self.file}"
 
     def publish(self, store: Store) -> None:
         while self.parts:  # parts already published are not sent again on a retry
@@ -112,64 +223,155 @@ class _Publication:
         self.parts = []
 
 
+class _Claim:
+    """The claim of the writer's worker name, published before anything else."""
+
+    step = None
+    file = None
+    memory = 0
+
+    def __init__(self, worker: str, token: str, release: str | None = None):
+        self.worker, self.token, self.release = worker, token, release
+        self.what = f"the claim of {worker}"
+
+    def publish(self, store: Store) -> None:
+        if self.release and self.release != self.worker:
+            release_worker(store, self.release, self.token)
+        found = existing_run(store, self.worker) or claim_worker(store, self.worker, self.token)
+        if found:
+            raise WorkerClaimed(found)
+
+    def in_memory(self) -> int:
+        return 0
+
+    def spill(self) -> None:
+        pass
+
+    def discard(self) -> None:
+        pass
+
+
 class RunWriter:
-    """Writes the steps of one worker to a Store from a background thread."""
+    """Writes the steps of one worker to a Store from background threads.
+
+    ``store`` is a Store, or a callable that opens one (called on the writer's thread: opening a remote
+    store may wait on the network). ``claim=(token, released_worker or None)`` makes the writer claim its
+    worker name before writing anything."""
 
     def __init__(
         self,
-        store: Store,
+        store: Store | Callable[[], Store],
         worker: str,
         max_queue_bytes: int | None = None,
         close_timeout: float | None = None,
+        *,
+        uri: str | None = None,
+        claim: tuple[str, str | None] | None = None,
     ):
-        self.store = store
+        self.store: Store | None = store if isinstance(store, Store) else None
+        self._opener = None if self.store is not None else store
+        self.uri = self.store.uri if self.store is not None else redact(uri or "?")
         self.worker = worker
         self.max_queue_bytes = max_queue_bytes or max_queue_bytes_from_env()
         self.close_timeout = close_timeout_from_env() if close_timeout is None else close_timeout
         self.failed_steps: dict[int, str] = {}  # steps that will never be saved -> why
         self.failed_files: dict[str, str] = {}
         self.written_steps: list[int] = []
+        self.refused: str | None = None  # why this writer writes nothing at all
         self._queue: queue.Queue = queue.Queue()
+        # A step's items go to the encoder thread together at its end (each put wakes that thread, which
+        # then competes with training for the GIL): the batch and what it holds in bytes.
+        self._batch: list = []
+        self._batch_bytes = 0
         self._queued_bytes = 0
         self._step_has_data = False  # anything queued for the step that end_step will finish
+        self._submitted: set[int] = set()  # steps the training thread gave data to
         self._room = threading.Condition()
         self._open: _OpenStep | None = None
         self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
-        self._backlog: collections.deque[_Publication] = collections.deque()
+        # the publisher's state, guarded by _lock
+        self._lock = threading.Condition()
+        self._outbox: collections.deque = collections.deque()
+        self._outbox_memory = 0
+        self._publishing = None  # the publication being sent right now
+        self._failing = False  # the last attempt failed: the outbox waits for a retry
         self._retry_at = 0.0
         self._backoff = RETRY_FIRST
         self._last_error = ""
+        self._store_ready = threading.Event()
+        self._encoded_all = False  # the encoder has handed over everything queued before close
+        self._drain_deadline: float | None = None
+        self._end_of_job = False
+        self._abandoned = False
         self._closed = False
+        if claim is not None:
+            self._outbox.append(_Claim(worker, *claim))
         self._thread = threading.Thread(target=self._run, name=f"smdebug-writer-{worker}", daemon=True)
+        self._publisher = threading.Thread(
+            target=self._publish_loop, name=f"smdebug-publisher-{worker}", daemon=True
+        )
         self._thread.start()
+        self._publisher.start()
 
     # -- training thread ----------------------------------------------------------------------------
     def write_tensor(
-        self, step: int, mode: ModeKeys, mode_step: int, name: str, array: np.ndarray, wall_time=None
+        self,
+        step: int,
+        mode: ModeKeys,
+        mode_step: int,
+        name: str,
+        array: np.ndarray,
+        wall_time=None,
+        reserved: int = 0,
     ) -> None:
-        """Queue a tensor of a step; wall_time (seconds since the epoch) defaults to now."""
+        """Queue a tensor of a step; wall_time (seconds since the epoch) defaults to now. ``reserved``:
+        bytes the caller already counted in the queue with ``reserve`` (before copying the tensor)."""
         nbytes = int(array.nbytes)
+        if reserved:
+            with self._room:
+                self._queued_bytes += nbytes - reserved
+        else:
+            self.reserve(nbytes)
+        self._step_has_data = True
+        self._submitted.add(step)
+        wall_time = time.time() if wall_time is None else wall_time
+        self._batch.append(("tensor", step, mode, mode_step, name, array, wall_time, nbytes))
+        self._batch_bytes += nbytes
+        if self._batch_bytes >= BATCH_BYTES:  # large tensors go at once: the encoder overlaps the step
+            self._send_batch()
+
+    def reserve(self, nbytes: int) -> None:
+        """Wait until the queue has room for ``nbytes`` more and count them in it (write_tensor does;
+        a caller that copies a tensor for the writer waits before copying, so that the copy is within the
+        bound, then passes ``reserved=nbytes``). One item is always admitted into an empty queue however
+        large it is."""
         with self._room:
-            # Wait for room, but always admit one item into an empty queue however large it is.
             while self._queued_bytes and self._queued_bytes + nbytes > self.max_queue_bytes:
+                if self._batch:
+                    self._send_batch()  # the encoder frees room only for what it has been given
                 self._room.wait()
             self._queued_bytes += nbytes
-        self._step_has_data = True
-        wall_time = time.time() if wall_time is None else wall_time
-        self._queue.put(("tensor", step, mode, mode_step, name, array, wall_time, nbytes))
+
+    def _send_batch(self) -> None:
+        if self._batch:
+            batch, self._batch, self._batch_bytes = self._batch, [], 0
+            self._queue.put(("batch", batch))
 
     def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
         self._step_has_data = True
-        self._queue.put(("shape", step, mode, mode_step, name, list(shape)))
+        self._submitted.add(step)
+        self._batch.append(("shape", step, mode, mode_step, name, list(shape)))
 
     def end_step(self, step: int) -> None:
         # A step that saved nothing has nothing to finish: waking the writer thread for it at every
         # step costs the training thread more than the rest of an idle step's hook work.
         if self._step_has_data:
             self._step_has_data = False
-            self._queue.put(("end", step))
+            self._batch.append(("end", step))
+        self._send_batch()
 
     def write_file(self, relpath: str, data: bytes) -> None:
+        self._send_batch()
         self._queue.put(("file", relpath, data))
 
     @property
@@ -179,26 +381,58 @@ class RunWriter:
     @property
     def pending_steps(self) -> list[int]:
         """Finished steps waiting for the store to come back."""
-        return [p.step for p in list(self._backlog) if p.step is not None]
+        with self._lock:
+            return [p.step for p in self._outbox if p.step is not None]
 
-    def flush(self) -> None:
-        """Wait until everything queued so far has been handled (written, or waiting in the backlog)."""
+    @property
+    def failing(self) -> bool:
+        """Whether the store is failing (steps wait in the outbox for a retry)."""
+        return self._failing
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far has been handled: written, or waiting for a failing store
+        to come back. Waits at most ``timeout`` seconds (default ``close_timeout``); False if it had to
+        stop waiting."""
         if self._closed:
-            return
+            return True
+        timeout = self.close_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         done = threading.Event()
+        self._send_batch()
         self._queue.put(("flush", done))
-        while not done.wait(0.5):
-            if not self._thread.is_alive():
-                return
+        while not done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+            if not self._thread.is_alive() or time.monotonic() >= deadline:
+                return False
+        with self._lock:
+            while self._outbox and not (self._failing and self._publishing is None) and not self.refused:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._publisher.is_alive():
+                    return False
+                self._lock.wait(remaining)
+        return True
 
-    def close(self, timeout: float | None = None) -> dict[int, str]:
-        """Write everything queued, retrying a failing store for up to ``timeout`` seconds (default
-        ``close_timeout``), and stop the thread; returns the steps that could not be saved."""
-        if not self._closed:
-            self._closed = True
-            timeout = self.close_timeout if timeout is None else timeout
-            self._queue.put(("stop", time.monotonic() + timeout))
-            self._thread.join()
+    def close(self, timeout: float | None = None, end_of_job: bool = False) -> dict[int, str]:
+        """Write everything queued, retrying a failing store, and stop; returns within ``timeout``
+        seconds (default ``close_timeout``) whatever the store does, with the steps that were not saved.
+        With ``end_of_job`` the run's end-of-job marker is written last, after the record of any steps
+        that could not be saved (and not at all when that record cannot be written)."""
+        if self._closed:
+            return self.failed_steps
+        self._closed = True
+        timeout = self.close_timeout if timeout is None else timeout
+        start = time.monotonic()
+        deadline = start + timeout
+        with self._lock:
+            # a short reserve at the end for the record of unsaved steps and the end-of-job marker
+            self._drain_deadline = deadline - min(1.0, timeout / 4)
+            self._end_of_job = end_of_job
+            self._lock.notify_all()
+        self._send_batch()
+        self._queue.put(("stop",))
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        self._publisher.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive() or self._publisher.is_alive():
+            self._abandon(timeout)  # a request that hangs: stop waiting for it
         return self.failed_steps
 
     def unsaved_report(self) -> str:
@@ -215,18 +449,48 @@ class RunWriter:
             parts.append(f"file(s) could not be saved: {files}")
         return "; ".join(parts)
 
-    # -- writer thread ------------------------------------------------------------------------------
+    def _abandon(self, timeout: float) -> None:
+        """close() timed out on a request that does not return: whatever is not confirmed written by now
+        is reported unsaved, and the threads write nothing more."""
+        with self._lock:
+            self._abandoned = True
+            why = f"not written within the close timeout ({timeout:g} s)"
+            if self._last_error:
+                why += f"; last error: {self._last_error}"
+            written = set(self.written_steps)
+            for step in sorted(self._submitted - written):
+                self.failed_steps.setdefault(step, why)
+            for pub in self._outbox:
+                if pub.file is not None:
+                    self.failed_files.setdefault(pub.file, why)
+            if self._end_of_job and not self._end_written:
+                self.failed_files.setdefault(END_OF_JOB_FILE, why)
+            self._lock.notify_all()
+        logger.warning("smdebug: %s did not answer within the close timeout (%g s)", self.uri, timeout)
+
+    _end_written = False
+
+    # -- encoder thread -----------------------------------------------------------------------------
     def _run(self) -> None:
+        if self.store is None:
+            try:
+                self.store = self._opener()
+            except Exception as exc:
+                reason = redact(f"{type(exc).__name__}: {exc}")
+                self.refused = f"cannot open {self.uri}: {reason}"
+                logger.warning("smdebug: nothing is saved: %s", self.refused)
+        self._store_ready.set()
+        batch: collections.deque = collections.deque()
         while True:
-            timeout = max(0.0, self._retry_at - time.monotonic()) if self._backlog else None
-            try:
-                item = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                self._retry()
-                continue
+            item = batch.popleft() if batch else self._queue.get()
             kind = item[0]
+            if kind == "batch":
+                batch.extend(item[1])
+                continue
             try:
-                if kind == "tensor":
+                if self._abandoned and kind in ("tensor", "shape", "end", "file"):
+                    pass  # close() gave up on a store that hangs: nothing more is written
+                elif kind == "tensor":
                     self._tensor(*item[1:7])
                 elif kind == "shape":
                     self._shape(*item[1:])
@@ -239,17 +503,23 @@ class RunWriter:
                 elif kind == "stop":
                     if self._open is not None:
                         self._finish(self._open.step)
-                    self._drain(item[1])
                     return
             except Exception as exc:  # the writer thread must survive anything
-                logger.warning("smdebug: writer error: %s", self.store.describe(exc))
+                logger.warning("smdebug: writer error: %s", self._describe(exc))
             finally:
                 if kind == "tensor":
                     with self._room:
                         self._queued_bytes -= item[7]
                         self._room.notify_all()
-            if self._backlog and time.monotonic() >= self._retry_at:
-                self._retry()
+                if kind == "stop":
+                    with self._lock:
+                        self._encoded_all = True
+                        self._lock.notify_all()
+
+    def _describe(self, exc: BaseException) -> str:
+        if self.store is not None:
+            return self.store.describe(exc)
+        return redact(f"{type(exc).__name__}: {exc}")
 
     def _step(self, step: int, mode: ModeKeys, mode_step: int) -> _OpenStep:
         if self._open is not None and self._open.step != step:
@@ -260,6 +530,9 @@ class RunWriter:
                 self._open = self._reopen(ended)
             else:
                 self._open = _OpenStep(step, mode, mode_step)
+                if self.refused:
+                    self._open.failed = True
+                    self.failed_steps[step] = self.refused
         return self._open
 
     def _reopen(self, ended: _OpenStep) -> _OpenStep:
@@ -268,24 +541,29 @@ class RunWriter:
         st = _OpenStep(ended.step, ended.mode, ended.mode_step, None, list(ended.tensors), list(ended.shapes))
         if not ended.tensors:
             return st
-        waiting = next((p for p in self._backlog if p.step == st.step), None)
-        try:
-            if waiting is not None and isinstance(waiting.parts[0], StagedFile):
-                # not yet published (the store is failing): append to the staged file itself
-                self._backlog.remove(waiting)
+        with self._lock:
+            while True:  # not while the publisher is sending it: wait for that attempt to end
+                waiting = next((p for p in self._outbox if p.step == st.step), None)
+                if waiting is None or waiting is not self._publishing or self._abandoned:
+                    break
+                self._lock.wait(1.0)
+            if waiting is not None and waiting.parts and isinstance(waiting.parts[0], StagedFile):
+                self._outbox.remove(waiting)  # not yet published: append to the staged file itself
+                self._outbox_memory -= waiting.memory
                 st.staged = waiting.parts[0]
                 st.staged.resume()
-            else:
-                st.staged = self.store.stage(event_file_path(st.step, self.worker))
-                st.staged.write(self.store.read_bytes(event_file_path(st.step, self.worker)))
+                return st
+        try:
+            st.staged = self.store.stage(event_file_path(st.step, self.worker))
+            st.staged.write(self.store.read_bytes(event_file_path(st.step, self.worker)))
         except Exception as exc:
             self._fail(st, exc)
         return st
 
     def _fail(self, st: _OpenStep, exc: BaseException) -> None:
-        reason = self.store.describe(exc)
+        reason = self._describe(exc)
         if not st.failed:
-            logger.warning("smdebug: could not save step %d to %s: %s", st.step, self.store.uri, reason)
+            logger.warning("smdebug: could not save step %d to %s: %s", st.step, self.uri, reason)
         st.failed = True
         self.failed_steps[st.step] = reason
         if st.staged is not None:
@@ -299,23 +577,22 @@ class RunWriter:
         try:
             # smdebug 1.0's reader insists on its "no checksum" footer in tensor event files, so the
             # payload's CRC goes in the index entry instead (smdebug 1.0 ignores keys it does not know).
-            event = codec.encode_tensor_event(name, array, step, wall_time, mode.value, mode_step)
-            record = codec.frame(event, checksum=False)
-            crc = codec.masked_crc32c(event)
+            # The record stays in chunks, a large tensor's content a view of the array: no copy of it.
+            event = codec.tensor_event_chunks(name, array, step, wall_time, mode.value, mode_step)
+            record, size, crc = codec.frame_chunks(event, checksum=False)
         except Exception as exc:  # one unencodable tensor does not lose its step
-            logger.warning(
-                "smdebug: could not encode %s at step %d: %s", name, step, self.store.describe(exc)
-            )
+            logger.warning("smdebug: could not encode %s at step %d: %s", name, step, self._describe(exc))
             return
         try:
             if st.staged is None:
                 st.staged = self.store.stage(event_file_path(step, self.worker))
             offset = st.staged.size
-            st.staged.write(record)
+            for chunk in record:
+                st.staged.write(chunk)
         except Exception as exc:
             self._fail(st, exc)
             return
-        st.tensors.append(layout.tensor_entry(name, offset, len(record), crc))
+        st.tensors.append(layout.tensor_entry(name, offset, size, crc))
 
     def _shape(self, step, mode, mode_step, name, shape) -> None:
         st = self._step(step, mode, mode_step)
@@ -339,90 +616,170 @@ class RunWriter:
         parts.append((index_file_path(step, self.worker), index))
         self._publish(_Publication(step, parts))
 
-    # -- publishing, with an ordered backlog while the store fails ---------------------------------------
     def _publish(self, pub: _Publication) -> None:
-        if self._backlog:  # keep the order: a live reader must never see step n+1 before step n
-            self._enqueue_backlog(pub)
+        """Hand a finished step or file to the publisher (in order: a live reader must never see step
+        n+1 before step n)."""
+        if self.refused:
+            self._given_up(pub, self.refused, quiet=True)
             return
-        try:
-            pub.publish(self.store)
-        except Exception as exc:
-            self._last_error = self.store.describe(exc)
-            if not self._transient(exc):
-                self._given_up(pub, self._last_error)
-                return
-            logger.warning(
-                "smdebug: could not write %s to %s: %s; retrying in the background while training goes on",
-                pub.what,
-                self.store.uri,
-                self._last_error,
-            )
-            self._backoff = RETRY_FIRST
-            self._retry_at = time.monotonic() + self._backoff
-            self._enqueue_backlog(pub)
-            return
-        self._published(pub)
+        memory = pub.in_memory()
+        # Waiting steps go to local disk beyond a small memory budget (spilled before the publisher
+        # can see them, so never while it reads them).
+        if self._outbox_memory + memory > min(self.max_queue_bytes, 64 * 1024 * 1024):
+            pub.spill()
+            memory = pub.in_memory()
+        with self._lock:
+            pub.memory = memory
+            self._outbox_memory += memory
+            self._outbox.append(pub)
+            self._lock.notify_all()
+
+    # -- publisher thread ---------------------------------------------------------------------------
+    def _publish_loop(self) -> None:
+        self._store_ready.wait()
+        while True:
+            pub = self._next()
+            if pub is None:
+                break
+            try:
+                pub.publish(self.store)
+            except Exception as exc:
+                self._attempt_failed(pub, exc)
+            else:
+                self._attempt_succeeded(pub)
+        self._finish_close()
+
+    def _next(self):
+        """The publication to send now (waiting out the backoff of a failing store); None to stop."""
+        with self._lock:
+            while True:
+                if self._abandoned:
+                    return None
+                if self.refused:
+                    self._refuse_outbox()
+                now = time.monotonic()
+                draining = self._drain_deadline is not None and self._encoded_all
+                if draining and (not self._outbox or now >= self._drain_deadline):
+                    return None
+                if self._outbox and (not self._failing or now >= self._retry_at):
+                    self._publishing = self._outbox[0]
+                    return self._publishing
+                timeout = self._retry_at - now if self._outbox else None
+                if self._drain_deadline is not None:
+                    left = self._drain_deadline - now
+                    timeout = left if timeout is None else min(timeout, left)
+                    timeout = max(timeout, 0.01)
+                self._lock.wait(timeout)
 
     def _transient(self, exc: BaseException) -> bool:
         """Whether a failed write is worth retrying: anything from a remote store (while a server comes
         back it may answer "no such bucket" or "access denied" too), nothing from a local disk."""
+        if isinstance(exc, OutDirExistsError):
+            return False
         return not self.store.is_local and not isinstance(exc, (ValueError, TypeError))
 
-    def _given_up(self, pub: _Publication, reason: str) -> None:
-        logger.warning("smdebug: could not save %s to %s: %s", pub.what, self.store.uri, reason)
+    def _attempt_failed(self, pub, exc: BaseException) -> None:
+        reason = self._describe(exc)
+        with self._lock:
+            self._publishing = None
+            self._last_error = reason
+            if self._abandoned:
+                return
+            if isinstance(exc, OutDirExistsError):
+                self.refused = f"out_dir {self.uri} already holds {exc}"
+                logger.error(
+                    "smdebug: nothing is saved: %s already holds %s; smdebug does not mix two runs in one "
+                    "directory: choose a new out_dir",
+                    self.uri,
+                    exc,
+                )
+                self._refuse_outbox()
+            elif not self._transient(exc):
+                self._pop(pub)
+                self._given_up(pub, reason)
+            else:
+                if not self._failing:
+                    logger.warning(
+                        "smdebug: could not write %s to %s: %s; retrying in the background while training "
+                        "goes on",
+                        pub.what,
+                        self.uri,
+                        reason,
+                    )
+                    self._backoff = RETRY_FIRST
+                else:
+                    cap = CLOSE_RETRY_MAX if self._drain_deadline is not None else RETRY_MAX
+                    self._backoff = min(self._backoff * 2, cap)
+                    logger.debug("smdebug: retry of %s failed: %s", pub.what, reason)
+                self._failing = True
+                self._retry_at = time.monotonic() + self._backoff
+            self._lock.notify_all()
+
+    def _attempt_succeeded(self, pub) -> None:
+        with self._lock:
+            self._publishing = None
+            self._pop(pub)
+            if pub.step is not None:
+                self.written_steps.append(pub.step)
+            if self._failing:
+                self._failing = False
+                self._backoff = RETRY_FIRST
+                logger.warning(
+                    "smdebug: %s is reachable again; writing %d waiting item(s)",
+                    self.uri,
+                    len(self._outbox) + 1,
+                )
+            self._lock.notify_all()
+
+    def _pop(self, pub) -> None:
+        if self._outbox and self._outbox[0] is pub:
+            self._outbox.popleft()
+            self._outbox_memory -= pub.memory
+
+    def _refuse_outbox(self) -> None:
+        while self._outbox:
+            self._given_up(self._outbox.popleft(), self.refused, quiet=True)
+        self._outbox_memory = 0
+
+    def _given_up(self, pub, reason: str, quiet: bool = False) -> None:
+        if not quiet:
+            logger.warning("smdebug: could not save %s to %s: %s", pub.what, self.uri, reason)
         if pub.step is not None:
             self.failed_steps[pub.step] = reason
-        else:
-            self.failed_files[pub.parts[0][0]] = reason
+        elif pub.file is not None:
+            self.failed_files[pub.file] = reason
         pub.discard()
 
-    def _published(self, pub: _Publication) -> None:
-        if pub.step is not None:
-            self.written_steps.append(pub.step)
-
-    def _enqueue_backlog(self, pub: _Publication) -> None:
-        self._backlog.append(pub)
-        # Waiting steps go to local disk beyond a small memory budget.
-        if sum(p.in_memory() for p in self._backlog) > min(self.max_queue_bytes, 64 * 1024 * 1024):
-            pub.spill()
-
-    def _retry(self, max_backoff: float = RETRY_MAX) -> bool:
-        """Publish the backlog in order until one fails; True when it is empty."""
-        written = 0
-        while self._backlog:
-            pub = self._backlog[0]
+    def _finish_close(self) -> None:
+        """At close, past the drain: what is still waiting is unsaved; then the record of the unsaved
+        steps and the end-of-job marker, in that order, unless the store is still failing."""
+        with self._lock:
+            if self._abandoned:
+                return
+            why = self._last_error or "not written before the close timeout"
+            while self._outbox:
+                self._given_up(self._outbox.popleft(), why, quiet=True)
+            self._outbox_memory = 0
+            end_of_job, failing, refused = self._end_of_job, self._failing, self.refused
+        if refused or self.store is None:
+            return
+        final = []
+        if self.failed_steps or self.failed_files:
+            record = layout.encode_unsaved(self.worker, self.failed_steps, self.failed_files)
+            final.append((layout.unsaved_steps_path(self.worker), record))
+        if end_of_job:
+            final.append((END_OF_JOB_FILE, b""))
+        for relpath, data in final:
+            if failing:  # the store did not come back: no point waiting on it again
+                self.failed_files[relpath] = why
+                continue
             try:
-                pub.publish(self.store)
+                if self._abandoned:
+                    return
+                self.store.write_bytes(relpath, data)
+                if relpath == END_OF_JOB_FILE:
+                    self._end_written = True
             except Exception as exc:
-                self._last_error = self.store.describe(exc)
-                if not self._transient(exc):
-                    self._given_up(self._backlog.popleft(), self._last_error)
-                    continue
-                self._backoff = min(self._backoff * 2, max_backoff)
-                self._retry_at = time.monotonic() + self._backoff
-                logger.debug("smdebug: retry of %s failed: %s", pub.what, self._last_error)
-                return False
-            self._backlog.popleft()
-            self._published(pub)
-            written += 1
-        if written:
-            logger.warning(
-                "smdebug: %s is reachable again; wrote %d waiting item(s)", self.store.uri, written
-            )
-        self._backoff = RETRY_FIRST
-        return True
-
-    def _drain(self, deadline: float) -> None:
-        """At close: keep retrying the backlog until the deadline, then record what is left as unsaved."""
-        while self._backlog and not self._retry(max_backoff=2.0):
-            wait = min(self._retry_at, deadline) - time.monotonic()
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(max(0.0, wait))
-        for pub in self._backlog:
-            if pub.step is not None:
-                self.failed_steps[pub.step] = self._last_error
-            else:
-                self.failed_files[pub.parts[0][0]] = self._last_error
-            pub.discard()
-        self._backlog.clear()
+                failing = True  # without the record of unsaved steps, the run must not look complete
+                why = self._describe(exc)
+                self.failed_files[relpath] = why

@@ -49,9 +49,12 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
                 except SMDebugError:
                     pass
         tensors.append(entry)
+    unsaved = trial.unsaved()
     return {
         "path": trial.path,
         "training_ended": trial.loaded_all_steps,
+        # steps the run could not save, per worker (step -> why); empty when none were lost
+        "unsaved_steps": {w: {str(s): why for s, why in steps.items()} for w, steps in unsaved.items()},
         "workers": trial.workers(),
         "steps": trial.steps(),
         "modes": modes,
@@ -67,9 +70,18 @@ def run(args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     state = "training ended" if info["training_ended"] else "training not ended (live or interrupted)"
+    lost = sorted({int(s) for steps in info["unsaved_steps"].values() for s in steps})
+    if lost:
+        state += f", {len(lost)} step(s) NOT SAVED"
     print(f"Run {info['path']}: {state}")
     print(f"Workers: {', '.join(info['workers']) or '-'}")
     print(f"Steps: {compact_steps(info['steps'])}")
+    for worker, steps in info["unsaved_steps"].items():
+        by_reason: dict[str, list[int]] = {}
+        for step, why in steps.items():
+            by_reason.setdefault(why, []).append(int(step))
+        for why, group in by_reason.items():
+            print(f"Unsaved steps ({worker}): {_ranges(group)} ({why})")
     print("Modes:")
     for name, steps in info["modes"].items():
         print(f"  {name:<8} mode steps {compact_steps(steps['mode_steps'])}")
@@ -91,3 +103,18 @@ def run(args) -> int:
             "\n".join("  " + line for line in table(rows, ["NAME", "STEPS", "SHAPE", "SAVED"]).splitlines())
         )
     return 0
+
+
+def _ranges(steps: list[int]) -> str:
+    """Every step, runs of consecutive ones as "first-last": "3-6, 9"."""
+    out: list[str] = []
+    steps = sorted(steps)
+    start = prev = steps[0]
+    for step in steps[1:] + [None]:
+        if step is not None and step == prev + 1:
+            prev = step
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if step is not None:
+            start = prev = step
+    return ", ".join(out)

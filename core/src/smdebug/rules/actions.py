@@ -6,13 +6,15 @@
   PyTorch hook raises ``StopTraining`` from the next forward call).
 - Sidecar: ``smdebug rules --watch OUT`` (or a rule configured with ``action_str="stoptraining"``) writes
   the stop signal, a small JSON file ``STOP_SIGNAL_FILE`` in the run's folder; a running hook looks for it
-  at the end of each step and stops training the same way.
+  at the end of each step and stops training the same way. The training thread never waits on a remote
+  store for it: the signal of a remote run is read (and written) on a thread of its own.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -37,6 +39,8 @@ _IGNORED_ACTIONS = {"email", "sms"}
 REMOTE_SIGNAL_CHECK_SECONDS = 5.0
 # How long a hook waits for its own step to be readable before skipping rule evaluation.
 STEP_WAIT_SECONDS = 60.0
+# How long the training thread waits for the writer to publish a step its rules judge.
+RULE_FLUSH_SECONDS = 10.0
 
 
 def parse_actions(action) -> frozenset[str]:
@@ -77,6 +81,18 @@ def _store(out_dir):
     from smdebug import plugins
 
     return out_dir if hasattr(out_dir, "write_bytes") else plugins.open_store(out_dir)
+
+
+def _is_local(out_dir: str) -> bool:
+    import fsspec
+
+    return fsspec.core.split_protocol(out_dir)[0] in (None, "file", "local")
+
+
+def _in_background(fn, *args) -> threading.Thread:
+    thread = threading.Thread(target=fn, args=args, name="smdebug-stop-signal", daemon=True)
+    thread.start()
+    return thread
 
 
 def write_stop_signal(out_dir, rule_name: str, step: int, reason: str = "") -> None:
@@ -147,11 +163,20 @@ class RuleRunner:
         self.stop_raised = False
         self.trial = _LiveTrial(hook.out_dir)
         self._last_signal_check = 0.0
-        if not hook.dry_run:
-            try:  # a signal left by an earlier, interrupted run in this folder is not for us
-                clear_stop_signal(hook.out_dir)
-            except Exception as exc:
-                logger.debug("smdebug: could not look for an old stop signal: %s", exc)
+        self._local = _is_local(hook.out_dir)
+        self._signal_store = None
+        self._checking: threading.Thread | None = None  # a remote check in flight
+        self._cleared = hook.dry_run
+        if self._local:
+            self._clear_old_signal()
+
+    def _clear_old_signal(self) -> None:
+        """A signal left by an earlier, interrupted run in this folder is not for us."""
+        self._cleared = True
+        try:
+            clear_stop_signal(self._signal_store or self.hook.out_dir)
+        except Exception as exc:
+            logger.debug("smdebug: could not look for an old stop signal: %s", exc)
 
     def add(self, rule, action=STOP_TRAINING, params=None):
         from smdebug.rules.builtin import create_rule
@@ -187,8 +212,10 @@ class RuleRunner:
         if writer is None or not hook.writing or not hook._due:
             return False  # nothing was due at this step: nothing new to judge
         # Rules read the step back: wait until the writer has published it (this makes the saving of
-        # steps that rules judge synchronous, the price of judging them in-process).
-        writer.flush()
+        # steps that rules judge synchronous, the price of judging them in-process), but not on a store
+        # that fails or hangs: the step is then skipped.
+        if writer.failing or not writer.flush(RULE_FLUSH_SECONDS):
+            return False
         if step not in writer.written_steps[-4:]:
             return False
         try:
@@ -232,33 +259,51 @@ class RuleRunner:
             return
         self.stop = stop
         logger.warning("smdebug: %s", stop)
-        if self.hook.writing:
-            try:  # so that every worker of a distributed run stops, not only this one
-                write_stop_signal(self.hook.out_dir, stop.rule_name, stop.step, stop.reason)
-            except Exception as exc:
-                logger.warning("smdebug: could not write the stop signal: %s", exc)
+        if self.hook.writing:  # so that every worker of a distributed run stops, not only this one
+            if self._local:
+                self._write_signal(stop)
+            else:
+                _in_background(self._write_signal, stop)
+
+    def _write_signal(self, stop: StopTraining) -> None:
+        try:
+            write_stop_signal(self.hook.out_dir, stop.rule_name, stop.step, stop.reason)
+        except Exception as exc:
+            logger.warning("smdebug: could not write the stop signal: %s", exc)
 
     def check_signal(self) -> None:
+        """Look for the stop signal: at every step on a local disk; on a remote store every few seconds, on
+        a thread of its own (what it found is seen at the next step end)."""
         if self.stop is not None or self.hook.dry_run:
             return
-        store = self.hook._store
-        is_local = store.is_local if store is not None else "://" not in self.hook.out_dir
+        if self._local:
+            self._look_for_signal()
+            return
         now = time.monotonic()
-        if not is_local and now - self._last_signal_check < REMOTE_SIGNAL_CHECK_SECONDS:
+        if self._checking is not None and self._checking.is_alive():
+            return  # the last check still waits on the store
+        if now - self._last_signal_check < REMOTE_SIGNAL_CHECK_SECONDS:
             return
         self._last_signal_check = now
+        self._checking = _in_background(self._look_for_signal)
+
+    def _look_for_signal(self) -> None:
         try:
-            if store is None:  # nothing written yet: open the run's store once for the checks
-                store = self._signal_store = getattr(self, "_signal_store", None) or _store(self.hook.out_dir)
-            signal = read_stop_signal(store)
+            if self._signal_store is None:  # the run's store, opened once for the checks
+                self._signal_store = self.hook._store or _store(self.hook.out_dir)
+            if not self._cleared:
+                self._clear_old_signal()
+                return
+            signal = read_stop_signal(self._signal_store)
         except Exception as exc:
             logger.debug("smdebug: could not look for the stop signal: %s", exc)
             return
-        if signal is not None:
+        if signal is not None and self.stop is None:
             reason = signal.get("reason") or "stop signal"
-            self.stop = StopTraining(str(signal.get("rule", "unknown")), int(signal.get("step", -1)), reason)
-            self.stop.source = "signal"
-            logger.warning("smdebug: stop signal found in %s: %s", self.hook.out_dir, self.stop)
+            stop = StopTraining(str(signal.get("rule", "unknown")), int(signal.get("step", -1)), reason)
+            stop.source = "signal"
+            self.stop = stop
+            logger.warning("smdebug: stop signal found in %s: %s", self.hook.out_dir, stop)
 
     def pending_stop(self) -> StopTraining | None:
         """The StopTraining to raise, once."""

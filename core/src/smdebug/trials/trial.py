@@ -445,6 +445,31 @@ class Trial:
         coll = self.collections().get(coll_name)
         return Collection(coll_name) if coll is None else coll
 
+    # -- steps the run lost (recorded by our writer at close; smdebug 1.0 has no such record) ------------
+    def unsaved(self) -> dict[str, dict[int, str]]:
+        """Per worker, the steps it could not save (disk full, an outage that outlasted the retries) and
+        why; empty when every step was saved or the run recorded nothing (interrupted, or smdebug 1.0)."""
+        found: dict[str, dict[int, str]] = {}
+        files = [p for p in self.store.list(layout.UNSAVED_DIR) if p.endswith(".json")]
+        for relpath, data in sorted(self.store.read_many(files).items()):
+            worker = relpath.rsplit("/", 1)[-1][: -len(".json")]
+            try:
+                steps = layout.decode_unsaved(data)
+            except (ValueError, KeyError, TypeError) as exc:
+                logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
+                continue
+            if self._range is not None:
+                start, end = self._range
+                steps = {s: r for s, r in steps.items() if s >= start and (end is None or s < end)}
+            if steps:
+                found[worker] = steps
+        return found
+
+    @property
+    def unsaved_steps(self) -> list[int]:
+        """The steps some worker could not save, sorted (see ``unsaved()`` for who and why)."""
+        return sorted({step for steps in self.unsaved().values() for step in steps})
+
 
 class LocalTrial(Trial):
     """A run in a local folder (smdebug 1.0's name and arguments: ``LocalTrial(name, dirname, ...)``)."""
