@@ -385,17 +385,20 @@ def test_get_hook_creates_from_json(tmp_path, monkeypatch):
     assert smd.get_hook() is hook
 
 
-def test_save_scalar_before_training_is_kept(out_dir, binary):
+@pytest.mark.parametrize("mode", [None, smd.modes.TRAIN])
+def test_save_scalar_before_training_does_not_shift_the_rounds(out_dir, binary, mode):
     dtrain, dvalid = binary[:2]
-    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))
-    hook.save_scalar("num_round", 3)
-    _, history = train(hook, dtrain, dvalid, rounds=3)
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=2))
+    hook.save_scalar("num_round", 10)  # in GLOBAL mode, at step 0
+    if mode is not None:
+        hook.set_mode(mode)
+    _, history = train(hook, dtrain, dvalid, rounds=10)
     hook.close()
     trial = smd.create_trial(out_dir)
-    assert trial.tensor("scalar/num_round").steps() == [0]
-    # the rounds follow the step the scalar used, so nothing is written over
-    assert trial.tensor("train-logloss").steps() == [1, 2, 3]
-    assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][2])
+    assert trial.tensor("scalar/num_round").value(0).item() == 10  # kept: it joined step 0
+    metric = trial.tensor("train-logloss")
+    assert metric.steps(mode=mode or smd.modes.GLOBAL) == [0, 2, 4, 6, 8]
+    assert metric.value(8, mode=mode or smd.modes.GLOBAL)[0] == pytest.approx(history["train"]["logloss"][8])
 
 
 def test_cross_validation_saves_metrics_and_hyperparameters(out_dir, binary, caplog_smdebug):

@@ -25,7 +25,7 @@ import numpy as np
 import xgboost as xgb
 from pydantic import field_validator
 
-from smdebug.plugin import BaseHook, CollectionKeys, ConfigError, HookConfig, SaveConfig
+from smdebug.plugin import BaseHook, CollectionKeys, ConfigError, HookConfig, ModeKeys, SaveConfig
 from smdebug_xgb.collection import (
     AVERAGE_SHAP_PREFIX,
     BIAS,
@@ -81,7 +81,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self.train_data = load_data("train_data", options.train_data)
         self.validation_data = load_data("validation_data", options.validation_data)
         self._rounds_done = 0  # rounds seen by this hook, so a second training continues the steps
-        self._round_offset = 0
+        self._round_offset = self._mode_offset = 0
         self._training: _Training | None = None
 
     @classmethod
@@ -98,9 +98,14 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
 
     # -- xgboost.callback.TrainingCallback --------------------------------------------------------------
     def before_training(self, model):
-        # Rounds are steps 0, 1, ...; after steps this hook already used (an earlier training, or
-        # save_scalar before training) the numbering goes on, so no saved step is written over.
-        self._round_offset = max(self._rounds_done, self.step + 1)
+        # Rounds are steps 0, 1, ... as in smdebug 1.0 (a save_scalar made before training joins step 0);
+        # a second training with this hook goes on after the first one's rounds. In TRAIN (or another)
+        # mode, the mode's steps start at its own count, whatever GLOBAL steps came before.
+        if self.mode == ModeKeys.GLOBAL:
+            self._round_offset = self._mode_offset = self._rounds_done
+        else:
+            self._round_offset = max(self._rounds_done, self.step + 1)
+            self._mode_offset = self.mode_steps.get(self.mode, -1) + 1
         self._training = _Training(_params_of_train_call())
         return model
 
@@ -128,7 +133,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             self.before_training(model)
         step = self._round_offset + epoch
         self._rounds_done = max(self._rounds_done, step + 1)
-        self.begin_step(step, mode_step=step)
+        self.begin_step(step, mode_step=self._mode_offset + epoch)
         try:
             if not self.anything_due():
                 return
