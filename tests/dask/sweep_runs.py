@@ -10,13 +10,16 @@ same on every machine. Defects, as tests/rules/rule_scenarios.py plants them:
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 import smdebug.pytorch as smd
+from smdebug.rules import VanishingGradient
 
 FEATURES = 8
 DEFECTS = (None, "vanishing", "flat", "exploding")
@@ -81,6 +84,30 @@ def make_sweep(root: str, n: int = 20, steps: int = 24) -> dict[str, str | None]
         make_run(path, defect, steps=steps, seed=i)
         runs[path] = defect
     return runs
+
+
+class DiesOnceRule(VanishingGradient):
+    """vanishing_gradient whose first evaluation on a Dask worker kills that worker's process (once per
+    ``marker`` file), to check that Dask runs the lost task again."""
+
+    step_independent = True
+    name = "dies_once"
+
+    def __init__(self, base_trial, marker, threshold=0.0000001):
+        super().__init__(base_trial, threshold=threshold)
+        self.marker = Path(marker)
+
+    def invoke_at_step(self, step):
+        try:
+            from distributed import get_worker
+
+            get_worker()
+        except (ImportError, ValueError):
+            return super().invoke_at_step(step)  # not on a Dask worker
+        if not self.marker.exists():
+            self.marker.write_text("killed once")
+            os._exit(1)
+        return super().invoke_at_step(step)
 
 
 if __name__ == "__main__":  # python sweep_runs.py OUT DEFECT|none STEPS PAUSE: a slow live run

@@ -115,3 +115,15 @@ def test_rule_classes_and_rule_configs(sweep):
     assert list(by_config.fired_steps) == list(by_name.fired_steps)
     assert by_class.iloc[0].parameters == {"threshold": 0.001}
     assert (by_class.status == "fired").sum() >= (by_name.status == "fired").sum()
+
+
+def test_a_worker_lost_mid_task_is_retried(sweep, client, tmp_path):
+    from sweep_runs import DiesOnceRule
+
+    runs = find_runs(sweep["root"])[:6]
+    rules = [(DiesOnceRule, {"marker": str(tmp_path / "killed")})]
+    serial = evaluate_runs(runs, rules)
+    parallel = evaluate_runs(runs, rules, client=client)
+    assert (tmp_path / "killed").exists()  # a worker died during a task
+    pd.testing.assert_frame_equal(parallel, serial)
+    assert (serial.status == "fired").sum() >= 1
