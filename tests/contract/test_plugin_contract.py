@@ -259,3 +259,14 @@ def test_a_misbehaving_plugin_breaks_nothing(alias, out_dir, caplog):
     logged = [r.getMessage() for r in caplog.records if "'misbehaving'" in r.getMessage()]
     assert len(logged) == len(set(logged)) == 7  # once per hook specification, never per call
     assert all("is skipped" in m for m in logged)
+
+
+def test_set_hook_and_del_hook(alias, out_dir):
+    smd = importlib.import_module(f"smdebug.{alias}")
+    first = smd.Hook(out_dir=out_dir, dry_run=True)
+    second = smd.Hook(out_dir=out_dir, dry_run=True)
+    assert smd.get_hook() is second  # the last one created
+    smd.set_hook(first)
+    assert smd.get_hook() is first
+    smd.del_hook()
+    assert smd.get_hook() is None
