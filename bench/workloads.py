@@ -263,6 +263,8 @@ def sweep(root: str, runs: int, workers: int) -> dict:
     such command: it ran one processing job per rule and training job)."""
     import hashlib
 
+    import pandas  # noqa: F401 (imported before the clock starts, as the workers have their imports done)
+
     from smdebug.rules.sweep import evaluate_runs, find_runs, local_client
 
     paths = find_runs(root)[:runs]
