@@ -7,13 +7,18 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+_cached: list = []  # the types, once Keras (whose Variable is one of them) is imported
+
 
 def _types() -> tuple[type, ...]:
-    types = [tf.Tensor, tf.Variable, tf.IndexedSlices, tf.distribute.DistributedValues]
+    if _cached:
+        return _cached[0]
+    types = (tf.Tensor, tf.Variable, tf.IndexedSlices, tf.distribute.DistributedValues)
     keras = sys.modules.get("keras")
-    if keras is not None and hasattr(keras, "Variable"):
-        types.append(keras.Variable)  # Keras 3 variables are neither tf.Variable nor tf.Tensor
-    return tuple(types)
+    if keras is None or not hasattr(keras, "Variable"):
+        return types
+    _cached.append((*types, keras.Variable))  # Keras 3 variables are neither tf.Variable nor tf.Tensor
+    return _cached[0]
 
 
 def is_tf_value(value) -> bool:
@@ -31,10 +36,15 @@ def as_tensor(value) -> tf.Tensor:
     return tf.convert_to_tensor(value)  # tf.Variable, keras.Variable: their current value
 
 
+_UPCAST = frozenset(
+    d for d in (tf.bfloat16, *(getattr(tf.dtypes, n, None) for n in ("float8_e4m3fn", "float8_e5m2"))) if d
+)
+
+
 def to_numpy(value) -> np.ndarray:
     """A host array that later updates of a variable do not change (the writer encodes it later)."""
-    t = as_tensor(value)
-    if t.dtype == tf.bfloat16 or t.dtype.name.startswith("float8"):
+    t = value if isinstance(value, tf.Tensor) else as_tensor(value)
+    if t.dtype in _UPCAST:
         t = tf.cast(t, tf.float32)  # numpy cannot hold them: any reader can use float32
     if t.dtype == tf.string:
         return np.array(t.numpy(), dtype=object)
@@ -43,7 +53,9 @@ def to_numpy(value) -> np.ndarray:
 
 
 def _median(t: tf.Tensor) -> tf.Tensor:
-    """numpy's median: the mean of the two middle values when the count is even."""
+    """numpy's median: the mean of the two middle values when the count is even, NaN if any is NaN."""
+    if t.dtype.is_floating and bool(tf.reduce_any(tf.math.is_nan(t))):
+        return tf.constant(float("nan"), t.dtype)
     ordered = tf.sort(tf.reshape(t, [-1]))
     n = int(ordered.shape[0])
     if n % 2:
