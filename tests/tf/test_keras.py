@@ -338,3 +338,20 @@ def test_save_all_and_reductions_without_the_raw_tensor(out_dir, data):
     assert kernel.reduction_value(1, "l1") == pytest.approx(np.abs(start).sum(), rel=1e-5)
     # losses and metrics are saved as they are, whatever the reduction configuration
     assert trial.tensor("loss").value(1).shape == ()
+
+
+def test_steps_per_execution_warns_and_saves_what_it_can(out_dir, data, caplog_smdebug):
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=EVERYTHING
+    )
+    model = make_model()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", steps_per_execution=2)
+    model.fit(x, y, epochs=1, batch_size=8, callbacks=[hook], verbose=0)
+    hook.close()
+    warnings = [r.getMessage() for r in caplog_smdebug.records if "steps_per_execution=2" in r.getMessage()]
+    assert len(warnings) == 1 and "not captured" in warnings[0]
+    trial = create_trial(out_dir)
+    assert trial.steps() == [0, 1]  # one smdebug step per execution of two batches
+    assert {"loss", "mlp/head/kernel"} <= set(trial.tensor_names())
+    assert trial.tensor_names(collection="gradients") == []
