@@ -1,6 +1,7 @@
 """Keras fit under tf.distribute.MirroredStrategy on two logical CPU devices, with a KerasHook.
 
-Run as a script (devices must be configured before TensorFlow starts): mirrored_train.py OUT_DIR.
+Run as a script (devices must be configured before TensorFlow starts): mirrored_train.py OUT_DIR WORKERS,
+WORKERS the hook's include_workers (one, all).
 Writes OUT_DIR.weights.npz: the trainable weights at the start of each training step.
 """
 
@@ -29,6 +30,7 @@ hook = smd.KerasHook(
     out_dir=out,
     save_config=smd.SaveConfig(save_interval=1),
     include_collections=["gradients", "weights", "layers", "losses", "outputs"],
+    include_workers=sys.argv[2],
 )
 with strategy.scope():
     model = make_model(optimizer=keras.optimizers.SGD(0.5))

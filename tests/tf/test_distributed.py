@@ -15,14 +15,19 @@ HERE = Path(__file__).parent
 
 # (not under XLA: TensorFlow cannot compile a step whose variables live on two devices, with or without
 # the hook: "Trying to access resource ... located in device CPU:1 from device CPU:0")
-def test_mirrored_strategy_saves_the_first_replica(tmp_path, data):
-    x, y = data
+def _train(tmp_path, include_workers):
     out = str(tmp_path / "run")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(HERE)}
-    args = [sys.executable, str(HERE / "mirrored_train.py"), out]
+    args = [sys.executable, str(HERE / "mirrored_train.py"), out, include_workers]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-1] == "2"  # two replicas
+    return out
+
+
+def test_mirrored_strategy_saves_the_first_replica(tmp_path, data):
+    x, y = data
+    out = _train(tmp_path, "one")
     trial = create_trial(out)
     assert trial.workers() == ["worker_0"]  # include_workers "one": one process, the first replica's values
     assert trial.steps() == [0, 1]
@@ -40,3 +45,26 @@ def test_mirrored_strategy_saves_the_first_replica(tmp_path, data):
         saved = trial.tensor(f"gradients/{path}Grad").value(1)
         np.testing.assert_allclose(saved * 2, grad, rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(trial.tensor("mlp/head/kernel").value(1), start[2])
+
+
+def test_mirrored_strategy_all_workers(tmp_path, data):
+    """include_workers="all": each replica is a worker named after its device, as smdebug 1.0 names it."""
+    x, y = data
+    out = _train(tmp_path, "all")
+    trial = create_trial(out)
+    devices = ["_job-localhost_replica-0_task-0_device-CPU-0", "_job-localhost_replica-0_task-0_device-CPU-1"]
+    assert sorted(trial.workers()) == devices
+    labels = trial.tensor("labels")
+    np.testing.assert_array_equal(labels.value(1, worker=devices[0]), y[16:24])
+    np.testing.assert_array_equal(labels.value(1, worker=devices[1]), y[24:32])
+    weights = np.load(out + ".weights.npz")
+    start = [
+        weights[f"1:{p}"]
+        for p in ("mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias")
+    ]
+    expected, _ = reference_gradients(start, x[24:32], y[24:32])
+    saved = trial.tensor("gradients/mlp/head/kernelGrad").value(1, worker=devices[1])
+    np.testing.assert_allclose(saved * 2, expected["mlp/head/kernel"], rtol=1e-4, atol=1e-6)
+    # both replicas hold the same weights
+    for device in devices:
+        np.testing.assert_array_equal(trial.tensor("mlp/head/kernel").value(1, worker=device), start[2])

@@ -49,6 +49,8 @@ class TFState:
         self.broken: set = set()  # modes whose instrumented function failed once
         self.saved: set[str] = set()  # gradient names saved in a custom loop's step ...
         self.saved_step = -1  # ... this one
+        self.devices: list[str] = []  # a distribution strategy's replicas, as smdebug 1.0 names them
+        self.replicas: list = []  # include_workers "all": a hook writing each further replica's tensors
 
 
 class TFHook(BaseHook):
@@ -93,11 +95,56 @@ class TFHook(BaseHook):
         self.include_names(CollectionKeys.WEIGHTS, [n for n, _ in pairs if n not in set(biases)])
         return pairs
 
+    # -- distributed: one process, several replicas (MirroredStrategy) ---------------------------------
+    def worker_name(self) -> str:
+        device = getattr(self, "replica_device", None)  # a replica's hook (class attribute)
+        if device:
+            return device
+        state = getattr(self, "tf_state", None)  # None while BaseHook.__init__ runs
+        if state is not None and state.devices and self.include_workers == "all":
+            return state.devices[0]
+        return super().worker_name()
+
+    def num_workers(self) -> int:
+        state = getattr(self, "tf_state", None)
+        if state is not None and state.devices and self.include_workers == "all":
+            return len(state.devices)
+        return super().num_workers()
+
+    def register_replicas(self, model) -> None:
+        """With include_workers "all" and several replicas, each further replica gets a hook of its own
+        (same collections) that writes its tensors as the worker named after its device."""
+        state = self.tf_state
+        devices = list(getattr(model.distribute_strategy.extended, "worker_devices", ()) or ())
+        if len(devices) < 2 or state.devices or self.include_workers != "all":
+            return
+        # smdebug 1.0 names a replica's worker after its device, in a form that fits in file names
+        state.devices = [d.replace("/", "_").replace(":", "-") for d in devices]
+        from smdebug_tf import set_hook
+
+        for device in state.devices[1:]:
+            replica_class = type(f"{type(self).__name__}Replica", (TFHook,), {"replica_device": device})
+            replica = replica_class.from_config(self.options)
+            replica.collection_manager = self.collection_manager
+            replica.include_collections = self.include_collections
+            state.replicas.append(replica)
+        set_hook(self)  # get_hook() stays the user's hook, not a replica's
+
+    def save_replicas(self, tensors) -> None:
+        for index, replica in enumerate(self.tf_state.replicas, start=1):
+            replica.set_mode(self.mode)
+            replica.begin_step(step=self.step, mode_step=self.mode_step)
+            for name, per_replica in tensors.items():
+                if len(per_replica) > index:
+                    replica.save_for_step(name, per_replica[index])
+            replica.end_step()
+
     def register_model(self, model) -> None:
         """Take the model's variable, gradient and layer names, and wrap its optimizer (fit does this)."""
         state = self.tf_state
         state.model = model
         state.model_ref = id(model)
+        self.register_replicas(model)
         state.weights = self.include_variables(model.weights)
         state.gradient_names = [capture.gradient_name(v) for v in model.trainable_variables]
         layers = capture.walk_layers(model)
@@ -202,7 +249,8 @@ class TFHook(BaseHook):
         state = self.tf_state
         with self.guard("save the step's tensors"):
             for name, per_replica in tensors.items():
-                self.save_for_step(name, per_replica[0])  # the first replica: include_workers "one"
+                self.save_for_step(name, per_replica[0])  # the first replica (include_workers "one")
+            self.save_replicas(tensors)
             self.save_logs(mode, result)
             if mode == ModeKeys.TRAIN and state.optimizer is not None:
                 self.refresh_optimizer_variables()
@@ -411,4 +459,6 @@ class TFHook(BaseHook):
 
     def close(self) -> None:
         self.restore_function()
+        for replica in self.tf_state.replicas:
+            replica.close()
         super().close()
