@@ -469,41 +469,48 @@ def _run_tasks(executor, paths, specs, baselines, per_task, settings, progress) 
                 args = (sweep_id, paths[i], spec, others, chunk)
                 yield key, args, i
 
+    def finished() -> None:
+        nonlocal done
+        done += 1
+        tick()
+
     tick()
     for i, plan in executor.map_plans(sweep_id, paths):
         plans[i] = plan
-        done += 1
         new = list(tasks_of(i, plan))
-        executor.submit_tasks(new, settings)
         tick(len(new))
-    for key, result in executor.results():
+        finished()
+        executor.submit_tasks(new, settings, finished)
+    for key, result in executor.results(finished):
         results[key] = result
-        done += 1
-        tick()
     return {"plans": plans, "tasks": results}
 
 
 class _SerialExecutor:
+    """A run's tasks right after its plan, while its trial is at hand."""
+
     def __init__(self):
-        self._queue = []
+        self._done = []
 
     def map_plans(self, sweep_id, paths):
         for i, path in enumerate(paths):
             yield i, plan_run(sweep_id, path)
 
-    def submit_tasks(self, tasks, settings):
-        self._queue.extend((key, args, settings) for key, args, _ in tasks)
+    def submit_tasks(self, tasks, settings, finished):
+        for key, args, _ in tasks:
+            self._done.append((key, evaluate_task(*args, **settings)))
+            finished()
 
-    def results(self):
-        for key, args, settings in self._queue:
-            yield key, evaluate_task(*args, **settings)
-        self._queue.clear()
+    def results(self, finished):
+        yield from self._done
+        self._done.clear()
         _local.trials = OrderedDict()
 
 
 class _DaskExecutor:
-    """Plans first; each run's rule tasks are submitted as soon as its plan is known, the earlier runs
-    first (so a worker's cached trials are reused)."""
+    """Each run's rule tasks are submitted as soon as its plan is known, with the plan's priority: the
+    workers go through the runs roughly in order, a run's tasks before the next plans, so that the
+    trials a worker keeps are those its next tasks read."""
 
     def __init__(self, client):
         self.client = client
@@ -513,7 +520,7 @@ class _DaskExecutor:
         from distributed import as_completed
 
         futures = {
-            self.client.submit(plan_run, sweep_id, path, pure=False, priority=len(paths) - i): i
+            self.client.submit(plan_run, sweep_id, path, pure=False, priority=-i): i
             for i, path in enumerate(paths)
         }
         for future in as_completed(futures):
@@ -524,12 +531,12 @@ class _DaskExecutor:
                 plan = {"error": _describe(exc)}
             yield i, plan
 
-    def submit_tasks(self, tasks, settings):
+    def submit_tasks(self, tasks, settings, finished):
         for key, args, run_index in tasks:
             future = self.client.submit(evaluate_task, *args, **settings, pure=False, priority=-run_index)
             self.futures[future] = key
 
-    def results(self):
+    def results(self, finished):
         from distributed import as_completed
 
         for future in as_completed(list(self.futures)):
@@ -539,6 +546,7 @@ class _DaskExecutor:
             except Exception as exc:
                 result = {"fired": [], "reason": "", "tensors": [], "error": _describe(exc), "note": ""}
                 result.update(ended=False, skipped="")
+            finished()
             yield key, result
 
 
