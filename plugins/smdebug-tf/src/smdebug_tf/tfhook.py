@@ -115,9 +115,10 @@ class TFHook(BaseHook):
         """With include_workers "all" and several replicas, each further replica gets a hook of its own
         (same collections) that writes its tensors as the worker named after its device."""
         state = self.tf_state
-        devices = list(getattr(model.distribute_strategy.extended, "worker_devices", ()) or ())
-        if len(devices) < 2 or state.devices or self.include_workers != "all":
+        strategy = model.distribute_strategy
+        if self.include_workers != "all" or state.devices or strategy.num_replicas_in_sync < 2:
             return
+        devices = list(strategy.extended.worker_devices)
         # smdebug 1.0 names a replica's worker after its device, in a form that fits in file names
         state.devices = [d.replace("/", "_").replace(":", "-") for d in devices]
         from smdebug_tf import set_hook
@@ -144,7 +145,6 @@ class TFHook(BaseHook):
         state = self.tf_state
         state.model = model
         state.model_ref = id(model)
-        self.register_replicas(model)
         state.weights = self.include_variables(model.weights)
         state.gradient_names = [capture.gradient_name(v) for v in model.trainable_variables]
         layers = capture.walk_layers(model)
@@ -155,6 +155,8 @@ class TFHook(BaseHook):
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None and hasattr(optimizer, "apply"):
             self.wrap_optimizer(optimizer)
+        with self.guard("give each replica a worker"):
+            self.register_replicas(model)
 
     def refresh_optimizer_variables(self) -> None:
         optimizer = self.tf_state.optimizer
