@@ -68,6 +68,8 @@ if scenario == "modes":
         loss_fn(net(x), y)
     hook.set_mode(smd.modes.TRAIN)
     train(data[5:7])
+    hook.set_mode(smd.modes.EVAL)
+    loss_fn(net(data[7][0]), data[7][1])
 else:
     train(data[:5])
 hook.close()

@@ -72,40 +72,45 @@ def test_weights_and_gradients_as_of_the_steps_update(out_dir):
     assert not np.allclose(trial.tensor("dense0_weight").value(2), run.seen[1]["dense0_weight"])
 
 
-def test_modes_and_the_step_before_a_mode_change(out_dir):
+def test_modes_and_the_steps_at_a_mode_change(out_dir):
+    """As smdebug 1.0.34: a step's parameters are read when the next step starts, so after a mode change
+    the new mode's configuration decides, at that mode's latest step (none yet: not due) and without
+    gradients in EVAL."""
     net, loss_fn = make_net()
     colls = ["weights", "gradients", "losses"]
     hook = _hook(
         out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1), include_collections=colls
     )
     run = Run(hook, net, loss_fn)
-    data = batches(7)
+    data = batches(8)
     hook.set_mode(smd.modes.TRAIN)
-    run.train(data[:3])
+    run.train(data[:3])  # global steps 0-2
     hook.set_mode(smd.modes.EVAL)
-    run.evaluate(data[3:5])
+    run.evaluate(data[3:5])  # 3-4
     hook.set_mode(smd.modes.TRAIN)
-    run.train(data[5:])
+    run.train(data[5:7])  # 5-6
+    hook.set_mode(smd.modes.EVAL)
+    run.evaluate(data[7:])  # 7
     hook.close()
 
     trial = create_trial(out_dir)
-    assert trial.steps() == list(range(7))
+    assert trial.steps() == list(range(8))
     assert trial.steps(mode=smd.modes.TRAIN) == [0, 1, 2, 3, 4]
-    assert trial.steps(mode=smd.modes.EVAL) == [0, 1]
+    assert trial.steps(mode=smd.modes.EVAL) == [0, 1, 2]
     weight = trial.tensor("dense1_weight")
-    assert weight.steps(mode=smd.modes.TRAIN) == [0, 1, 2, 3, 4]  # step 2, before set_mode, included
-    assert weight.steps(mode=smd.modes.EVAL) == [0, 1]
+    assert weight.steps() == [0, 1, 3, 4, 5, 6, 7]  # 2: EVAL had no step yet when it was read
+    assert weight.steps(mode=smd.modes.EVAL) == [0, 1, 2]
     gradient = trial.tensor("gradient/dense1_weight")
-    assert gradient.steps(mode=smd.modes.EVAL) == []  # no gradients are computed in evaluation
-    assert gradient.steps() == [0, 1, 2, 5, 6]
-    for global_step in range(7):
-        np.testing.assert_allclose(
-            weight.value(global_step), run.seen[global_step]["dense1_weight"], rtol=1e-6
-        )
-        np.testing.assert_allclose(
-            trial.tensor(LOSS).value(global_step), run.seen[global_step]["loss"], rtol=1e-6
-        )
-    np.testing.assert_allclose(weight.value(1, mode=smd.modes.EVAL), run.seen[4]["dense1_weight"], rtol=1e-6)
+    assert gradient.steps() == [0, 1, 4, 5]  # 4: read as TRAIN resumed; 6: read in EVAL; 7: EVAL
+    assert gradient.steps(mode=smd.modes.EVAL) == [1]
+    for step in weight.steps():
+        np.testing.assert_allclose(weight.value(step), run.seen[step]["dense1_weight"], rtol=1e-6)
+    for step in (0, 1, 5):
+        np.testing.assert_allclose(gradient.value(step), run.seen[step]["gradient/dense1_weight"], rtol=1e-6)
+    # the gradients filed under EVAL step 1 are the last ones computed, those of TRAIN step 2
+    np.testing.assert_allclose(gradient.value(4), run.seen[2]["gradient/dense1_weight"], rtol=1e-6)
+    for step in range(8):
+        np.testing.assert_allclose(trial.tensor(LOSS).value(step), run.seen[step]["loss"], rtol=1e-6)
 
 
 def test_block_tensors_and_include_regex(out_dir):

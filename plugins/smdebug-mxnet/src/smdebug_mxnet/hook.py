@@ -3,19 +3,21 @@
 A step starts when a registered model block's forward starts (as in smdebug 1.0). The parameters and
 their gradients are saved at the end of the step, so a step's weights are the ones its ``trainer.step``
 produced and its gradients the ones its ``backward`` computed: they are read when the next forward
-starts, when the mode changes, or when the hook closes. Block inputs and outputs (``<block>_input_<i>``,
+starts, when the mode changes (deciding as smdebug 1.0.34 does, see save_parameter), or when the hook
+closes. Block inputs and outputs (``<block>_input_<i>``,
 ``<block>_output_<i>``) come from forward hooks on the model's blocks, and from MXNet's op hook inside
 hybridized blocks (smdebug_mxnet.hybrid); a loss block's from its own forward hook.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import mxnet as mx
 from mxnet.ndarray import NDArray
 
-from smdebug.plugin import BaseHook, CollectionKeys
+from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
 from smdebug_mxnet import workers
 from smdebug_mxnet.collection import (
     BUILTIN_PATTERNS,
@@ -155,8 +157,9 @@ class Hook(BaseHook):
             )
 
     # -- parameters --------------------------------------------------------------------------------
-    def save_parameters(self) -> None:
-        """The current step's parameters and gradients (gradients only where gradients are computed)."""
+    def save_parameters(self, mode=None) -> None:
+        """The current step's parameters and gradients. ``mode``: the mode just set, whose configuration
+        decides instead of the step's own (below)."""
         block = self.last_model() if self.last_model is not None else None
         if block is None or self.params_saved_step == self.step or not self.anything_due():
             return
@@ -170,11 +173,30 @@ class Hook(BaseHook):
                 continue
             with self.guard(f"save parameter {param.name}"):
                 ctx = param.list_ctx()[0]
-                if self.is_due(param.name):
-                    self.save_for_step(param.name, param.data(ctx))
-                gradient = GRADIENT_PREFIX + param.name
-                if param.grad_req != "null" and self.is_due(gradient):
-                    self.save_for_step(gradient, param.grad(ctx))
+                self.save_parameter(param.name, functools.partial(param.data, ctx), mode)
+                if param.grad_req != "null":
+                    self.save_parameter(
+                        GRADIENT_PREFIX + param.name, functools.partial(param.grad, ctx), mode
+                    )
+
+    def save_parameter(self, name: str, value, mode) -> None:
+        if mode is None:
+            if self.is_due(name):
+                self.save_for_step(name, value())
+            return
+        # smdebug 1.0.34 reads a step's parameters when the next step starts, so after a mode change it
+        # decides with the new mode's configuration at that mode's latest step (-1 before its first one,
+        # never due): the last TRAIN step before evaluation loses them, the last EVAL step before training
+        # gets the gradients. The same names and steps as 1.0.34's, for the same script.
+        step = self.mode_steps.get(mode, -1)
+        skipped = self.train_only_collections if mode in (ModeKeys.EVAL, ModeKeys.PREDICT) else ()
+        due = [
+            c.name
+            for c in self.collections_of(name)
+            if c.name not in skipped and c.save_config.should_save_step(mode, step)
+        ]
+        if due:
+            self.save_tensor(name, value(), due)
 
     def layers_wanted(self) -> bool:
         """Whether an included collection may hold block inputs/outputs (beyond the loss blocks')."""
@@ -182,9 +204,9 @@ class Hook(BaseHook):
         return bool(due - PARAMETER_COLLECTIONS)
 
     def set_mode(self, mode) -> None:
-        if self.in_step and mode != self.mode:
+        if self.in_step and isinstance(mode, ModeKeys) and mode != self.mode:
             with self.guard("save parameters"):
-                self.save_parameters()  # they belong to the step that ends with the mode
+                self.save_parameters(mode)  # the step ends with the mode: its parameters are read now
         super().set_mode(mode)
 
     def close(self) -> None:
