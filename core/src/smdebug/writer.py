@@ -463,6 +463,8 @@ class RunWriter:
             for pub in self._outbox:
                 if pub.file is not None:
                     self.failed_files.setdefault(pub.file, why)
+                if pub is not self._publishing:  # its temp files go now, not at interpreter exit
+                    pub.discard()
             if self._end_of_job and not self._end_written:
                 self.failed_files.setdefault(END_OF_JOB_FILE, why)
             self._lock.notify_all()

@@ -1,0 +1,180 @@
+"""An S3 outage never stalls training: the endpoint down from the start, dying mid-run, or hanging (it
+accepts connections and never answers). Hook creation is bounded, steps stay fast, close() returns within
+SMDEBUG_CLOSE_TIMEOUT, what was saved before the outage stays, and the unsaved steps are listed exactly."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import start_training
+
+import smdebug
+from smdebug.hook import BaseHook
+from smdebug.trials import create_trial
+
+# Generous bounds (a step of these tests takes milliseconds; the failures they catch took seconds).
+STEP_BOUND = 1.0
+CLOSE_SLACK = 1.0
+
+
+def value(step):
+    return np.full((16, 16), step, dtype=np.float32)
+
+
+def timed_steps(hook, steps, on_step=None):
+    times = []
+    for step in steps:
+        if on_step is not None:
+            on_step(step)
+        began = time.perf_counter()
+        hook.begin_step()
+        hook.save_tensor("w", value(step))
+        hook.save_scalar("loss", float(step))
+        hook.end_step()
+        times.append(time.perf_counter() - began)
+        time.sleep(0.02)
+    return times
+
+
+def timed_close(hook):
+    began = time.perf_counter()
+    hook.close()
+    return time.perf_counter() - began
+
+
+def unsaved_in_log(text: str) -> list[int]:
+    """The steps a 'could not be saved' report names."""
+    match = re.search(r"(\d+) step\(s\) could not be saved: (.*)", text)
+    assert match, text[-3000:]
+    steps = sorted(int(s) for s in re.findall(r"(?:^|, |; )(\d+)(?=,| \()", match.group(2)))
+    assert len(steps) == int(match.group(1))
+    return steps
+
+
+@pytest.fixture
+def hanging_endpoint(monkeypatch):
+    """An S3 endpoint that accepts connections and never answers (a frozen server or a black hole)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(128)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAHANGINGENDPOINT0")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hanging-endpoint-secret-0123456789")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield
+    server.close()
+    for conn in held:
+        conn.close()
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_endpoint_down_from_the_start(s3_server, s3_uri, monkeypatch):
+    monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "2")
+    monkeypatch.setenv("SMDEBUG_CHECK_TIMEOUT", "2")
+    s3_server.stop()
+    began = time.perf_counter()
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    assert time.perf_counter() - began < 2 + CLOSE_SLACK
+    times = timed_steps(hook, range(20))
+    assert max(times) < STEP_BOUND, times
+    assert timed_close(hook) < 2 + CLOSE_SLACK
+    assert sorted(hook._writer.failed_steps) == list(range(20))
+
+
+def test_endpoint_hanging_from_the_start(hanging_endpoint, monkeypatch, caplog):
+    monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "2")
+    monkeypatch.setenv("SMDEBUG_CHECK_TIMEOUT", "1")
+    began = time.perf_counter()
+    hook = BaseHook(out_dir="s3://smdebug-hang/run", save_config=smdebug.SaveConfig(save_interval=1))
+    assert time.perf_counter() - began < 1 + CLOSE_SLACK  # was: minutes (every request hangs)
+    assert any("did not answer within 1 s" in r.getMessage() for r in caplog.records)
+    times = timed_steps(hook, range(15))
+    assert max(times) < STEP_BOUND, times
+    assert timed_close(hook) < 2 + CLOSE_SLACK
+    assert sorted(hook._writer.failed_steps) == list(range(15))
+    assert "15 step(s) could not be saved: 0, 1, 2" in hook._writer.unsaved_report()
+
+
+def test_endpoint_dying_mid_run_in_process(s3_server, s3_uri, monkeypatch, caplog):
+    monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "2")
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    before = timed_steps(hook, range(10))
+    assert hook._writer.flush(30)
+    assert hook._writer.written_steps == list(range(10))
+    after = timed_steps(hook, range(10, 30), on_step=lambda s: s == 12 and s3_server.stop())
+    assert max(after) < STEP_BOUND, after
+    assert max(before) < STEP_BOUND, before
+    assert timed_close(hook) < 2 + CLOSE_SLACK
+    unsaved = sorted(hook._writer.failed_steps)
+    saved = sorted(hook._writer.written_steps)
+    assert unsaved and sorted(saved + unsaved) == list(range(30))  # every step saved or listed, once
+    assert unsaved == list(range(unsaved[0], 30))  # steps land in order: the lost ones are the last
+    s3_server.start()
+    trial = create_trial(s3_uri)
+    assert trial.steps() == saved  # nothing saved before the outage is lost
+    assert not trial.training_ended()
+    for step in saved:
+        np.testing.assert_array_equal(trial.tensor("w").value(step), value(step))
+
+
+def test_endpoint_killed_under_real_training(s3_server, s3_uri):
+    """Real PyTorch training in a subprocess; the server dies after a few steps and never comes back."""
+    env = {"SMDEBUG_CLOSE_TIMEOUT": "3"}
+    import os
+
+    proc = start_training(s3_uri, 60, "--sleep", "0.05", env={**os.environ, **env})
+    seen: list[int] = []
+    lines = []
+    try:
+        deadline = time.monotonic() + 120
+        trial = None
+        while time.monotonic() < deadline and len(seen) < 5:
+            lines.append(proc.stdout.readline())
+            try:
+                trial = trial or create_trial(s3_uri)
+                trial.refresh()
+                seen = trial.steps()
+            except Exception:
+                trial = None
+        assert len(seen) >= 5, "training did not save 5 steps"
+        s3_server.stop()
+        began = time.monotonic()
+        out, err = proc.communicate(timeout=180)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    lines += out.splitlines()
+    step_times = {
+        int(m.group(1)): float(m.group(2)) for m in map(re.compile(r"step (\d+) (\S+)").match, lines) if m
+    }
+    assert sorted(step_times) == list(range(60))
+    # the steps after the outage are as fast as before it (they took seconds each before the fix)
+    assert max(step_times.values()) < STEP_BOUND, step_times
+    assert took < 60 * 0.05 + 3 + 20  # sleeping steps, the close timeout, and interpreter exit
+    unsaved = unsaved_in_log(err)
+    s3_server.start()
+    trial = create_trial(s3_uri)
+    saved = trial.steps()
+    assert saved[: len(seen)] == seen  # nothing saved before the outage is lost
+    assert sorted(saved + unsaved) == list(range(60)) and not set(saved) & set(unsaved)
+    assert not trial.training_ended()
