@@ -486,8 +486,10 @@ class BaseHook:
                 if unsaved:
                     logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.uri, unsaved)
             elif self.shipped and not self.is_copy and not self.dry_run:
-                # only the workers' copies wrote: the run they wrote is finished
-                plugins.open_store(self.out_dir).write_bytes(END_OF_JOB_FILE, b"")
+                # only the workers' copies wrote: the run they wrote is finished (within the close timeout)
+                from smdebug.writer import run_bounded
+
+                run_bounded(lambda: plugins.open_store(self.out_dir).write_bytes(END_OF_JOB_FILE, b""))
         plugins.hook_closed(self)
 
     def _to_numpy(self, value: Any) -> np.ndarray:

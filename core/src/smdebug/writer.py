@@ -96,6 +96,27 @@ def at_exit(fn, *args) -> None:
         atexit.register(fn, *args)
 
 
+def run_bounded(fn: Callable[[], object], timeout: float | None = None) -> None:
+    """Run fn on a thread of its own and wait for it at most ``timeout`` seconds (default the close
+    timeout): for a storage call made from the training thread. Its errors are raised here."""
+    errors: list[BaseException] = []
+
+    def call():
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=call, name="smdebug-storage-call", daemon=True)
+    thread.start()
+    timeout = close_timeout_from_env() if timeout is None else timeout
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"the store did not answer within {timeout:g} s")
+    if errors:
+        raise errors[0]
+
+
 def format_steps(steps) -> str:
     return ", ".join(str(s) for s in sorted(steps))
 
