@@ -141,11 +141,15 @@ def _many(args) -> bool:
         except Exception:
             answer.append(False)  # _run_one reports it
 
-    # a remote store that does not answer is reported by _run_one, with its time limit
+    os.environ.setdefault("AWS_MAX_ATTEMPTS", "2")  # a command, not training: fail soon (as reach_trial)
     thread = threading.Thread(target=look, name="smdebug-cli-look", daemon=True)
     thread.start()
     thread.join(REACH_TIMEOUT)
-    return bool(answer and answer[0])
+    if not answer:
+        from smdebug.store import redact
+
+        raise SMDebugValueError(f"{redact(path)}: cannot read the run: no answer within {REACH_TIMEOUT:g} s")
+    return answer[0]  # False on an error, which _run_one reports
 
 
 def _run_one(args) -> int:
