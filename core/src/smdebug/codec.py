@@ -160,7 +160,12 @@ _MODE_STEP, _MODE = b"mode_step", b"mode"  # smdebug's plugin names
 _BAD_TAG_CHARS = re.compile(r"[^-/\w\.]")
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+
+
 def _varint(n: int) -> bytes:
+    if 0 <= n < 128:
+        return _ONE_BYTE[n]
     n &= 0xFFFFFFFFFFFFFFFF  # a negative int64 is written as its 10-byte two's complement
     out = bytearray()
     while n >= 0x80:
@@ -229,6 +234,92 @@ def encode_tensor_event(
     plugins += _sub(1, _text(1, _MODE) + _text(2, str(mode)))
     value = _text(1, tag) + _sub(8, _tensor_proto(tag, array)) + _sub(9, plugins)
     return _event(wall_time, step, _sub(5, _sub(1, value)))
+
+
+# (tag, shape, dtype, mode) -> what a numeric tensor event holds besides the step, the wall time, the mode
+# step and the content (the tag, the TensorProto's dtype and shape, the mode): the same at every step,
+# so encoded once
+_TEMPLATES: dict[tuple, tuple] = {}
+_MAX_TEMPLATES = 100_000
+_SMALL = 4096  # a smaller tensor's content is joined with the record's other bytes (one write, not three)
+_MODE_STEP_KEY = b"".join(_text(1, _MODE_STEP) + [_key(2, 2)])
+
+
+def _template(tag: str, array: np.ndarray, enum: int, mode: int) -> tuple:
+    nbytes = array.size * _DTYPES[enum].itemsize
+    dims = []
+    for size in array.shape:  # smdebug names every dim "{tag}_{size}"
+        dims += _sub(2, _int(1, size) + _text(2, f"{tag}_{size}"))
+    proto = _int(1, enum) + _sub(2, dims) + ([_key(4, 2), _varint(nbytes)] if nbytes else [])
+    proto_len = sum(len(c) for c in proto) + nbytes
+    head = b"".join(_text(1, tag) + [_key(8, 2), _varint(proto_len)] + proto)
+    mode_entry = b"".join(_sub(1, _text(1, _MODE) + _text(2, str(mode))))
+    return head, mode_entry, _DTYPES[enum]
+
+
+def tensor_event_chunks(
+    tag: str, array: np.ndarray, step: int, wall_time: float, mode: int, mode_step: int
+) -> list:
+    """encode_tensor_event's bytes as a list of chunks whose concatenation is the event: a large numeric
+    tensor's content is one chunk, a view of the array itself (never copied when it is contiguous and in
+    the file's byte order), so it is framed and written without a copy."""
+    if not isinstance(array, np.ndarray):
+        array = np.array([array]) if np.isscalar(array) else np.asarray(array)
+    mode = int(getattr(mode, "value", mode))
+    key = (tag, array.shape, array.dtype.str, mode)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
+        if (
+            array.dtype.kind in "USO"
+            or enum is None
+            or array.dtype.fields is not None
+            or type(tag) is not str
+        ):
+            return [
+                encode_tensor_event(tag, array, step, wall_time, mode, mode_step)
+            ]  # (raises if unsupported)
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
+            _TEMPLATES.clear()
+        template = _TEMPLATES[key] = _template(tag, array, enum, mode)
+    head, mode_entry, dtype = template
+    if array.nbytes < _SMALL:
+        content = array.astype(dtype, copy=False).tobytes()  # C order
+    else:
+        content = memoryview(np.ascontiguousarray(array, dtype=dtype).reshape(-1).view(np.uint8))
+    ms = str(int(mode_step)).encode()
+    ms_entry = _MODE_STEP_KEY + _varint(len(ms)) + ms
+    plugins = b"\x0a" + _varint(len(ms_entry)) + ms_entry + mode_entry
+    tail = b"\x4a" + _varint(len(plugins)) + plugins
+    value_len = len(head) + len(content) + len(tail)
+    value_key = b"\x0a" + _varint(value_len)
+    pre = b"".join(
+        _double(1, float(wall_time))
+        + _int(2, int(step))
+        + [b"\x2a", _varint(len(value_key) + value_len), value_key, head]
+    )
+    if type(content) is bytes:
+        return [b"".join((pre, content, tail))]
+    return [pre, content, tail]
+
+
+def frame_chunks(chunks: list, checksum: bool = True) -> tuple[list, int, int]:
+    """frame() of an event given as chunks, without joining them: (the record's chunks, the record's size,
+    the event's masked CRC32C). The CRC runs over each chunk in turn (crc32c releases the GIL on large
+    buffers)."""
+    size = 0
+    crc = 0
+    for chunk in chunks:
+        size += len(chunk)
+        crc = _crc32c.crc32c(chunk, crc)
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    header = _U64.pack(size)
+    footer = masked if checksum else _NO_CHECKSUM
+    return (
+        [header + _U32.pack(masked_crc32c(header)), *chunks, _U32.pack(footer)],
+        size + _HEADER + _FOOTER,
+        masked,
+    )
 
 
 def _clean_tag(tag: str) -> str:

@@ -42,6 +42,7 @@ import copy
 import inspect
 import json
 import logging
+import time
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -66,6 +67,7 @@ from smdebug.writer import END_OF_JOB_FILE, RunWriter, at_exit, collections_file
 logger = logging.getLogger("smdebug")
 
 SCALAR_PREFIX = "scalar/"
+RESERVE_BYTES = 1024 * 1024  # a tensor this large is copied for the writer only once the queue has room
 DEFAULT_WORKER = "worker_0"
 _active_hook: BaseHook | None = None
 
@@ -134,6 +136,8 @@ class BaseHook:
         self.shipped = False  # pickled to other processes (Dask workers), which write their own files
 
         self._colls_of: dict[str, frozenset[Collection]] = {}
+        # name -> (its collections, the due collections, what to save): valid while both are these objects
+        self._plans: dict[str, tuple] = {}
         self._prepared = False
         self._closed_at_exit = None
         self.collection_manager = CollectionManager()
@@ -307,7 +311,9 @@ class BaseHook:
                 self.mode_steps[ModeKeys.GLOBAL] = self.step
             self._in_step = True
             self._numbered.clear()
-            self._due = self._collections_due()
+            due = self._collections_due()
+            if due != self._due:  # the same set keeps the same object: save_for_step's plans stay valid
+                self._due = due
             plugins.step_begin(self)
 
     def end_step(self) -> None:
@@ -441,12 +447,20 @@ class BaseHook:
     def save_for_step(self, name: str, value: Any) -> bool:
         """Save a tensor seen by the framework if one of its collections is due now; True if saved.
         The name is recorded in its collections, so the run's collections file lists it."""
-        if not self.is_due(name):
+        if not (self._in_step and self._due and self.writing):
             return False
-        colls = self.collections_of(name)
-        self._write_for_tensor(name, value, self._due.intersection(colls))
-        for coll in colls:
-            coll.add_tensor_name(name)
+        colls = self._colls_of.get(name)
+        if colls is None:
+            colls = self.collections_of(name)
+        due = self._due
+        plan = self._plans.get(name)
+        if plan is None or plan[0] is not colls or plan[1] is not due:
+            if due.isdisjoint(colls):
+                return False
+            plan = self._plans[name] = (colls, due, self._plan(name, value, due.intersection(colls)))
+            for coll in colls:
+                coll.add_tensor_name(name)
+        self._write_planned(name, value, plan[2])
         return True
 
     def save_numbered(self, prefix: str, values: Any) -> None:
@@ -528,37 +542,67 @@ class BaseHook:
                 if self._writer is not None:
                     self._writer.end_step(self.step)
 
-    def _write_for_tensor(self, name: str, value: Any, colls: Iterable[Collection]) -> None:
+    def _plan(self, name: str, value: Any, colls: Iterable[Collection]) -> tuple:
+        """What saving a tensor means for these collections: (reduction pairs, their tensor names, raw,
+        shape); a text tensor is saved raw only. Cached per tensor name while its collections and the
+        due collections stay the same objects (save_for_step)."""
         colls = list(colls)
         numeric = not (isinstance(value, np.ndarray) and value.dtype.kind in "USO")  # text: raw only
-        pairs = {
-            pair: None
-            for c in colls
-            if numeric and c.name not in self.scalar_collections
-            for pair in c.reduction_config.reduction_pairs()
-        }
+        pairs = list(
+            {
+                pair: None
+                for c in colls
+                if numeric and c.name not in self.scalar_collections
+                for pair in c.reduction_config.reduction_pairs()
+            }
+        )
+        names = [reduction_tensor_name(name, r, a) for r, a in pairs]
+        raw = not numeric or any(c.reduction_config.save_raw_tensor for c in colls)
+        shape = any(c.reduction_config.save_shape for c in colls)
+        return pairs, names, raw, shape
+
+    def _write_for_tensor(self, name: str, value: Any, colls: Iterable[Collection]) -> None:
+        self._write_planned(name, value, self._plan(name, value, colls))
+
+    def _write_planned(self, name: str, value: Any, plan: tuple) -> None:
+        pairs, names, raw, shape = plan
         try:
             if pairs:
-                self._reduce_all(name, value, list(pairs))
-            raw = not numeric or any(c.reduction_config.save_raw_tensor for c in colls)
-            shape = any(c.reduction_config.save_shape for c in colls)
+                self._reduce_all(name, value, pairs, names)
             if raw or shape:
-                array = self._to_numpy(value)
+                writer = self._writer or self._get_writer()
+                reserved = 0
+                if raw and not shape and not isinstance(value, np.ndarray):
+                    # the copy for the writer is made only once the queue has room for it
+                    nbytes = getattr(value, "nbytes", None)
+                    if isinstance(nbytes, int) and nbytes >= RESERVE_BYTES:
+                        writer.reserve(nbytes)
+                        reserved = nbytes
+                try:
+                    array = self._to_numpy(value)
+                except BaseException:
+                    if reserved:
+                        writer.reserve(-reserved)
+                    raise
                 if shape:
-                    self._get_writer().write_shape(self.step, self.mode, self.mode_step, name, array.shape)
+                    writer.write_shape(self.step, self.mode, self.mode_step, name, array.shape)
                 if raw:
-                    self._queue(name, array)
+                    self._queue(name, array, reserved=reserved)
         except Exception as exc:  # never break training because of one tensor
             logger.warning(
                 "smdebug: could not save %s at step %d: %s: %s", name, self.step, type(exc).__name__, exc
             )
 
-    def _reduce_all(self, name: str, value: Any, pairs: list[tuple[str, bool]]) -> None:
+    def _reduce_all(
+        self, name: str, value: Any, pairs: list[tuple[str, bool]], names: list[str] | None = None
+    ) -> None:
         """A tensor's reductions: started where it lives and brought to the host with the rest of the
         step's at its end (one transfer per step), or else computed one by one (numpy's fallback)."""
         started = plugins.reductions(value, pairs)
         if started is not None:
-            self._pending.append((name, pairs, started))
+            if names is None:
+                names = [reduction_tensor_name(name, r, a) for r, a in pairs]
+            self._pending.append((names, started))
             return
         for reduction, absolute in pairs:
             try:
@@ -576,12 +620,22 @@ class BaseHook:
             return
         pending, self._pending = self._pending, []
         with self.guard("save reductions"):
-            for (name, pairs, _), results in zip(pending, plugins.to_host([p[2] for p in pending])):
-                for (reduction, absolute), result in zip(pairs, results):
-                    self._queue(reduction_tensor_name(name, reduction, absolute), np.asarray(result))
+            hosted = plugins.to_host([p[1] for p in pending])
+            writer = self._writer or self._get_writer()
+            step, mode, mode_step = self.step, self.mode, self.mode_step
+            listening = plugins.listens_to_tensors(self)
+            wall_time = time.time()
+            for (names, _), results in zip(pending, hosted):
+                for name, result in zip(names, results):
+                    array = np.asarray(result)
+                    writer.write_tensor(step, mode, mode_step, name, array, wall_time)
+                    if listening:
+                        plugins.tensor_saved(self, name, array)
+            self._saved_any = True
 
-    def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None) -> None:
-        self._get_writer().write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time)
+    def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
+        writer = self._writer or self._get_writer()
+        writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
         self._saved_any = True
         plugins.tensor_saved(self, name, array)
 

@@ -76,6 +76,34 @@ def _disabled() -> set[str]:
     return {name.strip() for name in raw.split(",") if name.strip()}
 
 
+class _Manager(pluggy.PluginManager):
+    """Counts registrations, so that the implementation lists the facade caches know when they are stale."""
+
+    generation = 0
+
+    def register(self, plugin, name=None):
+        self.generation += 1
+        try:
+            return super().register(plugin, name)
+        finally:
+            self.generation += 1
+
+    def unregister(self, plugin=None, name=None):
+        self.generation += 1
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.generation += 1
+
+    def set_blocked(self, name):
+        self.generation += 1
+        return super().set_blocked(name)
+
+    def add_hookspecs(self, module_or_class):
+        self.generation += 1
+        return super().add_hookspecs(module_or_class)
+
+
 def get_plugin_manager() -> pluggy.PluginManager:
     """The PluginManager, built on first use: defaults first, then every entry point, each isolated."""
     global _pm
@@ -83,7 +111,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
         return _pm
     with _lock:
         if _pm is None:
-            pm = pluggy.PluginManager("smdebug")
+            pm = _Manager("smdebug")
             pm.add_hookspecs(hookspecs)
             for name in DEFAULT_PLUGINS:
                 pm.register(importlib.import_module(name), name=name)
@@ -121,20 +149,40 @@ def reset() -> None:
     global _pm
     with _lock:
         _pm = None
+        _impl_cache.clear()
         _failed.clear()
         _declared_by.clear()
         load_errors.clear()
 
 
 # -- calling implementations, each isolated --------------------------------------------------------
+# hook name -> (manager, its generation, [(plugin name, implementation)]): the lists are read on every
+# saved tensor, pluggy's get_hookimpls copies and the wrapper filter would run each time
+_impl_cache: dict[str, tuple[Any, int, list[tuple[str, Any]]]] = {}
+
+
+def _implementation_list(spec: str) -> list[tuple[str, Any]]:
+    """(plugin name, implementation) of each implementation of a hook, in pluggy's order (last registered
+    first, tryfirst/trylast honoured), cached until a plugin is registered or unregistered. Wrappers are
+    not run."""
+    pm = get_plugin_manager()
+    generation = getattr(pm, "generation", None)
+    cached = _impl_cache.get(spec)
+    if cached is not None and cached[0] is pm and cached[1] == generation and generation is not None:
+        return cached[2]
+    found = [
+        (impl.plugin_name, impl)
+        for impl in reversed(getattr(pm.hook, spec).get_hookimpls())
+        if not (impl.hookwrapper or getattr(impl, "wrapper", False))
+    ]
+    _impl_cache[spec] = (pm, generation, found)
+    return found
+
+
 def _implementations(spec: str, only: str | None = None) -> Iterator[tuple[str, Any]]:
-    """(plugin name, function) of each implementation of a hook, in pluggy's order (last registered
-    first, tryfirst/trylast honoured). Wrappers are not run."""
-    for impl in reversed(getattr(get_plugin_manager().hook, spec).get_hookimpls()):
-        if impl.hookwrapper or getattr(impl, "wrapper", False):
-            continue
-        if only is None or impl.plugin_name == only:
-            yield impl.plugin_name, impl
+    for plugin_name, impl in _implementation_list(spec):
+        if only is None or plugin_name == only:
+            yield plugin_name, impl
 
 
 def _call_each(
@@ -249,7 +297,18 @@ def step_end(hook: BaseHook) -> None:
 
 
 def tensor_saved(hook: BaseHook, name: str, value: np.ndarray) -> None:
+    if not listens_to_tensors(hook):
+        return
     _notify("smdebug_tensor_saved", hook=hook, name=name, value=value, step=hook.step, mode=hook.mode)
+
+
+def listens_to_tensors(hook: BaseHook) -> bool:
+    """Whether anything observes saved tensors: a plugin's smdebug_tensor_saved, or the core's own, which
+    only exports to TensorBoard (so the hook skips the call per saved tensor when nobody listens)."""
+    for plugin_name, _ in _implementation_list("smdebug_tensor_saved"):
+        if plugin_name not in DEFAULT_PLUGINS or getattr(hook, "tensorboard_dir", None) is not None:
+            return True
+    return False
 
 
 def hook_closed(hook: BaseHook) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -165,6 +166,7 @@ class RuleRunner:
         self._last_signal_check = 0.0
         self._local = _is_local(hook.out_dir)
         self._signal_store = None
+        self._signal_path: str | None = None  # the signal file's local path (local runs)
         self._checking: threading.Thread | None = None  # a remote check in flight
         self._cleared = hook.dry_run
         if self._local:
@@ -294,6 +296,10 @@ class RuleRunner:
             if not self._cleared:
                 self._clear_old_signal()
                 return
+            if self._signal_path is None and self._signal_store.is_local:
+                self._signal_path = self._signal_store.path(STOP_SIGNAL_FILE)
+            if self._signal_path is not None and not os.path.exists(self._signal_path):
+                return  # every step on a local disk: one stat, no Store call
             signal = read_stop_signal(self._signal_store)
         except Exception as exc:
             logger.debug("smdebug: could not look for the stop signal: %s", exc)
