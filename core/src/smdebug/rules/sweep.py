@@ -235,7 +235,7 @@ def plan_run(sweep_id: str, path: str) -> dict:
         ended = trial.loaded_all_steps
         if not ended:
             _local.trials.pop((sweep_id, path), None)  # followed by each task with its own trial
-        return {"steps": steps, "ended": ended, "name": trial.name}
+        return {"steps": steps, "ended": ended, "name": trial.name, "worker": _worker_address()}
     except Exception as exc:  # a damaged or unreadable run is one error row
         return {"error": _describe(exc)}
 
@@ -341,6 +341,16 @@ def _follow(trial, rule, invoke, start_step, end_step, timeout, out) -> None:
         step = later[0] if later else step + 1
     if not trial.training_ended():
         out["note"] = f"the run was still going: evaluated up to step {end_step}"
+
+
+def _worker_address() -> str | None:
+    """The Dask worker running this task (None outside one)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -467,7 +477,7 @@ def _run_tasks(executor, paths, specs, baselines, per_task, settings, progress) 
             for k, chunk in enumerate(chunks):
                 key = (i, j, k)
                 args = (sweep_id, paths[i], spec, others, chunk)
-                yield key, args, i
+                yield key, args, (i, plan.get("worker"))
 
     def finished() -> None:
         nonlocal done
@@ -532,8 +542,12 @@ class _DaskExecutor:
             yield i, plan
 
     def submit_tasks(self, tasks, settings, finished):
-        for key, args, run_index in tasks:
-            future = self.client.submit(evaluate_task, *args, **settings, pure=False, priority=-run_index)
+        for key, args, (run_index, worker) in tasks:
+            # preferably where the plan ran, which has the trial open (any worker when that one is busy)
+            where = dict(workers=[worker], allow_other_workers=True) if worker else {}
+            future = self.client.submit(
+                evaluate_task, *args, **settings, pure=False, priority=-run_index, **where
+            )
             self.futures[future] = key
 
     def results(self, finished):
