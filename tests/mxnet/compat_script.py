@@ -46,18 +46,22 @@ else:  # "all", "all-hybrid"
     hook = smd.Hook(out_dir, save_config=every_step, save_all=True)
 hook.register_block(net)
 hook.register_block(loss_fn)
-# No save_tensor here: smdebug 1.0.34 writes its value when the next step starts, this core in the
-# current step; tests/mxnet/test_hook.py checks ours.
+# save_tensor values are saved when the next step starts (before training: the first step). Not with
+# reductions: 1.0.34 saves a save_tensor value raw or not at all, ours saves the collection's reductions.
+if scenario != "reductions":
+    hook.save_tensor("before_training", mx.nd.array([1.0, 2.0, 3.0]))
 
 
 def train(batches):
-    for x, y in batches:
+    for i, (x, y) in enumerate(batches):
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(4)
         if scenario == "train":  # scalars are cached until the step's end by 1.0.34; saved steps agree
             hook.save_scalar("mean_loss", float(loss.mean().asscalar()))
+            if i < len(batches) - 1:  # after the last step 1.0.34 drops it
+                hook.save_tensor("batch_loss", loss)  # (into a new collection 1.0.34 crashes)
 
 
 hook.set_mode(smd.modes.TRAIN)

@@ -275,23 +275,31 @@ def test_reductions_saved_instead_of_raw_values(out_dir):
 
 
 def test_save_scalar_and_save_tensor(out_dir):
+    """save_scalar saves into the current step; save_tensor, as smdebug 1.0.34 for MXNet, when the next
+    step starts (before training: the first step; after the last step: that step, when the hook closes)."""
     net, loss_fn = make_net()
     hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1))
     run = Run(hook, net, loss_fn)
     data = batches(2)
+    hook.save_tensor("before", np.ones(2, dtype=np.float32))
     run.train(data[:1])
     hook.save_scalar("lr", 0.1)
     hook.save_tensor("nd_stats", mx.nd.array([1.0, 2.0]), "custom")
     hook.save_tensor("np_stats", np.arange(3, dtype=np.float32))
     run.train(data[1:])
+    hook.save_tensor("after", mx.nd.array([5.0]), ["custom", "default"])
     hook.close()
 
     trial = create_trial(out_dir)
+    assert trial.steps() == [0, 1]
+    assert trial.tensor(LOSS).steps() == [0, 1]
     np.testing.assert_allclose(trial.tensor("scalar/lr").value(0), 0.1)
-    np.testing.assert_array_equal(trial.tensor("nd_stats").value(0), [1.0, 2.0])
-    np.testing.assert_array_equal(trial.tensor("np_stats").value(0), [0, 1, 2])
-    assert trial.tensor_names(collection="custom") == ["nd_stats"]
-    assert "np_stats" in trial.tensor_names(collection="default")
+    assert trial.tensor("before").steps() == [0]
+    np.testing.assert_array_equal(trial.tensor("nd_stats").value(1), [1.0, 2.0])
+    np.testing.assert_array_equal(trial.tensor("np_stats").value(1), [0, 1, 2])
+    np.testing.assert_array_equal(trial.tensor("after").value(1), [5.0])
+    assert sorted(trial.tensor_names(collection="custom")) == ["after", "nd_stats"]
+    assert {"before", "np_stats", "after"} <= set(trial.tensor_names(collection="default"))
 
 
 def test_create_from_json_file(tmp_path):

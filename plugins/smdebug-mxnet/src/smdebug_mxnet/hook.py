@@ -51,6 +51,7 @@ class Hook(BaseHook):
         self.last_model = None  # a weak reference to the model of the current step
         self.params_saved_step = None  # the step whose parameters were saved already
         self.taps = HybridTaps(self)
+        self.pending_tensors: dict = {}  # save_tensor's values, saved when the next step starts
         self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
         self.calls_at_start = 0
 
@@ -113,6 +114,7 @@ class Hook(BaseHook):
             self.last_model = weakref.ref(block)
             self.calls_at_start = self.ndarray_calls
             self.begin_step()
+            self.save_pending_tensors()
             if self.layers_wanted():
                 self.taps.attach(block)
         self.raise_if_stop_requested()
@@ -196,7 +198,7 @@ class Hook(BaseHook):
             if c.name not in skipped and c.save_config.should_save_step(mode, step)
         ]
         if due:
-            self.save_tensor(name, value(), due)
+            super().save_tensor(name, value(), due)  # now, into this step
 
     def layers_wanted(self) -> bool:
         """Whether an included collection may hold block inputs/outputs (beyond the loss blocks')."""
@@ -209,8 +211,25 @@ class Hook(BaseHook):
                 self.save_parameters(mode)  # the step ends with the mode: its parameters are read now
         super().set_mode(mode)
 
+    def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
+        """Save a tensor (NDArray or numpy) into the given collections when the next step starts, as
+        smdebug 1.0.34 does for MXNet (the latest value of a name wins). Without a registered model, or
+        after the last step (1.0.34 drops it there), it is saved into the current step."""
+        if not self.models or self.closed:
+            super().save_tensor(tensor_name, tensor_value, collections_to_write)
+        else:
+            self.pending_tensors[tensor_name] = (tensor_value, collections_to_write)
+
+    def save_pending_tensors(self) -> None:
+        pending, self.pending_tensors = self.pending_tensors, {}
+        for name, (value, collections) in pending.items():
+            with self.guard(f"save tensor {name}"):
+                super().save_tensor(name, value, collections)
+
     def close(self) -> None:
         if self.in_step and not self.closed:
             with self.guard("save parameters"):
                 self.save_parameters()
+        if not self.closed:
+            self.save_pending_tensors()
         super().close()
