@@ -17,9 +17,11 @@ import smdebug
 from smdebug.hook import BaseHook
 from smdebug.trials import create_trial
 
-# Generous bounds (a step of these tests takes milliseconds; the failures they catch took seconds).
+# Generous bounds (a step of these tests takes milliseconds; the failures they catch took seconds, or
+# minutes for a hanging endpoint), loose enough for a loaded machine.
 STEP_BOUND = 1.0
-CLOSE_SLACK = 1.0
+CLOSE_SLACK = 3.0
+CHECK_SLACK = 5.0
 
 
 def value(step):
@@ -92,7 +94,7 @@ def test_endpoint_down_from_the_start(s3_server, s3_uri, monkeypatch):
     s3_server.stop()
     began = time.perf_counter()
     hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
-    assert time.perf_counter() - began < 2 + CLOSE_SLACK
+    assert time.perf_counter() - began < 2 + CHECK_SLACK
     times = timed_steps(hook, range(20))
     assert max(times) < STEP_BOUND, times
     assert timed_close(hook) < 2 + CLOSE_SLACK
@@ -104,7 +106,7 @@ def test_endpoint_hanging_from_the_start(hanging_endpoint, monkeypatch, caplog):
     monkeypatch.setenv("SMDEBUG_CHECK_TIMEOUT", "1")
     began = time.perf_counter()
     hook = BaseHook(out_dir="s3://smdebug-hang/run", save_config=smdebug.SaveConfig(save_interval=1))
-    assert time.perf_counter() - began < 1 + CLOSE_SLACK  # was: minutes (every request hangs)
+    assert time.perf_counter() - began < 1 + CHECK_SLACK  # was: minutes (every request hangs)
     assert any("did not answer within 1 s" in r.getMessage() for r in caplog.records)
     times = timed_steps(hook, range(15))
     assert max(times) < STEP_BOUND, times
@@ -128,6 +130,9 @@ def test_endpoint_dying_mid_run_in_process(s3_server, s3_uri, monkeypatch, caplo
     assert unsaved and sorted(saved + unsaved) == list(range(30))  # every step saved or listed, once
     assert unsaved == list(range(unsaved[0], 30))  # steps land in order: the lost ones are the last
     s3_server.start()
+    # a request still in flight when close() gave up may land now: a step reported unsaved is then taken
+    # out again, so that the run agrees with the report
+    hook._writer._publisher.join(60)
     trial = create_trial(s3_uri)
     assert trial.steps() == saved  # nothing saved before the outage is lost
     assert not trial.training_ended()

@@ -741,7 +741,21 @@ class RunWriter:
     def _attempt_succeeded(self, pub) -> None:
         with self._lock:
             self._publishing = None
-            self._pop(pub)
+            if self._abandoned and pub.step is not None and pub.step in self.failed_steps:
+                # close() already reported this step unsaved (the request outlived its timeout): take it
+                # out of the run again, so that the run and the report agree
+                undo = True
+            else:
+                undo = False
+                self._pop(pub)
+        if undo:
+            for relpath in (index_file_path(pub.step, self.worker), event_file_path(pub.step, self.worker)):
+                try:
+                    self.store.remove(relpath)
+                except Exception as exc:
+                    logger.debug("smdebug: could not remove %s: %s", relpath, self._describe(exc))
+            return
+        with self._lock:
             if pub.step is not None:
                 self.written_steps.append(pub.step)
             if self._failing:
