@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from smdebug.plugin import BaseHook, CollectionKeys, SMDebugTypeError
+from smdebug_torch import tensors
 from smdebug_torch.collection import (
     BUILTIN_PATTERNS,
     GRADIENT_PREFIX,
@@ -52,6 +53,7 @@ class Hook(BaseHook):
         self._grad_hooked: set[int] = set()  # id() of parameters carrying a gradient hook
         self._handles: list[Any] = []
         self._modules_version = -1
+        self._backward_queued = False  # a callback at the end of the running backward pass is queued
 
     # -- distributed training ------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -125,11 +127,6 @@ class Hook(BaseHook):
         self.save_numbered(tensor_name + OUTPUT_SUFFIX, tensor_value)
 
     # -- step boundaries -----------------------------------------------------------------------
-    def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
-        if Collection.modules_version != self._modules_version:
-            self.collections_changed()  # a module was given to add_module_tensors since the last step
-        super().begin_step(step, mode_step)
-
     def prepare_collections(self) -> None:
         """Turn modules given to ``add_module_tensors`` into patterns of their tensor names."""
         self._modules_version = Collection.modules_version
@@ -169,9 +166,11 @@ class Hook(BaseHook):
             model = self._models[module]
             if self.anything_due():
                 model.refresh()  # like smdebug, the parameters the model has now
-                for name, param in model.params:
-                    if not _is_uninitialized(param):
-                        self.save_for_step(name, param)
+                # their reductions are computed together at the end of the loop (nothing changes them)
+                with tensors.deferring():
+                    for name, param in model.params:
+                        if not _is_uninitialized(param):
+                            self.save_for_step(name, param)
             self._hook_gradients(model.params)  # new parameters, or unfrozen since the last step
 
     def _on_loss_forward(self, module, inputs) -> None:
@@ -197,7 +196,36 @@ class Hook(BaseHook):
 
     def _on_gradient(self, name: str, param) -> None:
         if param.grad is not None and self.is_due(name):
-            self.save_for_step(name, param.grad)
+            # Reductions of the gradients wait for the end of the backward pass (nothing changes them
+            # before it), then are computed together: one foreach kernel per reduction, not one per tensor.
+            deferred = self._backward_queued or self._queue_end_of_backward()
+            if deferred:
+                tensors.defer(True)
+            try:
+                self.save_for_step(name, param.grad)
+            finally:
+                if deferred:
+                    tensors.defer(False)
+
+    def _queue_end_of_backward(self) -> bool:
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+        except Exception:  # not inside a backward pass the engine runs (compiled autograd...)
+            return False
+        self._backward_queued = True
+        return True
+
+    def _end_of_backward(self) -> None:
+        self._backward_queued = False
+        with self.guard("reduce the gradients"):
+            tensors.compute_deferred()
+
+    def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
+        self._backward_queued = False  # a backward pass that raised never ran its callback
+        tensors.compute_deferred()
+        if Collection.modules_version != self._modules_version:
+            self.collections_changed()  # a module was given to add_module_tensors since the last step
+        super().begin_step(step, mode_step)
 
 
 class _Model:

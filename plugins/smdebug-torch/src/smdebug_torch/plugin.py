@@ -54,9 +54,12 @@ def smdebug_reductions(value, reductions):
 @hookimpl
 def smdebug_to_host(results):
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(results[0], torch.Tensor):
+    if torch is None:
         return None
-    from smdebug_torch.tensors import to_host
+    from smdebug_torch.tensors import Deferred, to_host
+
+    if not isinstance(results[0], (torch.Tensor, Deferred)):
+        return None
 
     return to_host(results)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import numpy as np
 import torch
@@ -83,15 +85,103 @@ def _prepared(value: torch.Tensor) -> torch.Tensor | None:
     return t
 
 
-def reductions(value: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tensor | None:
+class Deferred:
+    """A tensor's reductions, computed later together with the other tensors waiting with it (one kernel
+    per reduction for the whole group where torch has a foreach kernel). Only where the tensors cannot
+    change before the group is computed (see ``deferring``)."""
+
+    __slots__ = ("tensor", "pairs", "result")
+
+    def __init__(self, tensor: torch.Tensor, pairs: tuple):
+        self.tensor = tensor
+        self.pairs = pairs
+        self.result: torch.Tensor | None = None
+
+
+_defer = threading.local()
+_waiting: list[Deferred] = []
+_waiting_lock = threading.Lock()
+_FOREACH = {
+    "l2": lambda ts: torch._foreach_norm(ts, 2),
+    "l1": lambda ts: torch._foreach_norm(ts, 1),
+}
+if hasattr(torch, "_foreach_max"):
+    _FOREACH["max"] = torch._foreach_max
+
+
+@contextlib.contextmanager
+def deferring():
+    """Within it, reductions started on this thread wait and are computed together when it ends (the
+    tensors must not change in between: a model's parameters during its forward pre-hook's loop)."""
+    defer(True)
+    try:
+        yield
+    finally:
+        defer(False)
+        compute_deferred()
+
+
+def defer(on: bool) -> None:
+    """From now on, reductions started on this thread wait for compute_deferred (or to_host)."""
+    _defer.on = on
+
+
+def compute_deferred() -> None:
+    """Compute every waiting reduction, grouped by device, dtype and requested reductions."""
+    global _waiting
+    with _waiting_lock:
+        waiting, _waiting = _waiting, []
+    groups: dict[tuple, list[Deferred]] = {}
+    for d in waiting:
+        groups.setdefault((d.tensor.device, d.tensor.dtype, d.pairs), []).append(d)
+    for (_, _, pairs), members in groups.items():
+        try:
+            matrix = _grouped([d.tensor for d in members], pairs)
+            for i, d in enumerate(members):
+                d.result = matrix[i]
+        except (RuntimeError, TypeError, NotImplementedError):
+            for d in members:  # e.g. float64 on a device without it: on the host, one by one
+                d.result = _together(d.tensor.cpu().double(), pairs)
+        for d in members:
+            d.tensor = None
+
+
+def _grouped(ts: list[torch.Tensor], pairs: tuple) -> torch.Tensor:
+    """[tensor, pair] results of a group of tensors of one device and dtype."""
+    magnitudes = torch._foreach_abs(ts) if any(a for _, a in pairs) else None
+    columns = []
+    for reduction, absolute in pairs:
+        source = magnitudes if absolute else ts
+        foreach = _FOREACH.get(reduction)
+        if foreach is not None:
+            column = foreach(source)
+        else:
+            fn = _REDUCTIONS[reduction]
+            column = [fn(t) for t in source]
+        columns.append(torch.stack(column))
+    return torch.stack(columns, 1)
+
+
+def _together(t: torch.Tensor, pairs) -> torch.Tensor:
+    magnitude = t.abs() if any(a for _, a in pairs) else None
+    return torch.stack([_REDUCTIONS[r](magnitude if a else t).reshape(()) for r, a in pairs])
+
+
+def reductions(value: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tensor | Deferred | None:
     """Every (reduction, abs) pair of a tensor as one 1-d tensor on its device: nothing is waited for
-    (the core brings the step's results to the host together, see to_host)."""
+    (the core brings the step's results to the host together, see to_host). While deferred (``defer``,
+    ``deferring``), a Deferred computed later with the other tensors of its group."""
     for reduction, _ in pairs:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
     t = _prepared(value)
     if t is None:
         return None
+    if getattr(_defer, "on", False):
+        d = Deferred(t, tuple(pairs))
+        with _waiting_lock:
+            _waiting.append(d)
+        return d
     try:
         magnitude = t.abs() if any(a for _, a in pairs) else None
         return torch.stack([_REDUCTIONS[r](magnitude if a else t).reshape(()) for r, a in pairs])
@@ -101,6 +191,9 @@ def reductions(value: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tens
 
 def to_host(results: list) -> list[np.ndarray] | None:
     """The step's reduction results on the host, one transfer per (device, dtype) group."""
+    if any(isinstance(r, Deferred) for r in results):
+        compute_deferred()
+        results = [r.result if isinstance(r, Deferred) else r for r in results]
     if not all(isinstance(r, torch.Tensor) for r in results):
         return None
     groups: dict[tuple, list[int]] = {}
