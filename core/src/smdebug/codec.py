@@ -73,23 +73,24 @@ def _parse_record(view: memoryview, pos: int, path: str, base: int):
     field cannot be trusted (then nothing after it can be located).
     """
 
-    def corrupt(what):
-        prefix = f"{path}: " if path else ""
-        return CorruptRunError(f"{prefix}record at offset {base + pos} {what}")
-
     if len(view) - pos < _HEADER:
-        return None, None, corrupt("is truncated")
+        return None, None, _corrupt(path, base + pos, "is truncated")
     if _U32.unpack_from(view, pos + 8)[0] != masked_crc32c(view[pos : pos + 8]):
-        return None, None, corrupt("has a corrupt length field")
+        return None, None, _corrupt(path, base + pos, "has a corrupt length field")
     start = pos + _HEADER
     stop = start + _U64.unpack_from(view, pos)[0]
     if stop + _FOOTER > len(view):
-        return None, None, corrupt("is truncated")
+        return None, None, _corrupt(path, base + pos, "is truncated")
     payload = view[start:stop]
     crc = _U32.unpack_from(view, stop)[0]
     if crc != _NO_CHECKSUM and crc != masked_crc32c(payload):
-        return None, stop + _FOOTER, corrupt("fails its checksum")
+        return None, stop + _FOOTER, _corrupt(path, base + pos, "fails its checksum")
     return bytes(payload), stop + _FOOTER, None
+
+
+def _corrupt(path: str, offset: int, what: str) -> CorruptRunError:
+    prefix = f"{path}: " if path else ""
+    return CorruptRunError(f"{prefix}record at offset {offset} {what}")
 
 
 def iter_records(
@@ -509,16 +510,31 @@ def _typed_values(dtype: int, repeated: dict) -> np.ndarray:
     return ints.view(np.int64).astype(_DTYPES[dtype])  # int32 values are sign-extended to 64 bits
 
 
+_SHAPES: dict[bytes, list] = {}  # a TensorShapeProto's bytes -> its dims (the same at every step)
+
+
+def _decode_shape(value: memoryview) -> list:
+    key = bytes(value)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = []
+        for dim_num, dim_type, dim in _fields(value):
+            if dim_num == 2 and dim_type == 2:
+                sizes = [_signed64(v) for n, t, v in _fields(dim) if n == 1 and t == 0]
+                shape.append(sizes[-1] if sizes else 0)
+        if len(_SHAPES) >= 100_000:
+            _SHAPES.clear()
+        _SHAPES[key] = shape
+    return list(shape)
+
+
 def _decode_tensor(buf: memoryview) -> np.ndarray:
     dtype, shape, content, repeated = 0, [], None, {}
     for num, wire_type, value in _fields(buf):
         if num == 1 and wire_type == 0:
             dtype = value
         elif num == 2 and wire_type == 2:
-            for dim_num, dim_type, dim in _fields(value):
-                if dim_num == 2 and dim_type == 2:
-                    sizes = [_signed64(v) for n, t, v in _fields(dim) if n == 1 and t == 0]
-                    shape.append(sizes[-1] if sizes else 0)
+            shape = _decode_shape(value)
         elif num == 4 and wire_type == 2:
             content = value
         else:
@@ -563,6 +579,93 @@ def _decode_value(buf: memoryview) -> SummaryValue:
                 elif name == _MODE:
                     sv.mode = int(parts.get(2, b"0"))
     return sv
+
+
+def _find(buf, pos: int, end: int, want: int) -> tuple[int, int] | None:
+    """(start, end) of the first length-delimited field number ``want`` in buf[pos:end] (a message)."""
+    while pos < end:
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(buf, pos)
+        wire_type = key & 7
+        if wire_type == 0:
+            while buf[pos] >= 0x80:
+                pos += 1
+            pos += 1
+            continue
+        if wire_type == 2:
+            size = buf[pos]
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = _read_varint(buf, pos)
+            if key >> 3 == want:
+                if pos + size > end:
+                    raise ValueError("field runs past the end of its message")
+                return pos, pos + size
+        elif wire_type in (1, 5):
+            size = 8 if wire_type == 1 else 4
+        else:
+            raise ValueError(f"unsupported wire type {wire_type}")
+        pos += size
+    if pos > end:
+        raise ValueError("field runs past the end of its message")
+    return None
+
+
+def _decode_dense(buf, pos: int, end: int) -> np.ndarray | None:
+    """A TensorProto written as smdebug writes numeric tensors (dtype, shape, then tensor_content),
+    decoded inline; None for any other form (_decode_tensor handles every form)."""
+    if buf[pos] != 0x08 or buf[pos + 1] >= 0x80:  # dtype, one byte
+        return None
+    dtype = _DTYPES.get(buf[pos + 1])
+    pos += 2
+    if dtype is None or buf[pos] != 0x12:  # shape
+        return None
+    size = buf[pos + 1]
+    if size < 0x80:
+        pos += 2
+    else:
+        size, pos = _read_varint(buf, pos + 1)
+    shape = _decode_shape(buf[pos : pos + size])
+    pos += size
+    if pos == end:  # no content: an empty tensor
+        return np.zeros(shape, dtype) if 0 in shape else None
+    if buf[pos] != 0x22:  # tensor_content
+        return None
+    size = buf[pos + 1]
+    if size < 0x80:
+        pos += 2
+    else:
+        size, pos = _read_varint(buf, pos + 1)
+    if pos + size != end or size != math.prod(shape) * dtype.itemsize:
+        return None
+    return np.frombuffer(buf[pos:end], dtype).reshape(shape).copy()
+
+
+def decode_tensor_value(payload: bytes) -> np.ndarray | None:
+    """The tensor of an Event (what a Trial reads as a value: Summary.Value.tensor of its first value
+    that has one), without decoding the rest of it; None when it holds none. Raises CorruptRunError when
+    payload is not a well-formed Event."""
+    buf = memoryview(payload)
+    try:
+        summary = _find(buf, 0, len(buf), 5)
+        if summary is None:
+            return None
+        pos, end = summary
+        while True:
+            value = _find(buf, pos, end, 1)
+            if value is None:
+                return None
+            tensor = _find(buf, value[0], value[1], 8)
+            if tensor is not None:
+                dense = _decode_dense(buf, *tensor)
+                return dense if dense is not None else _decode_tensor(buf[tensor[0] : tensor[1]])
+            pos = value[1]
+    except (IndexError, ValueError, struct.error) as e:
+        raise CorruptRunError(f"malformed Event: {e}") from e
 
 
 def decode_event(payload: bytes) -> Event:

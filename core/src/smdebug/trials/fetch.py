@@ -4,7 +4,7 @@ A remote store (S3) costs one round trip per request, so asking for one value fe
 concurrent range reads, that value's event file and the event files of the following steps: whole files
 when they are small (so the other tensors of those steps come along), else just the records of the same
 tensor. The records land in a cache bounded in bytes; reading every value of a run then costs about one
-request per event file. Local files are read directly.
+request per event file. Local event files are read whole (when small) and kept in the same cache.
 """
 
 from __future__ import annotations
@@ -65,8 +65,7 @@ class RecordFetcher:
     def get(self, file: str, start: int, length: int) -> bytes | BaseException:
         """The bytes of one record (fewer when the file is truncated), or the error reading them."""
         if self.store.is_local:
-            self.requests += 1
-            return self.store.read_ranges([(file, start, start + length)])[0]
+            return self._get_local(file, start, length)
         with self._lock:
             cached = self._cache.get((file, start))
             if cached is not None:
@@ -88,6 +87,25 @@ class RecordFetcher:
                             wanted = rec
                         self._put((f, rec_start), rec)
             return wanted
+
+    def _get_local(self, file: str, start: int, length: int) -> bytes | BaseException:
+        """A local event file small enough is read whole once and kept (reading a tensor's values step
+        after step then opens each file once, not once per value); a larger one record by record."""
+        with self._lock:
+            key = (file, -1)
+            data = self._cache.get(key)
+            if data is not None:
+                self._cache.move_to_end(key)
+            else:
+                info = self.files.get(file)
+                self.requests += 1
+                if info is None or info.end > WHOLE_FILE_BYTES or start + length > info.end:
+                    return self.store.read_ranges([(file, start, start + length)])[0]
+                data = self.store.read_ranges([(file, 0, info.end)])[0]
+                if isinstance(data, BaseException):
+                    return data
+                self._put(key, data)
+        return data[start : start + length]
 
     def _plan(self, file: str, start: int, length: int) -> list[tuple[str, int, int]]:
         """Ranges to fetch for a miss on (file, start): this record's file and the next ones."""

@@ -165,13 +165,12 @@ class Tensor:
         payload = self.trial.read_record(loc, self.name, step_num, mode)
         where = f"{self.trial.path}/{loc.event_file}: record at offset {loc.start}"
         try:
-            event = codec.decode_event(payload)
+            value = codec.decode_tensor_value(payload)
         except CorruptRunError as exc:
             raise CorruptTensorRecord(self.name, step_num, mode, f"{where}: {exc}") from None
-        for v in event.values:
-            if v.value is not None:
-                return v.value
-        raise CorruptTensorRecord(self.name, step_num, mode, f"{where} holds no tensor")
+        if value is None:
+            raise CorruptTensorRecord(self.name, step_num, mode, f"{where} holds no tensor")
+        return value
 
 
 def _natural(name: str):
