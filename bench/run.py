@@ -32,9 +32,12 @@ WORKLOADS = HERE / "workloads.py"
 OURS, REF = "ours", "smdebug 1.0.34"
 MiB = 1024 * 1024
 
-# Targets of issue #8.
-TARGET_RATIO = {"default": 1.01, "raw": 1.3, "reductions": 1.15}
-TARGET_LOCAL_SPEEDUP = 5.0
+# Targets of issue #15 (issue #8's were 1.3 and 1.15 for raw and reductions, 5x for the local read).
+TARGET_RATIO = {"default": 1.01, "raw": 1.15, "reductions": 1.05}
+TARGET_MANY_RATIO = 1.10
+MANY_DEPTH = 100  # layers of the many-tensor MLP: 2 x MANY_DEPTH parameter tensors
+TARGET_LOCAL_SPEEDUP = 10.0
+TARGET_LOCAL_SECONDS = 0.2
 TARGET_S3_SPEEDUP = 100.0
 TARGET_IMPORT_MS = 5.0
 
@@ -104,6 +107,41 @@ def bench_overhead(pythons, rounds, steps, tmp) -> dict:
                     f"overhead {config:<10} {impl:<15} ratio {median(ratios):.3f} "
                     f"(plain step {step_ms:.2f} ms)"
                 )
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp, exist_ok=True)
+    return out
+
+
+# -- 7. many parameter tensors -----------------------------------------------------------------------
+def bench_many(pythons, rounds, steps, tmp) -> dict:
+    """The overhead workload on a deep MLP, gradients' reductions saved at every step."""
+    out = {impl: [] for impl in pythons}
+    for r in range(rounds):
+        for impl, python in alternate(r, pythons):
+            res = run_workload(
+                python,
+                "overhead",
+                config="gradient_reductions",
+                out_dir=f"{tmp}/many-{impl[:4]}-{r}",
+                steps=steps,
+                model="mlp",
+                depth=MANY_DEPTH,
+            )
+            ratios = [h / p for h, p in zip(res["hooked_s"], res["plain_s"])]
+            extra_ms = 1000 * median([h - p for h, p in zip(res["hooked_s"], res["plain_s"])]) / res["block"]
+            out[impl].append(
+                {
+                    "ratio": median(ratios),
+                    "plain_step_ms": 1000 * median(res["plain_s"]) / res["block"],
+                    "extra_ms": extra_ms,
+                    "per_tensor_us": 1000 * extra_ms / res["parameters"],
+                    "parameters": res["parameters"],
+                }
+            )
+            log(
+                f"many tensors {impl:<15} ratio {median(ratios):.3f}, "
+                f"{1000 * extra_ms / res['parameters']:.1f} µs per tensor"
+            )
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp, exist_ok=True)
     return out
@@ -454,6 +492,28 @@ def report(results: dict, args, started: float, versions: dict) -> str:
             )
             + "."
         )
+    if "many" in results:
+        mt = results["many"]
+        ours, ref = median([x["ratio"] for x in mt[OURS]]), median([x["ratio"] for x in mt[REF]])
+        o_us = median([x["per_tensor_us"] for x in mt[OURS]])
+        r_us = median([x["per_tensor_us"] for x in mt[REF]])
+        n = mt[OURS][0]["parameters"]
+        lines += [
+            f"| 7 many tensors ({n} parameter tensors): step time hook/no-hook, gradients' reductions "
+            f"mean/max/l2 every step | {ours:.3f} | {ref:.3f} | {ours / ref:.2f} | ≤ {TARGET_MANY_RATIO} "
+            f"| {verdict(ours <= TARGET_MANY_RATIO)} |",
+            f"| 7 many tensors: what the hook adds per gradient and step (µs) | {o_us:.1f} | {r_us:.1f} "
+            f"| {o_us / r_us:.2f} | stated | |",
+        ]
+        plain = median([x["plain_step_ms"] for x in mt[OURS]])
+        notes.append(
+            f"7: an MLP of {MANY_DEPTH} linear layers 64 wide ({n} parameter tensors), batch 32, CPU, one "
+            f"thread, measured as in 1 ({args.steps // 2} steps); a step without the hook takes {plain:.2f} ms. "
+            f"The hook saves the mean, max and l2 norm of every gradient at every step ({3 * n} values a "
+            f"step) and the loss. What the hook adds to a step (median, ms), ours / smdebug 1.0.34: "
+            f"{median([x['extra_ms'] for x in mt[OURS]]):.2f} / {median([x['extra_ms'] for x in mt[REF]]):.2f}; "
+            f"per gradient: {o_us:.1f} / {r_us:.1f} µs."
+        )
     for key, label, target in (
         ("local", "2 local folder", TARGET_LOCAL_SPEEDUP),
         ("s3", "3 S3 (moto)", TARGET_S3_SPEEDUP),
@@ -467,11 +527,13 @@ def report(results: dict, args, started: float, versions: dict) -> str:
         o_tot, s_tot = median([x["total_s"] for x in o]), median([x["total_s"] for x in s])
         n = o[0]["values_total"]
         speedup = s_tot / o_tot
+        met = speedup >= target and (key != "local" or o_tot <= TARGET_LOCAL_SECONDS)
+        wanted = f"≥ {target:g}× faster" + (f", ≤ {TARGET_LOCAL_SECONDS} s" if key == "local" else "")
         lines += [
             f"| {label}: open trial (s) | {o_open:.3f} | {s_open:.3f} | {o_open / s_open:.3f} | | |",
             f"| {label}: read one value (ms) | {o_val * 1000:.3f} | {s_val * 1000:.3f} | {o_val / s_val:.3f} | | |",
             f"| {label}: open + read all {n:,} values (s) | {o_tot:.2f} | {s_tot:.2f} | {o_tot / s_tot:.4f} "
-            f"(**{speedup:.1f}× faster**) | ≥ {target:g}× faster | {verdict(speedup >= target)} |",
+            f"(**{speedup:.1f}× faster**) | {wanted} | {verdict(met)} |",
         ]
         subset = [x for x in (o[0], s[0]) if x["values_read"] < x["values_total"]]
         how = "".join(
@@ -598,7 +660,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline-python", required=True, help="python of a venv with torch alone")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="few rounds and small sizes, to try the benchmark")
-    ap.add_argument("--only", default="overhead,local,s3,import,memory,sweep")
+    ap.add_argument("--only", default="overhead,many,local,s3,import,memory,sweep")
     ap.add_argument("--output", default=str(HERE / "RESULTS.md"))
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
@@ -639,6 +701,8 @@ def main(argv=None) -> int:
     try:
         if "overhead" in only:
             results["overhead"] = bench_overhead(pythons, args.rounds, args.steps, f"{tmp}/overhead")
+        if "many" in only:
+            results["many"] = bench_many(pythons, args.rounds, args.steps // 2, f"{tmp}/many")
         if only & {"local", "s3"}:
             run_dir = f"{tmp}/run"
             res = run_workload(args.smdebug_python, "write_run", out_dir=run_dir, steps=read_steps)

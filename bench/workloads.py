@@ -84,6 +84,12 @@ def _hook(config: str, out_dir: str, **ours_only):
         kwargs = dict(
             every_step, reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"])
         )
+    elif config == "gradient_reductions":
+        kwargs = dict(
+            include_collections=["gradients"],
+            save_config=smd.SaveConfig(save_interval=1),
+            reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"]),
+        )
     elif config == "weights":
         kwargs = dict(include_collections=["weights", "biases"], save_config=smd.SaveConfig(save_interval=1))
     else:
@@ -107,12 +113,30 @@ def _trainer(torch, model, batches, keep_grads=False):
     return step, loss_fn
 
 
-def overhead(config: str, out_dir: str, steps: int = 300, block: int = 10, warmup: int = 20) -> dict:
-    """Step time with and without the hook, in one process: two identical CNNs trained in alternating
-    blocks of ``block`` steps (the order flips every block), one of them registered with the hook."""
+def _deep_mlp(torch, depth: int):
+    """``depth`` linear layers 64 wide (2 x depth parameter tensors), ReLU between them."""
+    return _mlp(torch, [64] * depth + [10])
+
+
+def overhead(
+    config: str,
+    out_dir: str,
+    steps: int = 300,
+    block: int = 10,
+    warmup: int = 20,
+    model: str = "cnn",
+    depth: int = 100,
+) -> dict:
+    """Step time with and without the hook, in one process: two identical models (the small CNN, or with
+    model "mlp" a ``depth``-layer MLP) trained in alternating blocks of ``block`` steps (the order flips
+    every block), one of them registered with the hook."""
     torch = _torch()
-    batches = [(torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))) for _ in range(8)]
-    plain, hooked = _cnn(torch), _cnn(torch)
+    if model == "mlp":
+        batches = [(torch.randn(32, 64), torch.randint(0, 10, (32,))) for _ in range(8)]
+        plain, hooked = _deep_mlp(torch, depth), _deep_mlp(torch, depth)
+    else:
+        batches = [(torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))) for _ in range(8)]
+        plain, hooked = _cnn(torch), _cnn(torch)
     hooked.load_state_dict(plain.state_dict())
     plain_step, _ = _trainer(torch, plain, batches)
     hooked_step, loss_fn = _trainer(torch, hooked, batches)
@@ -133,7 +157,13 @@ def overhead(config: str, out_dir: str, steps: int = 300, block: int = 10, warmu
             times.append(clock() - t0)
     t0 = clock()
     hook.close()
-    return {"plain_s": plain_s, "hooked_s": hooked_s, "close_s": clock() - t0, "block": block}
+    return {
+        "plain_s": plain_s,
+        "hooked_s": hooked_s,
+        "close_s": clock() - t0,
+        "block": block,
+        "parameters": len(list(hooked.parameters())),
+    }
 
 
 def write_run(out_dir: str, steps: int = 1000) -> dict:
