@@ -50,6 +50,8 @@ hook.register_block(loss_fn)
 # reductions: 1.0.34 saves a save_tensor value raw or not at all, ours saves the collection's reductions.
 if scenario != "reductions":
     hook.save_tensor("before_training", mx.nd.array([1.0, 2.0, 3.0]))
+if scenario == "train":
+    hook.save_scalar("learning_rate", 0.1)  # before training: into the first step
 
 
 def train(batches):

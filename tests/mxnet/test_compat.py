@@ -94,7 +94,7 @@ def test_identical_runs_read_by_both(runs, scenario):
     if scenario == "train":
         assert set(ours["tensors"]) == {
             *PARAMS, *(f"gradient/{p}" for p in PARAMS), "softmaxcrossentropyloss0_output_0",
-            "dense0_input_0", "dense0_output_0", "dense1_output_0", "scalar/mean_loss", "before_training",
+            "dense0_input_0", "dense0_output_0", "dense1_output_0", "scalar/mean_loss", "scalar/learning_rate", "before_training",
             "batch_loss",
         }  # fmt: skip
 

@@ -276,12 +276,14 @@ def test_reductions_saved_instead_of_raw_values(out_dir):
 
 def test_save_scalar_and_save_tensor(out_dir):
     """save_scalar saves into the current step; save_tensor, as smdebug 1.0.34 for MXNet, when the next
-    step starts (before training: the first step; after the last step: that step, when the hook closes)."""
+    step starts (after the last step: that step, when the hook closes). Before training both go to the
+    first step, which stays step 0."""
     net, loss_fn = make_net()
     hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1))
     run = Run(hook, net, loss_fn)
     data = batches(2)
     hook.save_tensor("before", np.ones(2, dtype=np.float32))
+    hook.save_scalar("before_scalar", 3.0)
     run.train(data[:1])
     hook.save_scalar("lr", 0.1)
     hook.save_tensor("nd_stats", mx.nd.array([1.0, 2.0]), "custom")
@@ -294,7 +296,7 @@ def test_save_scalar_and_save_tensor(out_dir):
     assert trial.steps() == [0, 1]
     assert trial.tensor(LOSS).steps() == [0, 1]
     np.testing.assert_allclose(trial.tensor("scalar/lr").value(0), 0.1)
-    assert trial.tensor("before").steps() == [0]
+    assert trial.tensor("before").steps() == trial.tensor("scalar/before_scalar").steps() == [0]
     np.testing.assert_array_equal(trial.tensor("nd_stats").value(1), [1.0, 2.0])
     np.testing.assert_array_equal(trial.tensor("np_stats").value(1), [0, 1, 2])
     np.testing.assert_array_equal(trial.tensor("after").value(1), [5.0])

@@ -52,6 +52,7 @@ class Hook(BaseHook):
         self.params_saved_step = None  # the step whose parameters were saved already
         self.taps = HybridTaps(self)
         self.pending_tensors: dict = {}  # save_tensor's values, saved when the next step starts
+        self.pending_scalars: list = []  # save_scalar's values from before the first step
         self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
         self.calls_at_start = 0
 
@@ -220,7 +221,18 @@ class Hook(BaseHook):
         else:
             self.pending_tensors[tensor_name] = (tensor_value, collections_to_write)
 
+    def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: float | None = None) -> None:
+        """Save a scalar into the current step; before the first step, into the first step (as 1.0.34)."""
+        if self.step < 0 and not self.in_step and self.models and not self.closed:
+            self.pending_scalars.append((name, value, sm_metric, timestamp))
+        else:
+            super().save_scalar(name, value, sm_metric, timestamp)
+
     def save_pending_tensors(self) -> None:
+        scalars, self.pending_scalars = self.pending_scalars, []
+        for name, value, sm_metric, timestamp in scalars:
+            with self.guard(f"save scalar {name}"):
+                super().save_scalar(name, value, sm_metric, timestamp)
         pending, self.pending_tensors = self.pending_tensors, {}
         for name, (value, collections) in pending.items():
             with self.guard(f"save tensor {name}"):
