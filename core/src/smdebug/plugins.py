@@ -203,8 +203,16 @@ def _call_each(
 
 
 def _first(spec: str, **kwargs: Any) -> Any:
-    """firstresult: the first result that is not None, skipping implementations that raise."""
-    for _, result in _call_each(spec, core_raises=True, **kwargs):
+    """firstresult: the first result that is not None, skipping implementations that raise (the core's
+    own error is the caller's). Called per saved tensor: a plain loop over the cached list."""
+    for plugin_name, impl in _implementation_list(spec):
+        try:
+            result = impl.function(*[kwargs[arg] for arg in impl.argnames])
+        except Exception as exc:
+            if plugin_name in DEFAULT_PLUGINS:
+                raise
+            _report(plugin_name, spec, exc)
+            continue
         if result is not None:
             return result
     return None
