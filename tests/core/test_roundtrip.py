@@ -194,8 +194,7 @@ def test_save_scalar_and_layout(tmp_path):
     hook.begin_step()
     hook.save_scalar("lr", 0.1)
     hook.close()
-    # writers/ holds the worker's claim of its name (ours; smdebug 1.0's reader never lists it)
-    assert sorted(os.listdir(out)) == ["collections", "events", "index", "training_job_end.ts", "writers"]
+    assert sorted(os.listdir(out)) == ["collections", "events", "index", "training_job_end.ts"]
     assert os.path.exists(os.path.join(out, "events/000000000000/000000000000_worker_0.tfevents"))
     assert os.path.exists(os.path.join(out, "collections/000000000/worker_0_collections.json"))
     assert create_trial(out).tensor("scalar/lr").value(0).tolist() == pytest.approx([0.1])

@@ -85,7 +85,8 @@ def test_two_training_processes_starting_together(out_dir, tmp_path):
     ok = [r for r in results if r[2] == 0]
     failed = [r for r in results if r[2] != 0]
     assert len(ok) == 1 and len(failed) == 1, [r[1][-2000:] for r in results]
-    assert "another writer of worker_0" in failed[0][1] and "choose a new out_dir" in failed[0][1]
+    # refused by the claim, or (the other already writing) by its files
+    assert "worker_0" in failed[0][1] and "choose a new out_dir" in failed[0][1]
     trial = create_trial(out_dir)
     assert trial.steps() == list(range(5)) and trial.training_ended()
 
@@ -113,3 +114,23 @@ def test_a_writer_that_could_not_check_at_creation_refuses_when_it_writes(
     trial = create_trial(s3_uri)
     assert trial.steps() == [0]
     np.testing.assert_array_equal(trial.tensor("x").value(0), np.zeros(3))  # the first writer's, untouched
+
+
+def test_a_hook_that_never_wrote_leaves_nothing_and_a_finished_run_keeps_no_claim(out_dir):
+    from smdebug.store import Store
+
+    unused = BaseHook(out_dir=out_dir)
+    unused.close()  # never trained: its claim goes
+    hook = BaseHook(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1))  # not refused
+    hook.begin_step()
+    hook.save_tensor("x", np.arange(3.0))
+    hook.close()
+    # once the end-of-job marker protects the run, it holds exactly smdebug 1.0's files
+    store = Store(out_dir)
+    assert store.list("writers") == []
+    assert store.exists("training_job_end.ts")
+
+
+def test_a_closed_unused_hook_leaves_no_folder(tmp_path):
+    BaseHook(out_dir=str(tmp_path / "run")).close()
+    assert not (tmp_path / "run").exists()

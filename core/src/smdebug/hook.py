@@ -504,6 +504,8 @@ class BaseHook:
                 from smdebug.writer import run_bounded
 
                 run_bounded(lambda: plugins.open_store(self.out_dir).write_bytes(END_OF_JOB_FILE, b""))
+            if self._writer is None and getattr(self, "_out_dir_check", None) is not None:
+                self._out_dir_check.release_if_unused()  # never wrote: leave nothing behind
         plugins.hook_closed(self)
 
     def _to_numpy(self, value: Any) -> np.ndarray:
@@ -647,6 +649,8 @@ class BaseHook:
             claim = None
             if check is not None and not (check.claimed and check.worker == self.worker):
                 claim = (check.token, check.worker if check.claimed else None)
+            if check is not None:
+                check.in_use = True
             self._store = store
             self._writer = RunWriter(
                 store or (lambda: plugins.open_store(self.out_dir)),
@@ -654,6 +658,7 @@ class BaseHook:
                 self.max_queue_bytes,
                 uri=self.out_dir,
                 claim=claim,
+                claim_token=check.token if check is not None else None,
             )
             at_exit(_close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
         return self._writer
@@ -691,6 +696,8 @@ class BaseHook:
             and not (worker == DEFAULT_WORKER and one_of_many_workers())
         )
         check = self._out_dir_check = OutDirCheck(lambda: plugins.open_store(self.out_dir), worker, claim)
+        # a hook that never writes leaves nothing behind (an activated hook a script's own replaces)
+        at_exit(check.release_if_unused)
         timeout = check_timeout_from_env()
         if not check.wait(timeout):
             logger.warning(

@@ -146,14 +146,22 @@ def claim_worker(store: Store, worker: str, token: str) -> str | None:
     return f"a run being written by another writer of {worker} ({who}: {relpath} is there)"
 
 
-def release_worker(store: Store, worker: str, token: str) -> None:
-    """Drop our claim of ``worker`` (made under a name the process turned out not to have)."""
+def release_worker(store: Store, worker: str, token: str, prune: tuple[str, ...] = ()) -> None:
+    """Drop our claim of ``worker``: made under a name the process turned out not to have, or no longer
+    needed (the run is finished, and its end-of-job marker protects it). ``prune``: local folders
+    (relative, "" the run itself) to remove too if that left them empty."""
     relpath = layout.writer_claim_path(worker)
     try:
         if json.loads(store.read_bytes(relpath)).get("token") == token:
             store.remove(relpath)
     except (OSError, ValueError, AttributeError):
         pass
+    if store.is_local:
+        for folder in (layout.WRITERS_DIR, *prune):
+            try:
+                os.rmdir(f"{store.root}/{folder}" if folder else store.root)
+            except OSError:  # not empty, or not there
+                pass
 
 
 class OutDirCheck:
@@ -168,6 +176,8 @@ class OutDirCheck:
         self.store: Store | None = None
         self.found: str | None = None  # what the out_dir already holds that refuses this hook
         self.claimed = False
+        self.in_use = False  # a writer took the claim over
+        self.created_run = False  # the claim created the (local) run folder
         self.error: BaseException | None = None
         self._open_store = open_store
         self._claim = claim and worker is not None
@@ -179,6 +189,7 @@ class OutDirCheck:
             self.store = self._open_store()
             self.found = existing_run(self.store, self.worker)
             if self.found is None and self._claim:
+                self.created_run = self.store.is_local and not os.path.isdir(self.store.root)
                 self.found = claim_worker(self.store, self.worker, self.token)
                 self.claimed = self.found is None
         except Exception as exc:  # an unreachable location: the writer claims the run when it can
@@ -189,6 +200,20 @@ class OutDirCheck:
     def wait(self, timeout: float) -> bool:
         """Whether the check finished within ``timeout`` seconds."""
         return self._done.wait(timeout)
+
+    def release_if_unused(self) -> None:
+        """A hook that never wrote leaves nothing behind: its claim goes (and the run folder the claim
+        created). Bounded: at most the check timeout."""
+        if not self.claimed or self.in_use or not self._done.is_set():
+            return
+        self.claimed = False
+        prune = ("",) if self.created_run else ()
+        try:
+            run_bounded(
+                lambda: release_worker(self.store, self.worker, self.token, prune), check_timeout_from_env()
+            )
+        except Exception as exc:
+            logger.debug("smdebug: could not release the claim of %s: %s", self.worker, exc)
 
 
 class WorkerClaimed(OutDirExistsError):
@@ -288,6 +313,7 @@ class RunWriter:
         *,
         uri: str | None = None,
         claim: tuple[str, str | None] | None = None,
+        claim_token: str | None = None,
     ):
         self.store: Store | None = store if isinstance(store, Store) else None
         self._opener = None if self.store is not None else store
@@ -325,6 +351,8 @@ class RunWriter:
         self._end_of_job = False
         self._abandoned = False
         self._closed = False
+        # the token of this worker's claim in the run, dropped once the end-of-job marker is written
+        self._claim_token = claim[0] if claim is not None else claim_token
         if claim is not None:
             self._outbox.append(_Claim(worker, *claim))
         self._thread = threading.Thread(target=self._run, name=f"smdebug-writer-{worker}", daemon=True)
@@ -816,6 +844,10 @@ class RunWriter:
                 self.store.write_bytes(relpath, data)
                 if relpath == END_OF_JOB_FILE:
                     self._end_written = True
+                    # a finished run is protected by its marker: the claim goes, and the run holds
+                    # exactly smdebug 1.0's files
+                    if self._claim_token:
+                        release_worker(self.store, self.worker, self._claim_token)
             except Exception as exc:
                 failing = True  # without the record of unsaved steps, the run must not look complete
                 why = self._describe(exc)
