@@ -107,6 +107,17 @@ def test_smdebug_run_unmodified_script(tmp_path):
     assert trial.tensor("Net_fc1.weight").value(0).shape == (8, 4)
 
 
+def test_activation_on_import_does_not_import_dynamo(tmp_path):
+    # torch._dynamo costs about a second of start-up: the hook waits until the script imports it
+    config = tmp_path / "hook.json"
+    config.write_text(json.dumps({"LocalPath": str(tmp_path / "run")}))
+    code = "import sys, torch, smdebug.hook; print(smdebug.hook.get_hook(), 'torch._dynamo' in sys.modules)"
+    env = _env(SMDEBUG_CONFIG_FILE_PATH=str(config))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<Hook ") and done.stdout.strip().endswith("False"), done.stdout
+
+
 def test_config_file_env_unmodified_script(tmp_path):
     out = tmp_path / "run"
     config = tmp_path / "hook.json"

@@ -12,6 +12,7 @@ Names and steps follow smdebug 1.0:
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -225,6 +226,7 @@ class Hook(BaseHook):
         tensors.compute_deferred()
         if Collection.modules_version != self._modules_version:
             self.collections_changed()  # a module was given to add_module_tensors since the last step
+        _prepare_for_compile()
         super().begin_step(step, mode_step)
 
 
@@ -248,18 +250,25 @@ def _is_uninitialized(param) -> bool:
 
 def _compiler_api():
     compiler = getattr(torch, "compiler", None)  # torch >= 2.1; torch._dynamo before
-    disable = getattr(compiler, "disable", None) or torch._dynamo.disable
-    is_compiling = getattr(compiler, "is_compiling", None) or torch._dynamo.is_compiling
-    return disable, is_compiling
+    return getattr(compiler, "is_compiling", None) or torch._dynamo.is_compiling
 
 
-_disable, _is_compiling = _compiler_api()
+_is_compiling = _compiler_api()
+_eager: list = []  # the callback runner torch.compile leaves alone, once torch._dynamo is imported
 
 
-@_disable
-def _call_eagerly(callback, args):
-    """Run a callback outside of torch.compile's tracing (dynamo breaks the graph around it)."""
+def _run(callback, args):
     return callback._fn(*callback._args, *args)
+
+
+def _prepare_for_compile() -> None:
+    """Make the runner that dynamo does not trace (it breaks the graph around it and runs it eagerly).
+    Importing torch._dynamo costs about a second, so this waits until the script has imported it
+    (torch.compile does): called when callbacks are made and at each step start."""
+    if not _eager and "torch._dynamo" in sys.modules:
+        compiler = getattr(torch, "compiler", None)
+        disable = getattr(compiler, "disable", None) or torch._dynamo.disable
+        _eager.append(disable(_run))
 
 
 def _inert_callback():
@@ -283,10 +292,11 @@ class _Callback:
     def __init__(self, fn, *args):
         self._fn = fn
         self._args = args
+        _prepare_for_compile()
 
     def __call__(self, *args):
         if _is_compiling():  # only true while dynamo traces: eager calls stay cheap
-            return _call_eagerly(self, args)
+            return (_eager[0] if _eager else _run)(self, args)
         return self._fn(*self._args, *args)
 
     def __reduce__(self):
