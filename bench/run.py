@@ -395,7 +395,8 @@ def bench_sweep(python: str, rounds: int, tmp: str, runs: int, steps: int, worke
                 out["sizes"][n][w].append(res)
                 log(
                     f"sweep {n:>3} runs, {w} worker(s): {res['seconds']:.1f} s (cpu: this process "
-                    f"{res['cpu_s']:.1f} s, workers {res['worker_cpu_s']}), {res['fired']} fired"
+                    f"{res['cpu_s']:.1f} s, workers {res['worker_cpu_s']}), {res['fired']} fired "
+                    f"{res['fired_by_rule']}, {res['errors']} errors {res['first_errors']}"
                 )
     out["load"] = os.getloadavg()
     return out

@@ -323,6 +323,8 @@ def sweep(root: str, runs: int, workers: int) -> dict:
         "rows": len(df),
         "fired": int((df["status"] == "fired").sum()),
         "errors": int((df["status"] == "error").sum()),
+        "first_errors": sorted({str(e)[:200] for e in df["error"] if e})[:3],
+        "fired_by_rule": df[df["status"] == "fired"]["rule"].value_counts().to_dict(),
         "digest": digest,  # the same table whatever ran it
         "cpu_s": cpu,  # this process (with a cluster: the client and the scheduler)
         "worker_cpu_s": sorted(after[w] - before[w] for w in after),

@@ -252,7 +252,7 @@ def evaluate_task(
     stop_training: bool = False,
 ) -> dict:
     """One rule over one run: at ``steps`` (a finished run), or following a live run (``steps=None``)."""
-    out = {"fired": [], "reason": "", "tensors": [], "error": "", "note": "", "ended": False, "skipped": ""}
+    out = _error_result("")
     live = steps is None
     try:
         trial = _trial(sweep_id, path, live=live)
@@ -490,10 +490,37 @@ def _run_tasks(executor, paths, specs, baselines, per_task, settings, progress) 
         new = list(tasks_of(i, plan))
         tick(len(new))
         finished()
-        executor.submit_tasks(new, settings, finished)
+        executor.submit_tasks(_batches(new), settings, finished)
     for key, result in executor.results(finished):
         results[key] = result
     return {"plans": plans, "tasks": results}
+
+
+def _batches(tasks: list) -> list:
+    """A run's (rule, step range) tasks, sent as one Dask task per step range (a live run's: one each):
+    scheduling costs milliseconds a task, as much as a rule over a short range of steps."""
+    groups: dict = {}
+    for key, args, meta in tasks:
+        group = key[2] if args[-1] is not None else key
+        groups.setdefault(group, ([], meta))[0].append((key, args))
+    return list(groups.values())
+
+
+def evaluate_batch(items: list, **settings) -> list:
+    """evaluate_task for each (key, arguments) of items, in order: [(key, result), ...]."""
+    return [(key, evaluate_task(*args, **settings)) for key, args in items]
+
+
+def _error_result(error: str) -> dict:
+    return {
+        "fired": [],
+        "reason": "",
+        "tensors": [],
+        "error": error,
+        "note": "",
+        "ended": False,
+        "skipped": "",
+    }
 
 
 class _SerialExecutor:
@@ -506,10 +533,11 @@ class _SerialExecutor:
         for i, path in enumerate(paths):
             yield i, plan_run(sweep_id, path)
 
-    def submit_tasks(self, tasks, settings, finished):
-        for key, args, _ in tasks:
-            self._done.append((key, evaluate_task(*args, **settings)))
-            finished()
+    def submit_tasks(self, batches, settings, finished):
+        for items, _ in batches:
+            for key, result in evaluate_batch(items, **settings):
+                self._done.append((key, result))
+                finished()
 
     def results(self, finished):
         yield from self._done
@@ -541,27 +569,27 @@ class _DaskExecutor:
                 plan = {"error": _describe(exc)}
             yield i, plan
 
-    def submit_tasks(self, tasks, settings, finished):
-        for key, args, (run_index, worker) in tasks:
+    def submit_tasks(self, batches, settings, finished):
+        for items, (run_index, worker) in batches:
             # preferably where the plan ran, which has the trial open (any worker when that one is busy)
             where = dict(workers=[worker], allow_other_workers=True) if worker else {}
             future = self.client.submit(
-                evaluate_task, *args, **settings, pure=False, priority=-run_index, **where
+                evaluate_batch, items, **settings, pure=False, priority=-run_index, **where
             )
-            self.futures[future] = key
+            self.futures[future] = [key for key, _ in items]
 
     def results(self, finished):
         from distributed import as_completed
 
         for future in as_completed(list(self.futures)):
-            key = self.futures.pop(future)
+            keys = self.futures.pop(future)
             try:
-                result = future.result()
-            except Exception as exc:
-                result = {"fired": [], "reason": "", "tensors": [], "error": _describe(exc), "note": ""}
-                result.update(ended=False, skipped="")
-            finished()
-            yield key, result
+                done = future.result()
+            except Exception as exc:  # e.g. lost with its worker more often than Dask retries
+                done = [(key, _error_result(_describe(exc))) for key in keys]
+            for key, result in done:
+                finished()
+                yield key, result
 
 
 def _rows(paths, specs, baselines, results, skipped_rules: dict) -> list[dict]:
