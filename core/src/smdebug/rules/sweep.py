@@ -3,7 +3,8 @@
 The work is split into tasks of one rule over one run and one range of its steps, run in this process
 or on a Dask cluster (``client=``, or ``workers=N`` for a LocalCluster; ``pip install
 'smdebug-core[dask]'``). Both run the same task functions and merge their results the same way, so the
-table does not depend on where the tasks ran.
+table does not depend on where the tasks ran. A run's tasks of one step range travel to Dask together
+(one Dask task), preferably to the worker that first opened the run, which keeps it open.
 
 A step range is a task of its own only for rules whose verdict at a step depends on the saved data alone
 (``STEP_INDEPENDENT``, or a Rule class with ``step_independent = True``); rules that keep state from step
