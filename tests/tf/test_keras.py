@@ -363,3 +363,13 @@ def test_steps_per_execution_warns_and_saves_what_it_can(out_dir, data, caplog_s
     assert trial.steps() == [0, 1]  # one smdebug step per execution of two batches
     assert {"loss", "mlp/head/kernel"} <= set(trial.tensor_names())
     assert trial.tensor_names(collection="gradients") == []
+
+
+def test_a_saved_variable_is_its_value_when_saved(out_dir):
+    hook = smd.KerasHook(out_dir=out_dir)
+    variable = tf.Variable([1.0, 2.0])
+    hook.save_tensor("v", variable, "custom")
+    variable.assign([5.0, 6.0])  # before the writer has written it
+    variable.assign_add([1.0, 1.0])
+    hook.close()
+    np.testing.assert_array_equal(create_trial(out_dir).tensor("v").value(0), [1.0, 2.0])

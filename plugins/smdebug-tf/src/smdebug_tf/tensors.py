@@ -36,6 +36,14 @@ def as_tensor(value) -> tf.Tensor:
     return tf.convert_to_tensor(value)  # tf.Variable, keras.Variable: their current value
 
 
+def snapshot(value):
+    """A variable's current value as a tensor (later updates do not change it: TF copies on write);
+    anything else as it is. What the hook hands the core, which may convert it after the step."""
+    if isinstance(value, tf.Tensor) or not is_tf_value(value):
+        return value
+    return as_tensor(value)
+
+
 _UPCAST = frozenset(
     d for d in (tf.bfloat16, *(getattr(tf.dtypes, n, None) for n in ("float8_e4m3fn", "float8_e5m2"))) if d
 )

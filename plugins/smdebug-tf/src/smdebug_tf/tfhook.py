@@ -21,6 +21,7 @@ import tensorflow as tf
 from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
 from smdebug_tf import capture
 from smdebug_tf.collection import BUILTIN_PATTERNS, Collection, exact
+from smdebug_tf.tensors import snapshot
 
 logger = logging.getLogger("smdebug")
 
@@ -244,7 +245,7 @@ class TFHook(BaseHook):
             if not self.swap_in(mode, kinds) and capture.WEIGHTS in kinds:
                 for name, variable in self.tf_state.weights:  # read here when the step cannot
                     if self.is_due(name):
-                        self.save_for_step(name, variable)
+                        self.save_for_step(name, snapshot(variable))
 
     def step_done(self, mode, result, tensors) -> None:
         """The due step's function returned: save what it computed, end the step."""
@@ -258,7 +259,7 @@ class TFHook(BaseHook):
                 self.refresh_optimizer_variables()
                 for name, variable in state.optimizer_variables:
                     if self.is_due(name):
-                        self.save_for_step(name, variable)
+                        self.save_for_step(name, snapshot(variable))
         self.end_step()
         self.stop_if_asked(mode)
 
@@ -423,7 +424,7 @@ class TFHook(BaseHook):
             return
         saved = self.saved_this_step()
         named = self.include_variables([v for v, _ in pairs])
-        values = weights if weights is not None else [v for _, v in named]
+        values = weights if weights is not None else [snapshot(v) for _, v in named]
         for (name, _), (variable, grad), value in zip(named, pairs, values):
             gname = capture.gradient_name(variable)
             if self.save_for_step(gname, grad):
@@ -442,6 +443,10 @@ class TFHook(BaseHook):
                 name = capture.gradient_name(variable)
                 if name not in saved and self.save_for_step(name, grad):
                     saved.add(name)
+
+    def save_tensor(self, tensor_name, tensor_value, collections_to_write="default"):
+        """Save a TF tensor, variable (its value now) or numpy array at the current step."""
+        super().save_tensor(tensor_name, snapshot(tensor_value), collections_to_write)
 
     def save_scalar(self, name, value, sm_metric=False, timestamp=None):
         """Save a scalar at the current step; ``sm_metric=True`` also lists it in sm_metrics (which is
