@@ -94,7 +94,10 @@ def test_wrap_optimizer_in_an_eager_loop(out_dir, data):
     hook = _hook(out_dir)
     model = make_model()
     optimizer = keras.optimizers.SGD(0.5)
+    class_apply = keras.optimizers.SGD.apply
     assert hook.wrap_optimizer(optimizer) is optimizer
+    assert keras.optimizers.SGD.apply is class_apply  # this instance is wrapped, not the class
+    assert "apply" not in vars(keras.optimizers.SGD(0.1))
     before = []
     for xb, yb in batches(x, y):
         before.append([v.numpy().copy() for v in model.trainable_variables])
