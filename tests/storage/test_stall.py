@@ -146,13 +146,20 @@ def test_endpoint_killed_under_real_training(s3_server, s3_uri):
     import os
 
     proc = start_training(s3_uri, 60, "--sleep", "0.05", env={**os.environ, **env})
+    out_lines: list[str] = []
+    err_lines: list[str] = []
+    readers = [
+        threading.Thread(target=lambda: out_lines.extend(proc.stdout), daemon=True),
+        threading.Thread(target=lambda: err_lines.extend(proc.stderr), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
     seen: list[int] = []
-    lines = []
     try:
         deadline = time.monotonic() + 120
         trial = None
         while time.monotonic() < deadline and len(seen) < 5:
-            lines.append(proc.stdout.readline())
+            time.sleep(0.05)
             try:
                 trial = trial or create_trial(s3_uri)
                 trial.refresh()
@@ -162,13 +169,15 @@ def test_endpoint_killed_under_real_training(s3_server, s3_uri):
         assert len(seen) >= 5, "training did not save 5 steps"
         s3_server.stop()
         began = time.monotonic()
-        out, err = proc.communicate(timeout=180)
+        proc.wait(timeout=180)
         took = time.monotonic() - began
     finally:
         if proc.poll() is None:
             proc.kill()
+    for reader in readers:
+        reader.join(30)
+    lines, err = out_lines, "".join(err_lines)
     assert proc.returncode == 0, err[-3000:]
-    lines += out.splitlines()
     step_times = {
         int(m.group(1)): float(m.group(2)) for m in map(re.compile(r"step (\d+) (\S+)").match, lines) if m
     }
