@@ -49,3 +49,84 @@ def test_other_dtypes_and_values():
     sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0]]), tf.constant([1]), tf.constant([3, 2]))
     np.testing.assert_array_equal(plugins.to_numpy(sparse), [[0, 0], [1, 2], [0, 0]])
     assert plugins.to_numpy(np.arange(3)) is not None  # not TensorFlow's: the core's numpy answers
+
+
+PAIRS = [(r, a) for r in NUMPY for a in (False, True)]
+
+
+@pytest.mark.parametrize(
+    "make", [tf.constant, tf.Variable, keras.Variable], ids=["tensor", "tf.Variable", "keras"]
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32])
+def test_batched_reductions_equal_the_single_path(make, dtype):
+    """One 1-d tensor per value, brought over with the others in one call: each element is exactly the
+    value (and dtype) smdebug_reduce gives, and numpy's."""
+    values = [make(A.astype(dtype)), make((A * 3).astype(dtype)), make(np.arange(5, dtype=dtype))]
+    started = [plugins.reductions(v, PAIRS) for v in values]
+    assert all(isinstance(s, tf.Tensor) and s.shape == (len(PAIRS),) for s in started)
+    hosted = plugins.to_host(started)
+    for value, host in zip(values, hosted):
+        array = plugins.to_numpy(value).astype(np.float32 if dtype == np.float16 else dtype)  # as TF
+        for (name, absolute), got in zip(PAIRS, host):
+            single = plugins.reduce(value, name, absolute)
+            assert got.dtype == single.dtype and (got == single or np.isnan(single)), (name, absolute)
+            want = NUMPY[name](np.abs(array) if absolute else array)
+            assert got == pytest.approx(want, rel=1e-2 if dtype == np.float16 else 1e-5), (name, absolute)
+
+
+def test_batched_reductions_edges():
+    nan = plugins.to_host([plugins.reductions(tf.constant([1.0, np.nan, 3.0]), [("median", False)])])
+    assert np.isnan(nan[0][0])
+    even = plugins.reductions(tf.constant([1.0, 2.0, 3.0, 10.0]), [("median", False), ("median", True)])
+    np.testing.assert_array_equal(plugins.to_host([even])[0], [2.5, 2.5])
+    # empty (undefined), complex and text: None, so that the core reduces them one by one as before
+    assert plugins.reductions(tf.zeros([0, 3]), [("max", False)]) is None
+    assert plugins.reductions(tf.constant([3 + 4j]), [("max", False)]) is None
+    assert plugins.reductions(tf.constant(["a"]), [("max", False)]) is None
+    sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0]]), tf.constant([1]), tf.constant([3, 2]))
+    np.testing.assert_array_equal(plugins.to_host([plugins.reductions(sparse, [("sum", False)])])[0], [3.0])
+    from smdebug_tf.tensors import reductions
+
+    with pytest.raises(ValueError, match="unknown reduction"):
+        reductions(tf.constant([1.0]), [("nope", False)])
+
+
+def test_a_keras_run_brings_each_steps_reductions_over_once(tmp_path, monkeypatch, data):
+    """Every step's reductions reach the host in one smdebug_to_host call, with the values of the single
+    path."""
+    import smdebug.tensorflow as smd
+    from smdebug.trials import create_trial
+    from tfmodels import WeightsBefore, make_model
+
+    calls = []
+    real = plugins.to_host
+
+    def counting(results):
+        calls.append([type(r) for r in results])
+        return real(results)
+
+    monkeypatch.setattr(plugins, "to_host", counting)
+    out_dir = str(tmp_path / "run")
+    hook = smd.KerasHook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "biases", "gradients"],
+        reduction_config=smd.ReductionConfig(reductions=["mean", "max", "median"], norms=["l2"]),
+    )
+    before = WeightsBefore()
+    x, y = data
+    model = make_model()
+    model.fit(x, y, epochs=1, batch_size=8, shuffle=False, callbacks=[before, hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    steps = trial.steps()
+    assert len(steps) == 4 and len(calls) == 4  # one call per step ...
+    tensors = [n for n in trial.tensor_names() if "kernel" in n or "bias" in n]
+    assert len(tensors) == 8
+    # ... with all its tensors, every result a TF tensor
+    assert all(len(c) == 8 and all(issubclass(t, tf.Tensor) for t in c) for c in calls)
+    kernel = trial.tensor("mlp/hidden/kernel")
+    for step in steps:
+        start = tf.constant(before.at[step][0])
+        for name in ("mean", "max", "median", "l2"):
+            assert kernel.reduction_value(step, name) == plugins.reduce(start, name, False), (step, name)

@@ -53,6 +53,25 @@ def smdebug_reduce(value, reduction, abs):
 
 
 @hookimpl
+def smdebug_reductions(value, reductions):
+    if not _is_tf_value(value):
+        return None
+    from smdebug_tf.tensors import reductions as start
+
+    return start(value, reductions)
+
+
+@hookimpl
+def smdebug_to_host(results):
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not all(isinstance(r, tf.Tensor) for r in results):
+        return None
+    from smdebug_tf.tensors import to_host
+
+    return to_host(results)
+
+
+@hookimpl
 def smdebug_activate(framework, module):
     # Called once, just after `import tensorflow` or `import keras`, when a hook configuration is present.
     if framework.alias != "tensorflow":

@@ -61,14 +61,14 @@ def to_numpy(value) -> np.ndarray:
 
 
 def _median(t: tf.Tensor) -> tf.Tensor:
-    """numpy's median: the mean of the two middle values when the count is even, NaN if any is NaN."""
-    if t.dtype.is_floating and bool(tf.reduce_any(tf.math.is_nan(t))):
-        return tf.constant(float("nan"), t.dtype)
+    """numpy's median: the mean of the two middle values when the count is even, NaN if any is NaN
+    (decided on the device: nothing waits for the value)."""
     ordered = tf.sort(tf.reshape(t, [-1]))
     n = int(ordered.shape[0])
-    if n % 2:
-        return ordered[n // 2]
-    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    if t.dtype.is_floating:
+        middle = tf.where(tf.reduce_any(tf.math.is_nan(t)), tf.constant(float("nan"), t.dtype), middle)
+    return middle
 
 
 _REDUCTIONS = {
@@ -86,6 +86,19 @@ _REDUCTIONS = {
 }
 
 
+def _prepared(value) -> tf.Tensor | None:
+    """The eager tensor the reductions are computed on (in at least float32), or None when TF does not
+    compute them: complex and text values (the core reduces the numpy copy) and symbolic tensors."""
+    t = as_tensor(value)
+    if t.dtype.is_complex or t.dtype == tf.string or tf.is_symbolic_tensor(t):
+        return None
+    if t.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(t, tf.float32)  # float16 sums overflow quickly
+    if not t.dtype.is_floating:
+        return tf.cast(t, tf.float64)  # integers and booleans, as numpy computes them
+    return t
+
+
 def reduce(value, reduction: str, abs: bool = False):
     """One reduction computed by TF on the value's device; only the scalar reaches the host.
     None when TF cannot compute it (the core then reduces the numpy copy)."""
@@ -95,13 +108,43 @@ def reduce(value, reduction: str, abs: bool = False):
     t = as_tensor(value)
     if t.shape.num_elements() == 0:
         raise ValueError(f"cannot compute {reduction} of an empty tensor")
-    if t.dtype.is_complex or t.dtype == tf.string:
+    t = _prepared(t)
+    if t is None:
         return None
-    if t.dtype in (tf.float16, tf.bfloat16):
-        t = tf.cast(t, tf.float32)  # float16 sums overflow quickly
-    elif not t.dtype.is_floating:
-        t = tf.cast(t, tf.float64)  # integers and booleans, as numpy computes them
-    if abs:
-        t = tf.abs(t)
     # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
-    return fn(t).numpy()[()]
+    return fn(tf.abs(t) if abs else t).numpy()[()]
+
+
+def reductions(value, pairs: list[tuple[str, bool]]) -> tf.Tensor | None:
+    """Every (reduction, abs) pair of a value as one 1-d tensor on its device, the same ops as ``reduce``;
+    nothing waits for it (the core brings the step's results to the host together, see to_host).
+    None where ``reduce`` would not give a value from TF (empty, complex, text, symbolic)."""
+    for reduction, _ in pairs:
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
+    t = _prepared(value)
+    if t is None or t.shape.num_elements() == 0:
+        return None
+    try:
+        with tf.device(t.device):
+            magnitude = tf.abs(t) if any(a for _, a in pairs) else None
+            return tf.stack([tf.reshape(_REDUCTIONS[r](magnitude if a else t), []) for r, a in pairs])
+    except (tf.errors.OpError, TypeError, ValueError):
+        return None  # the core computes them one by one
+
+
+def to_host(results: list[tf.Tensor]) -> list[np.ndarray]:
+    """The step's reduction results on the host: one concat and one copy per (device, dtype) group."""
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(results):
+        groups.setdefault((r.device, r.dtype), []).append(i)
+    host: list = [None] * len(results)
+    for (device, _), members in groups.items():
+        with tf.device(device):
+            joined = tf.concat([results[i] for i in members], 0).numpy()
+        start = 0
+        for i in members:
+            end = start + int(results[i].shape[0])
+            host[i] = joined[start:end]
+            start = end
+    return host
