@@ -94,9 +94,10 @@ def test_batched_reductions_edges():
 def test_a_keras_run_brings_each_steps_reductions_over_once(tmp_path, monkeypatch, data):
     """Every step's reductions reach the host in one smdebug_to_host call, with the values of the single
     path."""
+    from tfmodels import WeightsBefore, make_model
+
     import smdebug.tensorflow as smd
     from smdebug.trials import create_trial
-    from tfmodels import WeightsBefore, make_model
 
     calls = []
     real = plugins.to_host
