@@ -43,6 +43,26 @@ def smdebug_reduce(value, reduction, abs):
 
 
 @hookimpl
+def smdebug_reductions(value, reductions):
+    if not _is_ndarray(value):
+        return None
+    from smdebug_mxnet.tensors import reductions as start
+
+    return start(value, reductions)
+
+
+@hookimpl
+def smdebug_to_host(results):
+    # only a step with results left on a device needs this; numpy results (the CPU's) are the core's
+    mx = sys.modules.get("mxnet")
+    if mx is None or not any(isinstance(r, mx.nd.NDArray) for r in results):
+        return None
+    from smdebug_mxnet.tensors import to_host
+
+    return to_host(results)
+
+
+@hookimpl
 def smdebug_activate(framework, module):
     # Called right after `import mxnet` when a hook configuration is present.
     if framework.alias != "mxnet":
