@@ -64,8 +64,11 @@ def _median(t: tf.Tensor) -> tf.Tensor:
     """numpy's median: the mean of the two middle values when the count is even, NaN if any is NaN
     (decided on the device: nothing waits for the value)."""
     ordered = tf.sort(tf.reshape(t, [-1]))
-    n = int(ordered.shape[0])
-    middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    half = tf.size(ordered) // 2
+    upper = tf.gather(ordered, half)
+    middle = tf.where(
+        tf.size(ordered) % 2 == 1, upper, (tf.gather(ordered, tf.maximum(half - 1, 0)) + upper) / 2
+    )
     if t.dtype.is_floating:
         middle = tf.where(tf.reduce_any(tf.math.is_nan(t)), tf.constant(float("nan"), t.dtype), middle)
     return middle
@@ -86,12 +89,7 @@ _REDUCTIONS = {
 }
 
 
-def _prepared(value) -> tf.Tensor | None:
-    """The eager tensor the reductions are computed on (in at least float32), or None when TF does not
-    compute them: complex and text values (the core reduces the numpy copy) and symbolic tensors."""
-    t = as_tensor(value)
-    if t.dtype.is_complex or t.dtype == tf.string or tf.is_symbolic_tensor(t):
-        return None
+def _computable(t: tf.Tensor) -> tf.Tensor:
     if t.dtype in (tf.float16, tf.bfloat16):
         return tf.cast(t, tf.float32)  # float16 sums overflow quickly
     if not t.dtype.is_floating:
@@ -99,36 +97,66 @@ def _prepared(value) -> tf.Tensor | None:
     return t
 
 
-def reduce(value, reduction: str, abs: bool = False):
-    """One reduction computed by TF on the value's device; only the scalar reaches the host.
-    None when TF cannot compute it (the core then reduces the numpy copy)."""
-    fn = _REDUCTIONS.get(reduction)
-    if fn is None:
-        raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
+_programs: dict[tuple, object] = {}
+
+
+def _program(dtype: tf.DType, pairs: tuple):
+    """One TF graph computing every pair of a tensor of this dtype (any shape) into a 1-d tensor: a call
+    costs about what one eager op does, where the eager ops one by one cost ten times more."""
+    program = _programs.get((dtype, pairs))
+    if program is None:
+
+        def every_pair(t):
+            t = _computable(t)
+            magnitude = tf.abs(t) if any(a for _, a in pairs) else None
+            return tf.stack([tf.reshape(_REDUCTIONS[r](magnitude if a else t), []) for r, a in pairs])
+
+        program = tf.function(every_pair, input_signature=[tf.TensorSpec(None, dtype)], autograph=False)
+        _programs[(dtype, pairs)] = program
+    return program
+
+
+def _reducible(value) -> tf.Tensor | None:
+    """The eager tensor to reduce, or None when TF does not reduce it: complex and text values (the core
+    reduces the numpy copy) and symbolic tensors."""
     t = as_tensor(value)
-    if t.shape.num_elements() == 0:
-        raise ValueError(f"cannot compute {reduction} of an empty tensor")
-    t = _prepared(t)
-    if t is None:
+    if t.dtype.is_complex or t.dtype == tf.string or tf.is_symbolic_tensor(t):
         return None
-    # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
-    return fn(tf.abs(t) if abs else t).numpy()[()]
+    return t
 
 
-def reductions(value, pairs: list[tuple[str, bool]]) -> tf.Tensor | None:
-    """Every (reduction, abs) pair of a value as one 1-d tensor on its device, the same ops as ``reduce``;
-    nothing waits for it (the core brings the step's results to the host together, see to_host).
-    None where ``reduce`` would not give a value from TF (empty, complex, text, symbolic)."""
+def _check(pairs) -> None:
     for reduction, _ in pairs:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
-    t = _prepared(value)
+
+
+def reduce(value, reduction: str, abs: bool = False):
+    """One reduction computed by TF on the value's device; only the scalar reaches the host.
+    None when TF cannot compute it (the core then reduces the numpy copy)."""
+    _check([(reduction, abs)])
+    t = as_tensor(value)
+    if t.shape.num_elements() == 0:
+        raise ValueError(f"cannot compute {reduction} of an empty tensor")
+    t = _reducible(t)
+    if t is None:
+        return None
+    with tf.device(t.device):
+        # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
+        return _program(t.dtype, ((reduction, bool(abs)),))(t).numpy()[0]
+
+
+def reductions(value, pairs: list[tuple[str, bool]]) -> tf.Tensor | None:
+    """Every (reduction, abs) pair of a value as one 1-d tensor on its device, by the same graph ops as
+    ``reduce``; nothing waits for it (the core brings the step's results to the host together, see
+    to_host). None where ``reduce`` would not give a value from TF (empty, complex, text, symbolic)."""
+    _check(pairs)
+    t = _reducible(value)
     if t is None or t.shape.num_elements() == 0:
         return None
     try:
         with tf.device(t.device):
-            magnitude = tf.abs(t) if any(a for _, a in pairs) else None
-            return tf.stack([tf.reshape(_REDUCTIONS[r](magnitude if a else t), []) for r, a in pairs])
+            return _program(t.dtype, tuple((r, bool(a)) for r, a in pairs))(t)
     except (tf.errors.OpError, TypeError, ValueError):
         return None  # the core computes them one by one
 
