@@ -166,6 +166,31 @@ def demo(session: nox.Session) -> None:
     session.run("python", str(ROOT / "examples/demo.py"), *session.posargs)
 
 
+def _bench_venv(session: nox.Session, name: str, requirements: list[str], local: list[str]) -> str:
+    """A venv of its own (.nox/<name>, Python 3.11) with a framework and a regular install of this tree's
+    core and plugin, for the TensorFlow and MXNet rows (bench/frameworks.py)."""
+    python = ROOT / ".nox" / name / "bin" / "python"
+    if not python.exists():
+        venv = str(python.parent.parent)
+        session.run(sys.executable, "-m", "virtualenv", "-q", "-p", "python3.11", venv, external=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    session.run(*pip, *requirements, str(ROOT / "core"), external=True)
+    tree = [str(ROOT / "core"), *(str(ROOT / p) for p in local)]
+    session.run(*pip, "--force-reinstall", "--no-deps", *tree, external=True)  # plugins: framework above
+    return str(python)
+
+
+def _framework_bench_args(session: nox.Session) -> list[str]:
+    tf = _bench_venv(session, "bench-tf", ["tensorflow-cpu==2.21.0"], ["plugins/smdebug-tf"])
+    mxnet = _bench_venv(session, "bench-mxnet", MXNET, ["plugins/smdebug-mxnet"])
+    reference = ROOT / ".nox" / "smdebug-1.0.34-mxnet" / "bin" / "python"  # as tests-mxnet makes it
+    if not reference.exists():
+        venv = str(reference.parent.parent)
+        session.run(sys.executable, "-m", "virtualenv", "-q", "-p", "python3.11", venv, external=True)
+    session.run(str(reference), "-m", "pip", "install", "-q", *SMDEBUG_1034_MXNET, external=True)
+    return ["--tf-python", tf, "--mxnet-python", mxnet, "--smdebug-mxnet-python", str(reference)]
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against the real smdebug 1.0.34; prints the table and writes bench/RESULTS.md."""
@@ -189,5 +214,6 @@ def bench(session: nox.Session) -> None:
         reference,
         "--baseline-python",
         str(baseline / "bin" / "python"),
+        *_framework_bench_args(session),
         *session.posargs,
     )

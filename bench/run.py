@@ -27,6 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import frameworks  # the TensorFlow and MXNet rows (bench/frameworks.py)
+
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads.py"
 OURS, REF = "ours", "smdebug 1.0.34"
@@ -665,8 +667,9 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline-python", required=True, help="python of a venv with torch alone")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="few rounds and small sizes, to try the benchmark")
-    ap.add_argument("--only", default="overhead,many,local,s3,import,memory,sweep")
+    ap.add_argument("--only", default="overhead,many,local,s3,import,memory,sweep,tf,mxnet")
     ap.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    frameworks.add_arguments(ap)
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     if args.quick:
@@ -733,9 +736,11 @@ def main(argv=None) -> int:
         if "sweep" in only:
             runs, steps = (10, 50) if args.quick else (40, 200)
             results["sweep"] = bench_sweep(sys.executable, min(args.rounds, 2), f"{tmp}/sweep", runs, steps)
+        results["frameworks"] = frameworks.bench(only, args, f"{tmp}/frameworks")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     text = report(results, args, started, versions)
+    text += frameworks.report(results.get("frameworks", {}))
     print()
     print(text)
     Path(args.output).write_text(text)
