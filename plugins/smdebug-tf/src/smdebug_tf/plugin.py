@@ -63,11 +63,12 @@ def smdebug_reductions(value, reductions):
 
 @hookimpl
 def smdebug_to_host(results):
-    tf = sys.modules.get("tensorflow")
-    if tf is None or not all(isinstance(r, tf.Tensor) for r in results):
+    if sys.modules.get("tensorflow") is None:
         return None
-    from smdebug_tf.tensors import to_host
+    from smdebug_tf.tensors import Pending, to_host
 
+    if not all(isinstance(r, Pending) for r in results):
+        return None
     return to_host(results)
 
 

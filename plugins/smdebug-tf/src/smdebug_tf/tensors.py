@@ -97,23 +97,42 @@ def _computable(t: tf.Tensor) -> tf.Tensor:
     return t
 
 
+def _every_pair(t: tf.Tensor, pairs: tuple) -> tf.Tensor:
+    t = _computable(t)
+    magnitude = tf.abs(t) if any(a for _, a in pairs) else None
+    return tf.stack([tf.reshape(_REDUCTIONS[r](magnitude if a else t), []) for r, a in pairs])
+
+
 _programs: dict[tuple, object] = {}
 
 
-def _program(dtype: tf.DType, pairs: tuple):
-    """One TF graph computing every pair of a tensor of this dtype (any shape) into a 1-d tensor: a call
-    costs about what one eager op does, where the eager ops one by one cost ten times more."""
-    program = _programs.get((dtype, pairs))
+def _program(dtype: tf.DType, pairs: tuple, count: int = 1):
+    """One TF graph computing every pair of ``count`` tensors of this dtype (any shapes) into a
+    [count, pairs] tensor: one call costs about what one eager op does (the eager ops one by one, ten
+    per tensor, cost far more). Traced once per (dtype, pairs, count): a step's groups repeat."""
+    key = (dtype, pairs, count)
+    program = _programs.get(key)
     if program is None:
+        if len(_programs) > 256:  # counts that do not repeat: do not keep their graphs forever
+            _programs.clear()
 
-        def every_pair(t):
-            t = _computable(t)
-            magnitude = tf.abs(t) if any(a for _, a in pairs) else None
-            return tf.stack([tf.reshape(_REDUCTIONS[r](magnitude if a else t), []) for r, a in pairs])
+        def every_tensor(*ts):
+            return tf.stack([_every_pair(t, pairs) for t in ts])
 
-        program = tf.function(every_pair, input_signature=[tf.TensorSpec(None, dtype)], autograph=False)
-        _programs[(dtype, pairs)] = program
+        spec = [tf.TensorSpec(None, dtype)] * count
+        program = _programs[key] = tf.function(every_tensor, input_signature=spec, autograph=False)
     return program
+
+
+class Pending:
+    """A tensor's reductions, computed in to_host with the other tensors of its group (one graph call for
+    them all). Holding the tensor is safe: a tensor never changes (a variable was read into one)."""
+
+    __slots__ = ("tensor", "pairs")
+
+    def __init__(self, tensor: tf.Tensor, pairs: tuple):
+        self.tensor = tensor
+        self.pairs = pairs
 
 
 def _reducible(value) -> tf.Tensor | None:
@@ -143,36 +162,31 @@ def reduce(value, reduction: str, abs: bool = False):
         return None
     with tf.device(t.device):
         # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
-        return _program(t.dtype, ((reduction, bool(abs)),))(t).numpy()[0]
+        return _program(t.dtype, ((reduction, bool(abs)),))(t).numpy()[0, 0]
 
 
-def reductions(value, pairs: list[tuple[str, bool]]) -> tf.Tensor | None:
-    """Every (reduction, abs) pair of a value as one 1-d tensor on its device, by the same graph ops as
-    ``reduce``; nothing waits for it (the core brings the step's results to the host together, see
-    to_host). None where ``reduce`` would not give a value from TF (empty, complex, text, symbolic)."""
+def reductions(value, pairs: list[tuple[str, bool]]) -> Pending | None:
+    """Every (reduction, abs) pair of a value, by the same graph ops as ``reduce``, computed with the rest
+    of the step's in to_host (on the tensors' devices). None where ``reduce`` would not give a value from
+    TF (empty, complex, text, symbolic)."""
     _check(pairs)
     t = _reducible(value)
     if t is None or t.shape.num_elements() == 0:
         return None
-    try:
-        with tf.device(t.device):
-            return _program(t.dtype, tuple((r, bool(a)) for r, a in pairs))(t)
-    except (tf.errors.OpError, TypeError, ValueError):
-        return None  # the core computes them one by one
+    return Pending(t, tuple((r, bool(a)) for r, a in pairs))
 
 
-def to_host(results: list[tf.Tensor]) -> list[np.ndarray]:
-    """The step's reduction results on the host: one concat and one copy per (device, dtype) group."""
+def to_host(results: list[Pending]) -> list[np.ndarray]:
+    """The step's reduction results on the host: one graph call and one copy per (device, dtype, pairs)
+    group of tensors."""
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(results):
-        groups.setdefault((r.device, r.dtype), []).append(i)
+        groups.setdefault((r.tensor.device, r.tensor.dtype, r.pairs), []).append(i)
     host: list = [None] * len(results)
-    for (device, _), members in groups.items():
+    for (device, dtype, pairs), members in groups.items():
         with tf.device(device):
-            joined = tf.concat([results[i] for i in members], 0).numpy()
-        start = 0
-        for i in members:
-            end = start + int(results[i].shape[0])
-            host[i] = joined[start:end]
-            start = end
+            matrix = _program(dtype, pairs, len(members))(*(results[i].tensor for i in members)).numpy()
+        for row, i in enumerate(members):
+            host[i] = matrix[row]
+            results[i].tensor = None  # not kept beyond the step
     return host
