@@ -100,7 +100,7 @@ def bench(only: set, args, tmp: str) -> dict:
                     out[impl][config].append(fig)
                     _log(
                         f"{framework} {config:<10} {impl:<15} ratio {fig['ratio']:.3f} "
-                        f"(plain step {fig['plain_step_ms']:.2f} ms, +{fig['extra_ms']:.2f} ms)"
+                        f"(plain step {fig['plain_step_ms']:.2f} ms, {fig['extra_ms']:+.2f} ms)"
                     )
     return results
 
@@ -121,7 +121,7 @@ def report(results: dict) -> str:
                     continue
                 ratio = statistics.median(f["ratio"] for f in runs)
                 extra = statistics.median(f["extra_ms"] for f in runs)
-                cells.append(f"{ratio:.3f} (+{extra:.2f} ms)")
+                cells.append(f"{ratio:.3f} ({extra:+.2f} ms)")
             plain = statistics.median(f["plain_step_ms"] for f in per_impl[OURS][config])
             rows.append(f"| {title} | {LABEL[config]} | {plain:.2f} | {cells[0]} | {cells[1]} |")
     if not rows:
@@ -135,7 +135,7 @@ def report(results: dict) -> str:
             "## TensorFlow and MXNet: step time with the hook / without (small CNN, medians)",
             "",
             "Two identical models in one process, alternating blocks of steps; ratio = hooked / plain block "
-            "time, + the extra time per step. TensorFlow against no hook only (smdebug 1.0.34 refuses "
+            "time (the extra time per step in brackets). TensorFlow against no hook only (smdebug 1.0.34 refuses "
             f"TensorFlow >= 2.12). Versions: {', '.join(versions)}.",
             "",
             f"| framework | configuration | plain step (ms) | {OURS} | {REF} |",
