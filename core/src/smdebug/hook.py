@@ -576,7 +576,10 @@ class BaseHook:
                 reserved = 0
                 if raw and not shape and not isinstance(value, np.ndarray):
                     # the copy for the writer is made only once the queue has room for it
-                    nbytes = getattr(value, "nbytes", None)
+                    try:
+                        nbytes = getattr(value, "nbytes", None)
+                    except Exception:  # a sparse torch tensor has no storage to measure
+                        nbytes = None
                     if isinstance(nbytes, int) and nbytes >= RESERVE_BYTES:
                         writer.reserve(nbytes)
                         reserved = nbytes
