@@ -51,19 +51,13 @@ def smdebug_reductions(value, reductions):
     return start(value, reductions)
 
 
-def mx_ndarray() -> type:
-    return sys.modules["mxnet"].nd.NDArray
-
-
 @hookimpl
 def smdebug_to_host(results):
-    # results still to compute or to copy (numpy results, an integer array's on the CPU, are the core's)
-    if sys.modules.get("mxnet") is None:
+    # only a step with results left on a device needs this; numpy results (the CPU's) are the core's
+    mx = sys.modules.get("mxnet")
+    if mx is None or not any(isinstance(r, mx.nd.NDArray) for r in results):
         return None
-    from smdebug_mxnet.tensors import HostPending, to_host
-
-    if not any(isinstance(r, (HostPending, mx_ndarray())) for r in results):
-        return None
+    from smdebug_mxnet.tensors import to_host
 
     return to_host(results)
 

@@ -123,26 +123,9 @@ def reductions(value, pairs: list[tuple[str, bool]]):
     value = _plain(value)
     if value is None:
         return None
-    if not on_host(value):
-        return reductions_on_device(value, pairs)
-    if np.issubdtype(value.dtype, np.floating) and all(r in _ON_HOST for r, _ in pairs):
-        # one dtype for all results: computed in to_host on a copy the engine makes when the value is
-        # ready (the value may be updated in place later), so that nothing waits for it here
-        return HostPending(value.copy(), tuple(pairs))
-    return reductions_on_host(host_view(value), pairs)
-
-
-_ON_HOST = frozenset(("min", "max", "mean", "sum", "prod", "std", "median", "variance", "l1", "l2"))
-
-
-class HostPending:
-    """A CPU NDArray's reductions, computed in numpy in to_host (at the step's end) on its copy."""
-
-    __slots__ = ("copy", "pairs")
-
-    def __init__(self, copy: mx.nd.NDArray, pairs: tuple):
-        self.copy = copy
-        self.pairs = pairs
+    if on_host(value):
+        return reductions_on_host(host_view(value), pairs)
+    return reductions_on_device(value, pairs)
 
 
 def to_host(results: list) -> list[np.ndarray]:
@@ -153,9 +136,6 @@ def to_host(results: list) -> list[np.ndarray]:
     for i, r in enumerate(results):
         if isinstance(r, mx.nd.NDArray):
             groups.setdefault((r.context, r.dtype), []).append(i)
-        elif isinstance(r, HostPending):
-            host[i] = reductions_on_host(host_view(r.copy), r.pairs)
-            r.copy = None
     for members in groups.values():
         joined = mx.nd.concat(*(results[i] for i in members), dim=0).asnumpy()
         start = 0
