@@ -5,10 +5,11 @@ the workload half runs in a framework's venv, as bench/workloads.py does:
 
     python bench/frameworks.py <tf_overhead|mxnet_overhead> '<json arguments>'
 
-Both train the same small CNN as the PyTorch rows (conv 8, conv 16, dense 64, dense 10 on 28x28x1, batch
-32), two identical copies in one process, in alternating blocks of steps (the order flips every block), one
-of them with the hook. MXNet runs side by side with the real smdebug 1.0.34; TensorFlow against no hook
-only (smdebug 1.0.34 refuses TensorFlow >= 2.12).
+TensorFlow trains the small MLP of issue #13 (784-64-64-10 on 28x28x1, batch 32) under model.fit, compiled
+with and without ``jit_compile``; MXNet the same small CNN as the PyTorch rows (conv 8, conv 16, dense 64,
+dense 10, batch 32). Two identical copies in one process, in alternating blocks of steps (the order flips
+every block), one of them with the hook. MXNet runs side by side with the real smdebug 1.0.34; TensorFlow
+against no hook only (smdebug 1.0.34 refuses TensorFlow >= 2.12).
 """
 
 from __future__ import annotations
@@ -75,13 +76,14 @@ def _figures(res: dict) -> dict:
 
 def bench(only: set, args, tmp: str) -> dict:
     """{"tf": {impl: {config: [figures per round]}}, "mxnet": ...} for the frameworks asked for and given."""
-    plans = {
-        "tf": ("tf_overhead", {OURS: args.tf_python}),
-        "mxnet": ("mxnet_overhead", {OURS: args.mxnet_python, REF: args.smdebug_mxnet_python}),
+    plans = {  # row key: (--only name, workload, its extra arguments, pythons)
+        "tf": ("tf", "tf_overhead", {"jit_compile": False}, {OURS: args.tf_python}),
+        "tf-xla": ("tf", "tf_overhead", {"jit_compile": True}, {OURS: args.tf_python}),
+        "mxnet": ("mxnet", "mxnet_overhead", {}, {OURS: args.mxnet_python, REF: args.smdebug_mxnet_python}),
     }
     results: dict = {}
-    for framework, (workload, pythons) in plans.items():
-        if framework not in only:
+    for framework, (name, workload, extra, pythons) in plans.items():
+        if name not in only:
             continue
         pythons = {impl: py for impl, py in pythons.items() if py}
         if OURS not in pythons:
@@ -94,12 +96,12 @@ def bench(only: set, args, tmp: str) -> dict:
                 for impl, python in items if r % 2 == 0 else items[::-1]:
                     res = _run(
                         python, workload, config=config, out_dir=f"{tmp}/{framework}-{impl[:4]}-{config}-{r}",
-                        steps=args.steps,
+                        steps=args.steps, **extra,
                     )  # fmt: skip
                     fig = _figures(res)
                     out[impl][config].append(fig)
                     _log(
-                        f"{framework} {config:<10} {impl:<15} ratio {fig['ratio']:.3f} "
+                        f"{framework:<6} {config:<10} {impl:<15} ratio {fig['ratio']:.3f} "
                         f"(plain step {fig['plain_step_ms']:.2f} ms, {fig['extra_ms']:+.2f} ms)"
                     )
     return results
@@ -108,7 +110,12 @@ def bench(only: set, args, tmp: str) -> dict:
 def report(results: dict) -> str:
     """A markdown section for the rows measured (empty when none were)."""
     rows = []
-    for framework, title in (("tf", "TensorFlow (Keras fit)"), ("mxnet", "MXNet (Gluon)")):
+    titles = (
+        ("tf", "TensorFlow (Keras fit, MLP)"),
+        ("tf-xla", "TensorFlow (Keras fit, MLP, jit_compile=True)"),
+        ("mxnet", "MXNet (Gluon, CNN)"),
+    )
+    for framework, title in titles:
         per_impl = results.get(framework)
         if not per_impl:
             continue
@@ -132,11 +139,12 @@ def report(results: dict) -> str:
     return "\n".join(
         [
             "",
-            "## TensorFlow and MXNet: step time with the hook / without (small CNN, medians)",
+            "## TensorFlow and MXNet: step time with the hook / without (TF: small MLP, MXNet: small CNN; medians)",
             "",
             "Two identical models in one process, alternating blocks of steps; ratio = hooked / plain block "
             "time (the extra time per step in brackets). TensorFlow against no hook only (smdebug 1.0.34 refuses "
-            f"TensorFlow >= 2.12). Versions: {', '.join(versions)}.",
+            "TensorFlow >= 2.12); its targets (issue #13): (a) <= 1.02, (b) <= 1.3, with and without "
+            f"jit_compile. Versions: {', '.join(versions)}.",
             "",
             f"| framework | configuration | plain step (ms) | {OURS} | {REF} |",
             "|---|---|---|---|---|",
@@ -181,9 +189,11 @@ def _alternate(plain_block, hooked_block, steps: int, block: int) -> tuple[list,
     return plain_s, hooked_s
 
 
-def tf_overhead(config: str, out_dir: str, steps: int = 300, block: int = 20, warmup: int = 2) -> dict:
-    """Keras fit, ``block`` steps per fit call; a block's time runs from its first step's start to its
-    last step's end (callbacks included, fit's set-up not)."""
+def tf_overhead(
+    config: str, out_dir: str, steps: int = 300, block: int = 20, warmup: int = 2, jit_compile: bool = False
+) -> dict:
+    """Keras fit of a small MLP, ``block`` steps per fit call; a block's time runs from its first step's
+    start to its last step's end (callbacks included, fit's set-up not)."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -195,15 +205,12 @@ def tf_overhead(config: str, out_dir: str, steps: int = 300, block: int = 20, wa
     keras.utils.set_random_seed(0)
     layers = keras.layers
 
-    def cnn():
+    def mlp():
         model = keras.Sequential(
             [
                 keras.Input((28, 28, 1)),
-                layers.Conv2D(8, 3, padding="same", activation="relu"),
-                layers.MaxPooling2D(2),
-                layers.Conv2D(16, 3, padding="same", activation="relu"),
-                layers.MaxPooling2D(2),
                 layers.Flatten(),
+                layers.Dense(64, activation="relu"),
                 layers.Dense(64, activation="relu"),
                 layers.Dense(10),
             ]
@@ -211,6 +218,7 @@ def tf_overhead(config: str, out_dir: str, steps: int = 300, block: int = 20, wa
         model.compile(
             optimizer=keras.optimizers.SGD(0.01),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit_compile,
         )
         return model
 
@@ -218,7 +226,7 @@ def tf_overhead(config: str, out_dir: str, steps: int = 300, block: int = 20, wa
     x = rng.normal(size=(8 * BATCH, 28, 28, 1)).astype("float32")
     y = rng.integers(0, 10, size=8 * BATCH)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
-    plain, hooked = cnn(), cnn()
+    plain, hooked = mlp(), mlp()
     hooked.set_weights(plain.get_weights())
     hook = smd.KerasHook(out_dir=out_dir, **_hook_kwargs(smd, config))
 
@@ -256,6 +264,7 @@ def tf_overhead(config: str, out_dir: str, steps: int = 300, block: int = 20, wa
         "close_s": time.perf_counter() - t0,
         "block": block,
         "version": _implementation(f"TensorFlow {tf.__version__}"),
+        "jit_compile": jit_compile,
     }
 
 
