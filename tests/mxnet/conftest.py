@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import mxnet as mx
 import numpy as np
-import pytest
 from mxnet import autograd, gluon
 
 BATCH = 4
@@ -57,8 +56,3 @@ class Run:
                 {f"gradient/{p.name}": p.grad().asnumpy().copy() for p in self.net.collect_params().values()}
             )
         self.seen.append({**params, "input": x.asnumpy(), "output": out.asnumpy(), "loss": loss.asnumpy()})
-
-
-@pytest.fixture
-def out_dir(tmp_path):
-    return str(tmp_path / "run")

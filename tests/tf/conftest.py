@@ -1,4 +1,3 @@
-import logging
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -7,28 +6,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from smdebug import plugins  # noqa: E402
-
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
-
-
-@pytest.fixture(autouse=True)
-def fresh_plugins():
-    plugins.reset()
-    yield
-    plugins.reset()
-
-
-@pytest.fixture
-def out_dir(tmp_path):
-    return str(tmp_path / "run")
-
-
-@pytest.fixture
-def caplog_smdebug(caplog):
-    caplog.set_level(logging.INFO, logger="smdebug")
-    return caplog
 
 
 @pytest.fixture
