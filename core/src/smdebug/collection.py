@@ -37,6 +37,17 @@ class CollectionKeys:
 # Scalar-valued collections of every framework: no reductions or histograms, always saved raw (a plugin
 # adds its own through BaseHook.scalar_collections).
 SCALAR_COLLECTIONS = frozenset({CollectionKeys.LOSSES, CollectionKeys.METRICS, CollectionKeys.SM_METRICS})
+# A layer's (module's, block's) tensors are named <layer>_input_<i> / <layer>_output_<i>, as in smdebug 1.0.
+INPUT_SUFFIX = "_input_"
+OUTPUT_SUFFIX = "_output_"
+
+
+def layer_tensor_patterns(layer_name: str, inputs: bool, outputs: bool) -> list[str]:
+    """The patterns of one layer's input and/or output tensors (``fc1_output_0``, ...)."""
+    suffixes = ([INPUT_SUFFIX] if inputs else []) + ([OUTPUT_SUFFIX] if outputs else [])
+    return [f"^{re.escape(layer_name + suffix)}\\d+$" for suffix in suffixes]
+
+
 # Collections that only hold training-time values, skipped in EVAL and PREDICT.
 TRAIN_ONLY_COLLECTIONS = frozenset({CollectionKeys.GRADIENTS, CollectionKeys.OPTIMIZER_VARIABLES})
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
+from smdebug.plugin import INPUT_SUFFIX, OUTPUT_SUFFIX, CollectionKeys, layer_tensor_patterns  # noqa: F401
 from smdebug.plugin import Collection as BaseCollection
-from smdebug.plugin import CollectionKeys
 
 GRADIENT_PREFIX = "gradient/"
-INPUT_SUFFIX = "_input_"
-OUTPUT_SUFFIX = "_output_"
 
 # The patterns smdebug 1.0 gives the built-in MXNet collections (searched anywhere in a name): Gluon names
 # parameters <prefix>weight / <prefix>bias and a loss block's outputs <lossname>N_output_<i>.
@@ -21,12 +17,6 @@ BUILTIN_PATTERNS = {
 }
 
 
-def block_tensor_patterns(block_name: str, inputs: bool, outputs: bool) -> list[str]:
-    """The patterns of one block's input and/or output tensors (``dense0_output_0``, ...)."""
-    suffixes = ([INPUT_SUFFIX] if inputs else []) + ([OUTPUT_SUFFIX] if outputs else [])
-    return [f"^{re.escape(block_name + suffix)}\\d+$" for suffix in suffixes]
-
-
 class Collection(BaseCollection):
     """A Collection that can also name Gluon blocks whose inputs/outputs it saves."""
 
@@ -36,4 +26,4 @@ class Collection(BaseCollection):
         name = getattr(block, "name", None)
         if not isinstance(name, str) or not name:
             raise TypeError(f"add_block_tensors expects a Gluon block, got {type(block).__name__}")
-        self.include(block_tensor_patterns(name, inputs, outputs))
+        self.include(layer_tensor_patterns(name, inputs, outputs))

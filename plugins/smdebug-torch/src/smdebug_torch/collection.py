@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
+from smdebug.plugin import INPUT_SUFFIX, OUTPUT_SUFFIX, CollectionKeys  # noqa: F401 (the plugin's names)
 from smdebug.plugin import Collection as BaseCollection
-from smdebug.plugin import CollectionKeys
 
 GRADIENT_PREFIX = "gradient/"
-INPUT_SUFFIX = "_input_"
-OUTPUT_SUFFIX = "_output_"
 
 # The patterns smdebug 1.0 gives the built-in PyTorch collections (matched anywhere in a name).
 BUILTIN_PATTERNS = {
@@ -18,12 +14,6 @@ BUILTIN_PATTERNS = {
     CollectionKeys.GRADIENTS: "^gradient",
     CollectionKeys.LOSSES: "[Ll]oss_(?!input).*output",
 }
-
-
-def module_tensor_patterns(module_name: str, inputs: bool, outputs: bool) -> list[str]:
-    """The patterns of one module's input and/or output tensors (``conv1_output_0``, ...)."""
-    suffixes = ([INPUT_SUFFIX] if inputs else []) + ([OUTPUT_SUFFIX] if outputs else [])
-    return [f"^{re.escape(module_name + suffix)}\\d+$" for suffix in suffixes]
 
 
 class Collection(BaseCollection):

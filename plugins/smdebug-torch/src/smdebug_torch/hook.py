@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from smdebug.plugin import BaseHook, CollectionKeys, SMDebugTypeError
+from smdebug.plugin import BaseHook, CollectionKeys, SMDebugTypeError, layer_tensor_patterns
 from smdebug_torch import tensors
 from smdebug_torch.collection import (
     BUILTIN_PATTERNS,
@@ -25,7 +25,6 @@ from smdebug_torch.collection import (
     INPUT_SUFFIX,
     OUTPUT_SUFFIX,
     Collection,
-    module_tensor_patterns,
 )
 
 logger = logging.getLogger("smdebug")
@@ -143,7 +142,7 @@ class Hook(BaseHook):
                         coll.name,
                     )
                     continue
-                coll.include(module_tensor_patterns(name, inputs, outputs))
+                coll.include(layer_tensor_patterns(name, inputs, outputs))
 
     def close(self) -> None:
         super().close()
