@@ -622,3 +622,23 @@ def test_malformed_events_raise_corrupt_run_error(payload):
 def test_unsupported_tensor_dtype_on_read_raises_type_error():
     with pytest.raises(TypeError, match="14"):
         codec.decode_event(_tensor_event(_field(1, 0, 14) + _shape(1) + _field(4, 2, b"\x00\x00")))
+
+
+@pytest.mark.parametrize("mode_step", [0, 7, 300])
+def test_a_steps_reductions_framed_together_equal_one_by_one(mode_step):
+    names = [["gradient/a_max", "gradient/a_mean"], ["w/b_l2"], ["x_min", "x_max", "x_sum"]]
+    values = [
+        np.array([1.5, -0.0], dtype=np.float32),
+        np.array([3.25]),
+        np.array([-2, 7, 0], dtype=np.int64),
+    ]
+    data, records = codec.scalar_records(names, values, 12, 1700000000.25, ModeKeys.EVAL, mode_step)
+    expected, offset = b"", 0
+    for some, array in zip(names, values):
+        for name, value in zip(some, array):
+            event = codec.tensor_event_chunks(name, np.asarray(value), 12, 1700000000.25, 2, mode_step)
+            chunks, size, crc = codec.frame_chunks(event, checksum=False)
+            expected += b"".join(chunks)
+            assert records.pop(0) == (name, offset, size, crc)
+            offset += size
+    assert data == expected and not records

@@ -4,6 +4,7 @@ The fixture distributions smdebug-dummy and smdebug-broken (tests/core/fixture_p
 installed into this session's venv by nox, so discovery runs through real entry points.
 """
 
+import contextlib
 import importlib
 import subprocess
 import sys
@@ -111,16 +112,23 @@ class BatchingPlugin:
 
     def __init__(self):
         self.transfers: list[int] = []
+        self.starts: list[int] = []  # values per smdebug_reductions call
 
     @hookimpl
     def smdebug_to_numpy(self, value):
         return value.data.copy() if isinstance(value, Lazy) else None
 
     @hookimpl
-    def smdebug_reductions(self, value, reductions):
-        if not isinstance(value, Lazy):
+    def smdebug_reductions(self, values, reductions):
+        if not any(isinstance(v, Lazy) for v in values):
             return None
-        return Lazy(np.array([numpy_reduction(value.data, r, a) for r, a in reductions], dtype=np.float32))
+        self.starts.append(len(values))
+        return [
+            Lazy(np.array([numpy_reduction(v.data, r, a) for r, a in reductions], dtype=np.float32))
+            if isinstance(v, Lazy) and v.data.size
+            else None  # the core reduces it one by one (numpy)
+            for v in values
+        ]
 
     @hookimpl
     def smdebug_to_host(self, results):
@@ -130,7 +138,7 @@ class BatchingPlugin:
         return [r.data for r in results]
 
 
-def _batched_run(out_dir, plugin, steps=2):
+def _batched_run(out_dir, plugin, steps=2, together=False):
     plugins.get_plugin_manager().register(plugin, name="batching")
     hook = BaseHook(
         out_dir=out_dir,
@@ -140,8 +148,10 @@ def _batched_run(out_dir, plugin, steps=2):
     )
     for step in range(steps):
         hook.begin_step()
-        for i in range(3):
-            hook.save_for_step(f"t{i}", Lazy([step, -i - 5.0, 1.0]))
+        with hook.together() if together else contextlib.nullcontext():
+            for i in range(3):
+                hook.save_for_step(f"t{i}", Lazy([step, -i - 5.0, 1.0]))
+            hook.save_for_step("t_empty", Lazy([]))
         hook.end_step()
     hook.close()
     return create_trial(out_dir)
@@ -158,6 +168,17 @@ def test_hook_smdebug_to_host(tmp_path):
     plugin = BatchingPlugin()
     _batched_run(str(tmp_path / "run"), plugin, steps=3)
     assert plugin.transfers == [3, 3, 3]  # one transfer per step, for all its tensors
+    assert plugin.starts == [1] * 12  # outside a together() block: one call per tensor
+
+
+def test_reductions_saved_together_start_in_one_call(tmp_path, caplog):
+    plugin = BatchingPlugin()
+    trial = _batched_run(str(tmp_path / "run"), plugin, steps=3, together=True)
+    assert plugin.starts == [4, 4, 4] and plugin.transfers == [3, 3, 3]
+    assert trial.tensor("t1").reduction_value(2, "max", abs=True) == 6.0
+    assert trial.tensor("t0").reduction_value(2, "mean") == pytest.approx(-2 / 3)
+    # the value the plugin declined went to numpy, which has no reductions of an empty tensor
+    assert "no reductions of t_empty: cannot compute max of an empty tensor" in caplog.text
 
 
 def test_hook_smdebug_open_store():

@@ -323,6 +323,64 @@ def frame_chunks(chunks: list, checksum: bool = True) -> tuple[list, int, int]:
     )
 
 
+# (tag, dtype, mode, tail length) -> the bytes of a 0-d tensor event between its wall time and step and
+# its content, and the content's size: a step's reductions are framed without building their protos
+_SCALAR_HEADS: dict[tuple, tuple[bytes, int]] = {}
+_RECORD_HEADERS: dict[int, bytes] = {}  # payload size -> the record's header (its length and that CRC)
+_NO_CHECKSUM_FOOTER = _U32.pack(_NO_CHECKSUM)
+
+
+def scalar_records(
+    names: list[list[str]], values: list, step: int, wall_time: float, mode: int, mode_step: int
+) -> tuple[bytes, list[tuple[str, int, int, int]]]:
+    """The TFRecords of many 0-d tensor events of one step (a step's reductions: ``values[i]`` is a 1-d
+    array whose elements are named ``names[i]``), byte-identical to tensor_event_chunks' with smdebug's
+    "no checksum" footer; and (name, offset, length, payload CRC) of each record in the returned bytes."""
+    mode = int(getattr(mode, "value", mode))
+    when = b"".join(_double(1, float(wall_time)) + _int(2, int(step)))
+    ms = str(int(mode_step)).encode()
+    ms_entry = _MODE_STEP_KEY + _varint(len(ms)) + ms
+    mode_entry = b"".join(_sub(1, _text(1, _MODE) + _text(2, str(mode))))
+    plugins = b"\x0a" + _varint(len(ms_entry)) + ms_entry + mode_entry
+    tail = b"\x4a" + _varint(len(plugins)) + plugins
+    parts: list[bytes] = []
+    entries: list[tuple[str, int, int, int]] = []
+    offset = 0
+    crc32c = _crc32c.crc32c
+    for some, array in zip(names, values):
+        array = np.asarray(array).reshape(-1)
+        enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
+        if enum is None or array.dtype.fields is not None:
+            raise SMDebugTypeError(f"Numpy dtype {array.dtype} is not supported in event files")
+        content = array.astype(_DTYPES[enum], copy=False).tobytes()
+        for i, name in enumerate(some):
+            key = (name, enum, mode, len(tail))
+            head = _SCALAR_HEADS.get(key)
+            if head is None:
+                if len(_SCALAR_HEADS) >= _MAX_TEMPLATES:
+                    _SCALAR_HEADS.clear()
+                proto_head = _template(name, array[:1].reshape(()), enum, mode)[0]
+                size = _DTYPES[enum].itemsize
+                value_len = len(proto_head) + size + len(tail)
+                value_key = b"\x0a" + _varint(value_len)
+                head = _SCALAR_HEADS[key] = (
+                    b"\x2a" + _varint(len(value_key) + value_len) + value_key + proto_head,
+                    size,
+                )
+            middle, size = head
+            event = b"".join((when, middle, content[i * size : (i + 1) * size], tail))
+            header = _RECORD_HEADERS.get(len(event))
+            if header is None:
+                length = _U64.pack(len(event))
+                header = _RECORD_HEADERS[len(event)] = length + _U32.pack(masked_crc32c(length))
+            crc = crc32c(event)
+            parts += (header, event, _NO_CHECKSUM_FOOTER)
+            record = len(event) + _HEADER + _FOOTER
+            entries.append((name, offset, record, (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF))
+            offset += record
+    return b"".join(parts), entries
+
+
 def _clean_tag(tag: str) -> str:
     # TensorBoard summaries get TensorFlow's tag cleaning, as in smdebug's summary.py.
     return _BAD_TAG_CHARS.sub("_", tag).lstrip("/")

@@ -29,6 +29,7 @@ Called by a plugin:
     anything_due(), is_due(name), has_due_collection(*names), due_collections, collections_of(name)
     save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
                                   collections); save_numbered(prefix, values) for numbered outputs
+    together()                    a block whose tensors' reductions start in one plugin call at its end
     guard(what), warn_once(...)   never break training: log once, go on
     collections_changed()         collections must be prepared again before the next step
     flush(), close()              the core writes the collections file and the end-of-job marker
@@ -160,7 +161,8 @@ class BaseHook:
         self._in_step = False
         self._due: frozenset[Collection] = frozenset()
         self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
-        self._pending: list[tuple[str, list, Any]] = []  # reductions started this step, not yet on the host
+        self._pending: list[tuple[list, Any]] = []  # reductions started this step, not yet on the host
+        self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
         self._saved_any = False
         self._collections_exported = False
         self._writer: RunWriter | None = None
@@ -463,6 +465,22 @@ class BaseHook:
         self._write_planned(name, value, plan[2])
         return True
 
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """The reductions of the tensors saved within the block are started together at its end, in one
+        ``smdebug_reductions`` call (the framework reduces them in a few kernels, not one per tensor). For
+        tensors that cannot change before the block ends (a model's parameters in a loop over them)."""
+        if self._gathered is not None:  # nested: the outer block starts them
+            yield
+            return
+        self._gathered = []
+        try:
+            yield
+        finally:
+            gathered, self._gathered = self._gathered, None
+            if gathered:
+                self._start_reductions(gathered)
+
     def save_numbered(self, prefix: str, values: Any) -> None:
         """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>``, numbered on from the
         step's earlier calls with this prefix (``dense_output_0``, ``dense_output_1``...)."""
@@ -550,7 +568,7 @@ class BaseHook:
         due collections stay the same objects (save_for_step)."""
         colls = list(colls)
         numeric = not (isinstance(value, np.ndarray) and value.dtype.kind in "USO")  # text: raw only
-        pairs = list(
+        pairs = tuple(
             {
                 pair: None
                 for c in colls
@@ -599,16 +617,42 @@ class BaseHook:
             )
 
     def _reduce_all(
-        self, name: str, value: Any, pairs: list[tuple[str, bool]], names: list[str] | None = None
+        self, name: str, value: Any, pairs: tuple[tuple[str, bool], ...], names: list[str] | None = None
     ) -> None:
-        """A tensor's reductions: started where it lives and brought to the host with the rest of the
-        step's at its end (one transfer per step), or else computed one by one (numpy's fallback)."""
-        started = plugins.reductions(value, pairs)
-        if started is not None:
-            if names is None:
-                names = [reduction_tensor_name(name, r, a) for r, a in pairs]
-            self._pending.append((names, started))
-            return
+        """A tensor's reductions: started where it lives (with the others of a ``together`` block) and
+        brought to the host with the rest of the step's at its end (one transfer per step)."""
+        if names is None:
+            names = [reduction_tensor_name(name, r, a) for r, a in pairs]
+        if self._gathered is not None:
+            self._gathered.append((name, value, pairs, names))
+        else:
+            self._start_reductions([(name, value, pairs, names)])
+
+    def _start_reductions(self, items: list[tuple]) -> None:
+        """One smdebug_reductions call per set of requested reductions; what no plugin reduces where it
+        lives is reduced one by one (numpy's fallback)."""
+        groups: dict[tuple, list[tuple]] = {}
+        for item in items:
+            groups.setdefault(item[2], []).append(item)
+        for pairs, members in groups.items():
+            started = plugins.reductions([m[1] for m in members], list(pairs))
+            for i, (name, value, _, names) in enumerate(members):
+                result = started[i] if started is not None else None
+                if result is not None:
+                    self._pending.append((names, result))
+                    continue
+                try:
+                    self._reduce_one_by_one(name, value, pairs)
+                except Exception as exc:  # never break training because of one tensor
+                    logger.warning(
+                        "smdebug: could not reduce %s at step %d: %s: %s",
+                        name,
+                        self.step,
+                        type(exc).__name__,
+                        exc,
+                    )
+
+    def _reduce_one_by_one(self, name: str, value: Any, pairs: tuple[tuple[str, bool], ...]) -> None:
         for reduction, absolute in pairs:
             try:
                 result = self._reduce(value, reduction, absolute)
@@ -626,16 +670,13 @@ class BaseHook:
         pending, self._pending = self._pending, []
         with self.guard("save reductions"):
             hosted = plugins.to_host([p[1] for p in pending])
+            names = [p[0] for p in pending]
             writer = self._writer or self._get_writer()
-            step, mode, mode_step = self.step, self.mode, self.mode_step
-            listening = plugins.listens_to_tensors(self)
-            wall_time = time.time()
-            for (names, _), results in zip(pending, hosted):
-                for name, result in zip(names, results):
-                    array = np.asarray(result)
-                    writer.write_tensor(step, mode, mode_step, name, array, wall_time)
-                    if listening:
-                        plugins.tensor_saved(self, name, array)
+            writer.write_scalars(self.step, self.mode, self.mode_step, names, hosted, time.time())
+            if plugins.listens_to_tensors(self):
+                for some, results in zip(names, hosted):
+                    for name, result in zip(some, results):
+                        plugins.tensor_saved(self, name, np.asarray(result))
             self._saved_any = True
 
     def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:

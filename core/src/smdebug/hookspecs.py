@@ -82,8 +82,8 @@ def smdebug_reduce(value: Any, reduction: str, abs: bool) -> float | None:
 
 
 @hookspec(firstresult=True)
-def smdebug_reductions(value: Any, reductions: list[tuple[str, bool]]) -> Any | None:
-    """Start every (reduction, abs) of a value where it lives, without waiting: a 1-d result, or None."""
+def smdebug_reductions(values: list[Any], reductions: list[tuple[str, bool]]) -> list[Any] | None:
+    """Start every (reduction, abs) of each value where it lives, together: one result each (None: not here)."""
 
 
 @hookspec(firstresult=True)

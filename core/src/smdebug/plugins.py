@@ -279,9 +279,10 @@ def reduce(value: Any, reduction: str, abs: bool = False) -> float | None:
     return _first("smdebug_reduce", value=value, reduction=reduction, abs=abs)
 
 
-def reductions(value: Any, pairs: list[tuple[str, bool]]) -> Any | None:
-    """A 1-d result of every (reduction, abs) pair, started where the value lives (None: no plugin can)."""
-    return _first("smdebug_reductions", value=value, reductions=pairs)
+def reductions(values: list[Any], pairs: list[tuple[str, bool]]) -> list[Any] | None:
+    """Every (reduction, abs) pair of each value, started together where the values live: one result per
+    value, None for a value no plugin can reduce there (None: none of them)."""
+    return _first("smdebug_reductions", values=values, reductions=pairs)
 
 
 def to_host(results: list[Any]) -> list[np.ndarray]:

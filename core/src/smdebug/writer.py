@@ -52,6 +52,7 @@ DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 DEFAULT_CLOSE_TIMEOUT = 60.0  # seconds close() keeps retrying a failing store before giving up
 DEFAULT_CHECK_TIMEOUT = 5.0  # seconds a new hook waits for the out_dir check before training goes on
 BATCH_BYTES = 1024 * 1024  # a step's tensors reach the encoder thread together below this size
+SCALAR_BYTES = 256  # what a tensor's reductions count in the queue (encoded: a few small records)
 RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
 CLOSE_RETRY_MAX = 2.0  # backoff cap while close() drains
 # Environment variables of launchers that start several workers (each then names itself by its rank,
@@ -389,6 +390,18 @@ class RunWriter:
         if self._batch_bytes >= BATCH_BYTES:  # large tensors go at once: the encoder overlaps the step
             self._send_batch()
 
+    def write_scalars(
+        self, step: int, mode: ModeKeys, mode_step: int, names: list[list[str]], values: list, wall_time
+    ) -> None:
+        """Queue a step's reductions as one item: ``values[i]``, a 1-d host array, holds the 0-d tensors
+        named ``names[i]`` (encoded together on the writer's thread)."""
+        nbytes = SCALAR_BYTES * len(values)
+        self.reserve(nbytes)
+        self._step_has_data = True
+        self._submitted.add(step)
+        self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time, nbytes))
+        self._batch_bytes += nbytes
+
     def reserve(self, nbytes: int) -> None:
         """Wait until the queue has room for ``nbytes`` more and count them in it (write_tensor does;
         a caller that copies a tensor for the writer waits before copying, so that the copy is within the
@@ -539,10 +552,12 @@ class RunWriter:
                 batch.extend(item[1])
                 continue
             try:
-                if self._abandoned and kind in ("tensor", "shape", "end", "file"):
+                if self._abandoned and kind in ("tensor", "scalars", "shape", "end", "file"):
                     pass  # close() gave up on a store that hangs: nothing more is written
                 elif kind == "tensor":
                     self._tensor(*item[1:7])
+                elif kind == "scalars":
+                    self._scalars(*item[1:7])
                 elif kind == "shape":
                     self._shape(*item[1:])
                 elif kind == "end":
@@ -558,7 +573,7 @@ class RunWriter:
             except Exception as exc:  # the writer thread must survive anything
                 logger.warning("smdebug: writer error: %s", self._describe(exc))
             finally:
-                if kind == "tensor":
+                if kind in ("tensor", "scalars"):
                     with self._room:
                         self._queued_bytes -= item[7]
                         self._room.notify_all()
@@ -644,6 +659,29 @@ class RunWriter:
             self._fail(st, exc)
             return
         st.tensors.append(layout.tensor_entry(name, offset, size, crc))
+
+    def _scalars(self, step, mode, mode_step, names, values, wall_time) -> None:
+        st = self._step(step, mode, mode_step)
+        if st.failed:
+            return
+        try:
+            data, records = codec.scalar_records(names, values, step, wall_time, mode.value, mode_step)
+        except Exception as exc:  # one by one: only what cannot be encoded is lost
+            logger.debug("smdebug: encoding reductions together failed (%s); one by one", exc)
+            for some, array in zip(names, values):
+                for name, value in zip(some, array):
+                    self._tensor(step, mode, mode_step, name, np.asarray(value), wall_time)
+            return
+        try:
+            if st.staged is None:
+                st.staged = self.store.stage(event_file_path(step, self.worker))
+            offset = st.staged.size
+            st.staged.write(data)
+        except Exception as exc:
+            self._fail(st, exc)
+            return
+        entry = layout.tensor_entry
+        st.tensors.extend(entry(name, offset + start, size, crc) for name, start, size, crc in records)
 
     def _shape(self, step, mode, mode_step, name, shape) -> None:
         st = self._step(step, mode, mode_step)

@@ -43,12 +43,12 @@ def smdebug_reduce(value, reduction, abs):
 
 
 @hookimpl
-def smdebug_reductions(value, reductions):
-    if not _is_ndarray(value):
+def smdebug_reductions(values, reductions):
+    if not any(_is_ndarray(v) for v in values):
         return None
     from smdebug_mxnet.tensors import reductions as start
 
-    return start(value, reductions)
+    return [start(v, reductions) if _is_ndarray(v) else None for v in values]
 
 
 @hookimpl

@@ -53,12 +53,12 @@ def smdebug_reduce(value, reduction, abs):
 
 
 @hookimpl
-def smdebug_reductions(value, reductions):
-    if not _is_tf_value(value):
+def smdebug_reductions(values, reductions):
+    if not any(_is_tf_value(v) for v in values):
         return None
     from smdebug_tf.tensors import reductions as start
 
-    return start(value, reductions)
+    return [start(v, reductions) if _is_tf_value(v) else None for v in values]
 
 
 @hookimpl

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from smdebug.plugin import BaseHook, CollectionKeys, SMDebugTypeError, layer_tensor_patterns
-from smdebug_torch import tensors
 from smdebug_torch.collection import (
     BUILTIN_PATTERNS,
     GRADIENT_PREFIX,
@@ -54,6 +53,7 @@ class Hook(BaseHook):
         self._handles: list[Any] = []
         self._modules_version = -1
         self._backward_queued = False  # a callback at the end of the running backward pass is queued
+        self._grads: list[tuple[str, torch.nn.Parameter]] = []  # due gradients of the running backward pass
 
     # -- distributed training ------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -167,7 +167,7 @@ class Hook(BaseHook):
             if self.anything_due():
                 model.refresh()  # like smdebug, the parameters the model has now
                 # their reductions are computed together at the end of the loop (nothing changes them)
-                with tensors.deferring():
+                with self.together():
                     for name, param in model.params:
                         if not _is_uninitialized(param):
                             self.save_for_step(name, param)
@@ -196,16 +196,12 @@ class Hook(BaseHook):
 
     def _on_gradient(self, name: str, param) -> None:
         if param.grad is not None and self.is_due(name):
-            # Reductions of the gradients wait for the end of the backward pass (nothing changes them
-            # before it), then are computed together: one foreach kernel per reduction, not one per tensor.
-            deferred = self._backward_queued or self._queue_end_of_backward()
-            if deferred:
-                tensors.defer(True)
-            try:
+            # Saved at the end of the backward pass (nothing changes the gradients before it), all
+            # together: their reductions take a few kernels, not one each.
+            if self._backward_queued or self._queue_end_of_backward():
+                self._grads.append((name, param))
+            else:
                 self.save_for_step(name, param.grad)
-            finally:
-                if deferred:
-                    tensors.defer(False)
 
     def _queue_end_of_backward(self) -> bool:
         try:
@@ -217,12 +213,19 @@ class Hook(BaseHook):
 
     def _end_of_backward(self) -> None:
         self._backward_queued = False
-        with self.guard("reduce the gradients"):
-            tensors.compute_deferred()
+        grads, self._grads = self._grads, []
+        with self.guard("save the gradients"), self.together():
+            for name, param in grads:
+                if param.grad is not None:
+                    self.save_for_step(name, param.grad)
+
+    def end_step(self) -> None:
+        if self._grads:  # a backward pass that raised never ran its callback
+            self._end_of_backward()
+        super().end_step()
 
     def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
-        self._backward_queued = False  # a backward pass that raised never ran its callback
-        tensors.compute_deferred()
+        self._backward_queued = False
         if Collection.modules_version != self._modules_version:
             self.collections_changed()  # a module was given to add_module_tensors since the last step
         _prepare_for_compile()

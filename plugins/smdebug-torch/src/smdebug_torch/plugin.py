@@ -43,23 +43,19 @@ def smdebug_reduce(value, reduction, abs):
 
 
 @hookimpl
-def smdebug_reductions(value, reductions):
-    if not _is_torch_tensor(value):
+def smdebug_reductions(values, reductions):
+    if not any(_is_torch_tensor(v) for v in values):
         return None
     from smdebug_torch.tensors import reductions as start
 
-    return start(value, reductions)
+    return start(values, reductions)
 
 
 @hookimpl
 def smdebug_to_host(results):
-    torch = sys.modules.get("torch")
-    if torch is None:
+    if sys.modules.get("torch") is None:
         return None
-    from smdebug_torch.tensors import Deferred, to_host
-
-    if not isinstance(results[0], (torch.Tensor, Deferred)):
-        return None
+    from smdebug_torch.tensors import to_host
 
     return to_host(results)
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 
 import numpy as np
 import torch
@@ -85,129 +83,105 @@ def _prepared(value: torch.Tensor) -> torch.Tensor | None:
     return t
 
 
-class Deferred:
-    """A tensor's reductions, computed later together with the other tensors waiting with it (one kernel
-    per reduction for the whole group where torch has a foreach kernel). Only where the tensors cannot
-    change before the group is computed (see ``deferring``)."""
-
-    __slots__ = ("tensor", "pairs", "result")
-
-    def __init__(self, tensor: torch.Tensor, pairs: tuple):
-        self.tensor = tensor
-        self.pairs = pairs
-        self.result: torch.Tensor | None = None
+# Tensors up to this size are stacked with others of their shape, so that one kernel per reduction
+# reduces them all; a stack holds at most STACK_ELEMENTS (larger tensors are reduced alone).
+STACK_NUMEL = 1 << 16
+STACK_ELEMENTS = 1 << 22
 
 
-_defer = threading.local()
-_waiting: list[Deferred] = []
-_waiting_lock = threading.Lock()
-_FOREACH = {
-    "l2": lambda ts: torch._foreach_norm(ts, 2),
-    "l1": lambda ts: torch._foreach_norm(ts, 1),
+class Row:
+    """A tensor's results: row ``index`` of a [tensors, reductions] matrix computed for its group."""
+
+    __slots__ = ("matrix", "index")
+
+    def __init__(self, matrix: torch.Tensor, index: int):
+        self.matrix = matrix
+        self.index = index
+
+
+def _median_rows(m: torch.Tensor) -> torch.Tensor:
+    """numpy's median of each row: the mean of the two middle values when the count is even, NaN if any
+    NaN (decided on the device: no synchronisation)."""
+    ordered = torch.sort(m, dim=1).values
+    n = m.shape[1]
+    middle = ordered[:, n // 2] if n % 2 else (ordered[:, n // 2 - 1] + ordered[:, n // 2]) / 2
+    if m.is_floating_point():
+        middle = torch.where(torch.isnan(m).any(1), torch.full_like(middle, math.nan), middle)
+    return middle
+
+
+# each reduction of every row of a [tensors, elements] matrix
+_ROW_REDUCTIONS = {
+    "min": lambda m: m.amin(1),
+    "max": lambda m: m.amax(1),
+    "median": _median_rows,
+    "mean": lambda m: m.mean(1),
+    "std": lambda m: m.std(1, correction=0),  # numpy's default (ddof=0)
+    "variance": lambda m: m.var(1, correction=0),
+    "sum": lambda m: m.sum(1),
+    "prod": lambda m: m.prod(1),
+    "l1": lambda m: torch.linalg.vector_norm(m, 1, dim=1),
+    "l2": lambda m: torch.linalg.vector_norm(m, 2, dim=1),
 }
-if hasattr(torch, "_foreach_max"):
-    _FOREACH["max"] = torch._foreach_max
 
 
-@contextlib.contextmanager
-def deferring():
-    """Within it, reductions started on this thread wait and are computed together when it ends (the
-    tensors must not change in between: a model's parameters during its forward pre-hook's loop)."""
-    defer(True)
-    try:
-        yield
-    finally:
-        defer(False)
-        compute_deferred()
+def _reduce_rows(m: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tensor:
+    magnitude = m.abs() if any(a for _, a in pairs) else None
+    return torch.stack([_ROW_REDUCTIONS[r](magnitude if a else m) for r, a in pairs], 1)
 
 
-def defer(on: bool) -> None:
-    """From now on, reductions started on this thread wait for compute_deferred (or to_host)."""
-    _defer.on = on
-
-
-def compute_deferred() -> None:
-    """Compute every waiting reduction, grouped by device, dtype and requested reductions."""
-    global _waiting
-    with _waiting_lock:
-        waiting, _waiting = _waiting, []
-    groups: dict[tuple, list[Deferred]] = {}
-    for d in waiting:
-        groups.setdefault((d.tensor.device, d.tensor.dtype, d.pairs), []).append(d)
-    for (_, _, pairs), members in groups.items():
-        try:
-            matrix = _grouped([d.tensor for d in members], pairs)
-            for i, d in enumerate(members):
-                d.result = matrix[i]
-        except (RuntimeError, TypeError, NotImplementedError):
-            for d in members:  # e.g. float64 on a device without it: on the host, one by one
-                d.result = _together(d.tensor.cpu().double(), pairs)
-        for d in members:
-            d.tensor = None
-
-
-def _grouped(ts: list[torch.Tensor], pairs: tuple) -> torch.Tensor:
-    """[tensor, pair] results of a group of tensors of one device and dtype."""
-    magnitudes = torch._foreach_abs(ts) if any(a for _, a in pairs) else None
-    columns = []
-    for reduction, absolute in pairs:
-        source = magnitudes if absolute else ts
-        foreach = _FOREACH.get(reduction)
-        if foreach is not None:
-            column = foreach(source)
-        else:
-            fn = _REDUCTIONS[reduction]
-            column = [fn(t) for t in source]
-        columns.append(torch.stack(column))
-    return torch.stack(columns, 1)
-
-
-def _together(t: torch.Tensor, pairs) -> torch.Tensor:
-    magnitude = t.abs() if any(a for _, a in pairs) else None
-    return torch.stack([_REDUCTIONS[r](magnitude if a else t).reshape(()) for r, a in pairs])
-
-
-def reductions(value: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tensor | Deferred | None:
-    """Every (reduction, abs) pair of a tensor as one 1-d tensor on its device: nothing is waited for
-    (the core brings the step's results to the host together, see to_host). While deferred (``defer``,
-    ``deferring``), a Deferred computed later with the other tensors of its group."""
+def reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
+    """Every (reduction, abs) pair of each tensor, computed together on the tensors' devices without
+    waiting for them: tensors of one device, dtype and shape are stacked and reduced by one kernel per
+    reduction. None for a value torch does not reduce (the core then reduces it with numpy)."""
     for reduction, _ in pairs:
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
-    t = _prepared(value)
-    if t is None:
-        return None
-    if getattr(_defer, "on", False):
-        d = Deferred(t, tuple(pairs))
-        with _waiting_lock:
-            _waiting.append(d)
-        return d
-    try:
-        magnitude = t.abs() if any(a for _, a in pairs) else None
-        return torch.stack([_REDUCTIONS[r](magnitude if a else t).reshape(()) for r, a in pairs])
-    except (RuntimeError, TypeError, NotImplementedError):
-        return None  # e.g. float64 on a device without it: numpy computes it on the host
+        if reduction not in _ROW_REDUCTIONS:
+            raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_ROW_REDUCTIONS)}")
+    results: list[Row | None] = [None] * len(values)
+    groups: dict = {}
+    for i, value in enumerate(values):
+        if not isinstance(value, torch.Tensor):
+            continue
+        t = _prepared(value)
+        if t is None:
+            continue
+        key = (t.device, t.dtype, t.shape) if t.numel() <= STACK_NUMEL else i
+        groups.setdefault(key, []).append((i, t))
+    for members in groups.values():
+        per_stack = max(1, STACK_ELEMENTS // max(1, members[0][1].numel()))
+        for first in range(0, len(members), per_stack):
+            chunk = members[first : first + per_stack]
+            try:
+                if len(chunk) == 1:
+                    rows = chunk[0][1].reshape(1, -1)
+                else:
+                    rows = torch.stack([t for _, t in chunk]).reshape(len(chunk), -1)
+                matrix = _reduce_rows(rows, pairs)
+            except (RuntimeError, TypeError, NotImplementedError):
+                continue  # e.g. float64 on a device without it: numpy computes these on the host
+            for row, (i, _) in enumerate(chunk):
+                results[i] = Row(matrix, row)
+    return results
 
 
 def to_host(results: list) -> list[np.ndarray] | None:
-    """The step's reduction results on the host, one transfer per (device, dtype) group."""
-    if any(isinstance(r, Deferred) for r in results):
-        compute_deferred()
-        results = [r.result if isinstance(r, Deferred) else r for r in results]
-    if not all(isinstance(r, torch.Tensor) for r in results):
+    """The step's results on the host: one transfer per device and dtype for all of them."""
+    if not all(isinstance(r, Row) for r in results):
         return None
-    groups: dict[tuple, list[int]] = {}
-    for i, r in enumerate(results):
-        groups.setdefault((r.device, r.dtype), []).append(i)
-    host: list = [None] * len(results)
+    matrices: dict[int, torch.Tensor] = {}
+    for r in results:
+        matrices.setdefault(id(r.matrix), r.matrix)
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for m in matrices.values():
+        groups.setdefault((m.device, m.dtype), []).append(m)
+    host: dict[int, np.ndarray] = {}
     for members in groups.values():
-        joined = torch.cat([results[i] for i in members]).cpu().numpy()
+        joined = torch.cat([m.reshape(-1) for m in members]).cpu().numpy()
         start = 0
-        for i in members:
-            end = start + results[i].numel()
-            host[i] = joined[start:end]
-            start = end
-    return host
+        for m in members:
+            host[id(m)] = joined[start : start + m.numel()].reshape(m.shape)
+            start += m.numel()
+    return [host[id(r.matrix)][r.index] for r in results]
 
 
 def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> np.floating | None:
