@@ -700,7 +700,7 @@ def _decode_dense(buf, pos: int, end: int) -> np.ndarray | None:
         size, pos = _read_varint(buf, pos + 1)
     if pos + size != end or size != math.prod(shape) * dtype.itemsize:
         return None
-    return np.frombuffer(buf[pos:end], dtype).reshape(shape).copy()
+    return np.frombuffer(buf, dtype, size // dtype.itemsize, pos).reshape(shape)  # a view: callers copy
 
 
 def decode_tensor_value(payload: bytes) -> np.ndarray | None:
@@ -720,10 +720,104 @@ def decode_tensor_value(payload: bytes) -> np.ndarray | None:
             tensor = _find(buf, value[0], value[1], 8)
             if tensor is not None:
                 dense = _decode_dense(buf, *tensor)
-                return dense if dense is not None else _decode_tensor(buf[tensor[0] : tensor[1]])
+                return dense.copy() if dense is not None else _decode_tensor(buf[tensor[0] : tensor[1]])
             pos = value[1]
     except (IndexError, ValueError, struct.error) as e:
         raise CorruptRunError(f"malformed Event: {e}") from e
+
+
+_RECORD_HEAD = struct.Struct("<QI")  # a record's length and its masked CRC
+
+
+def tensor_at(buf: bytes, pos: int, length: int, crc: Optional[int] = None, key=None) -> np.ndarray | None:
+    """The tensor of the record at buf[pos:pos + length] (an index entry's), when the record is whole,
+    passes every check read_record makes and is laid out as smdebug writes a dense tensor (wall time,
+    step, then Summary.Value{tag, tensor{dtype, shape, tensor_content}}); None for anything else, and
+    read_record and decode_tensor_value then say what it is. Whatever it returns, they would return
+    too. One pass over the file's bytes, one copy: the per-value path of a Trial.
+
+    ``key`` (the tensor's name, say) remembers the bytes between the step and the content of the last
+    record read under it: the next record under the same key that starts with the same bytes has its
+    content at the same place, as every length, the dtype and the shape in them are the same.
+    """
+    try:
+        size, head_crc = _RECORD_HEAD.unpack_from(buf, pos)
+        p = pos + _HEADER
+        stop = p + size
+        if pos < 0 or stop + _FOOTER != pos + length or pos + length > len(buf):
+            return None
+        if head_crc != masked_crc32c(buf[pos : pos + 8]):
+            return None
+        footer = _U32.unpack_from(buf, stop)[0]
+        if footer != _NO_CHECKSUM or crc is not None:
+            actual = masked_crc32c(memoryview(buf)[p:stop])
+            if (footer != _NO_CHECKSUM and footer != actual) or (crc is not None and crc != actual):
+                return None
+        # Event: wall_time (1, fixed64), step (2, varint), summary (5)
+        if buf[p] == 0x09:
+            p += 9
+        if buf[p] == 0x10:
+            p += 1
+            while buf[p] >= 0x80:
+                p += 1
+            p += 1
+        if key is not None:
+            known = _LAYOUTS.get(key)
+            if known is not None:
+                head, content_at, summary_end, shape, dtype = known
+                if p + summary_end <= stop and buf.startswith(head, p):
+                    return np.ndarray(shape, dtype, buf, p + content_at).copy()
+        first = p
+        if buf[p] != 0x2A:
+            return None
+        n = buf[p + 1]
+        p, n = (p + 2, n) if n < 0x80 else _read_varint(buf, p + 1)[::-1]
+        end = summary_end = p + n
+        if end > stop or buf[p] != 0x0A:  # Summary: its first value (1)
+            return None
+        n = buf[p + 1]
+        p, n = (p + 2, n) if n < 0x80 else _read_varint(buf, p + 1)[::-1]
+        end, last = p + n, end
+        if end > last:
+            return None
+        if buf[p] == 0x0A:  # Value: tag (1), then tensor (8)
+            n = buf[p + 1]
+            p, n = (p + 2, n) if n < 0x80 else _read_varint(buf, p + 1)[::-1]
+            p += n
+        if buf[p] != 0x42:
+            return None
+        n = buf[p + 1]
+        p, n = (p + 2, n) if n < 0x80 else _read_varint(buf, p + 1)[::-1]
+        end, last = p + n, end
+        if end > last or buf[p] != 0x08 or buf[p + 2] != 0x12:  # TensorProto: dtype (1), shape (2)
+            return None
+        dtype = _DTYPES.get(buf[p + 1])
+        if dtype is None:
+            return None
+        n = buf[p + 3]
+        p, n = (p + 4, n) if n < 0x80 else _read_varint(buf, p + 3)[::-1]
+        shape = tuple(_decode_shape(buf[p : p + n]))
+        p += n
+        count = math.prod(shape)
+        if p == end:  # no content: an empty tensor
+            return np.zeros(shape, dtype) if count == 0 and 0 in shape else None
+        if buf[p] != 0x22:  # tensor_content (4)
+            return None
+        n = buf[p + 1]
+        p, n = (p + 2, n) if n < 0x80 else _read_varint(buf, p + 1)[::-1]
+        if p + n != end or n != count * dtype.itemsize:
+            return None
+        if key is not None and type(buf) is bytes:
+            if len(_LAYOUTS) >= 100_000:
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = (buf[first:p], p - first, summary_end - first, shape, dtype)
+        return np.ndarray(shape, dtype, buf, p).copy()
+    except (IndexError, ValueError, TypeError, AttributeError, struct.error):
+        return None
+
+
+_LAYOUTS: dict = {}  # tensor_at's key -> (bytes from the summary to the content, content offset in
+# them, summary end, shape, dtype) of the last record read under it
 
 
 def decode_event(payload: bytes) -> Event:

@@ -13,7 +13,6 @@ import os
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 WINDOW_FILES = 256  # event files fetched together on a miss
@@ -26,20 +25,41 @@ def cache_bytes_from_env() -> int:
     return int(raw) if raw else DEFAULT_CACHE_BYTES
 
 
-@dataclass
 class EventFile:
-    """What the index files say about one event file."""
+    """What the index files say about one event file. The per-record tables are built when a remote
+    read first needs them (a local trial only ever needs ``end``)."""
 
-    step: int
-    worker: str
-    records: dict = field(default_factory=dict)  # start offset -> (length, record name)
-    by_name: dict = field(default_factory=dict)  # record name -> start offset
-    end: int = 0
+    __slots__ = ("step", "worker", "_entries", "_records", "_by_name", "end")
+
+    def __init__(self, step: int, worker: str):
+        self.step, self.worker = step, worker
+        self._entries: list = []  # (name, start, length, ...) as the index gives them
+        self._records: dict | None = None
+        self._by_name: dict | None = None
+        self.end = 0
+
+    def add_entries(self, entries: list) -> None:
+        if entries:
+            self._entries += entries
+            self._records = self._by_name = None
+            self.end = max(self.end, max(e[1] + e[2] for e in entries))
 
     def add(self, name: str, start: int, length: int) -> None:
-        self.records[start] = (length, name)
-        self.by_name[name] = start
-        self.end = max(self.end, start + length)
+        self.add_entries([(name, start, length)])
+
+    @property
+    def records(self) -> dict:
+        """start offset -> (length, record name)"""
+        if self._records is None:
+            self._records = {e[1]: (e[2], e[0]) for e in self._entries}
+        return self._records
+
+    @property
+    def by_name(self) -> dict:
+        """record name -> start offset"""
+        if self._by_name is None:
+            self._by_name = {e[0]: e[1] for e in self._entries}
+        return self._by_name
 
 
 class RecordFetcher:
@@ -54,13 +74,41 @@ class RecordFetcher:
         self.requests = 0  # range reads issued (for the curious and for tests)
 
     def add(self, file: str, step: int, worker: str, name: str, start: int, length: int) -> None:
+        self.add_file(file, step, worker, [(name, start, length)])
+
+    def add_file(self, file: str, step: int, worker: str, entries: list) -> None:
+        """The records an index file lists in one event file: (name, start, length, ...) each."""
         with self._lock:
             info = self.files.get(file)
             if info is None:
                 info = self.files[file] = EventFile(step, worker)
                 key = (step, worker, file)
-                self._order.insert(bisect_left(self._order, key), key)
-            info.add(name, start, length)
+                if not self._order or self._order[-1] < key:  # files come in step order: append
+                    self._order.append(key)
+                else:
+                    self._order.insert(bisect_left(self._order, key), key)
+            info.add_entries(entries)
+
+    def locate(self, file: str, start: int, length: int) -> tuple[bytes | BaseException, int]:
+        """(buffer, offset of the record in it): a local file's whole bytes when it is kept whole, else
+        the record's own bytes (offset 0), or the error reading them."""
+        if self.store.is_local:
+            key = (file, -1)
+            with self._lock:
+                whole = self._cache.get(key)
+                if whole is None:
+                    data = self._get_local(file, start, length)  # reads the file whole when it can
+                    if isinstance(data, BaseException):
+                        return data, 0
+                    whole = self._cache.get(key)
+                    if whole is None or start + length > len(whole):
+                        return data, 0
+                elif start + length > len(whole):
+                    return whole[start : start + length], 0
+                else:
+                    self._cache.move_to_end(key)
+                return whole, start
+        return self.get(file, start, length), 0
 
     def get(self, file: str, start: int, length: int) -> bytes | BaseException:
         """The bytes of one record (fewer when the file is truncated), or the error reading them."""

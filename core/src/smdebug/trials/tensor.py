@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from smdebug import codec
 from smdebug.exceptions import (
-    CorruptRunError,
     CorruptTensorRecord,
     InvalidWorker,
     StepNotYetAvailable,
@@ -31,11 +28,15 @@ class Location(NamedTuple):
     crc: int | None = None  # the payload's masked CRC32C, when the index gives it
 
 
-@dataclass
 class _StepData:
-    location: Location | None = None
-    shape: tuple | None = None
-    reductions: dict = field(default_factory=dict)  # (name, abs) -> Location
+    """What one worker saved of a tensor at one step."""
+
+    __slots__ = ("location", "shape", "reductions")
+
+    def __init__(self, location: Location | None = None, shape: tuple | None = None):
+        self.location = location
+        self.shape = shape
+        self.reductions: dict = {}  # (name, abs) -> Location
 
 
 class Tensor:
@@ -45,6 +46,7 @@ class Tensor:
         # global step -> worker -> data, plus (mode, mode_step) of each global step
         self._steps: dict[int, dict[str, _StepData]] = {}
         self._modes: dict[int, tuple[ModeKeys, int]] = {}
+        self._sorted_steps: list[int] | None = None  # sorted(self._steps), until a step is added
 
     def __repr__(self):
         return f"<smdebug Tensor {self.name!r}: {len(self._steps)} steps>"
@@ -52,7 +54,28 @@ class Tensor:
     # -- filled by the Trial ------------------------------------------------------------------------
     def _data(self, step, mode, mode_step, worker) -> _StepData:
         self._modes[step] = (mode, mode_step)
-        return self._steps.setdefault(step, {}).setdefault(worker, _StepData())
+        per_worker = self._steps.get(step)
+        if per_worker is None:
+            per_worker = self._steps[step] = {}
+            self._sorted_steps = None
+        data = per_worker.get(worker)
+        if data is None:
+            data = per_worker[worker] = _StepData()
+        return data
+
+    def _add_location(self, step: int, modes: tuple, worker: str, location: Location) -> None:
+        """add_step(location=...) for the Trial's index loading, where it runs once per record."""
+        self._modes[step] = modes
+        per_worker = self._steps.get(step)
+        if per_worker is None:
+            self._steps[step] = {worker: _StepData(location)}
+            self._sorted_steps = None
+            return
+        data = per_worker.get(worker)
+        if data is None:
+            per_worker[worker] = _StepData(location)
+        else:
+            data.location = location
 
     def add_step(self, step, mode, mode_step, worker, location=None, shape=None) -> None:
         data = self._data(step, mode, mode_step, worker)
@@ -70,14 +93,19 @@ class Tensor:
     # -- steps --------------------------------------------------------------------------------------
     def steps(self, mode=ModeKeys.GLOBAL, show_incomplete_steps: bool = False) -> list[int]:
         """Steps at which this tensor was saved (mode steps when a mode is given)."""
-        self.trial.maybe_refresh()
+        trial = self.trial
+        trial.maybe_refresh()
         mode = to_mode(mode)
+        if mode == ModeKeys.GLOBAL and (show_incomplete_steps or trial.loaded_all_steps):
+            if self._sorted_steps is None:
+                self._sorted_steps = sorted(self._steps)
+            return list(self._sorted_steps)
         out = []
         for step in self._steps:
             m, ms = self._modes[step]
             if mode != ModeKeys.GLOBAL and m != mode:
                 continue
-            if show_incomplete_steps or self.trial.is_step_complete(step):
+            if show_incomplete_steps or trial.is_step_complete(step):
                 out.append(step if mode == ModeKeys.GLOBAL else ms)
         return sorted(out)
 
@@ -92,12 +120,14 @@ class Tensor:
     def _step(self, step_num: int, mode) -> dict[str, _StepData]:
         """Per-worker data of a step, refreshing a live trial once; the smdebug exceptions otherwise."""
         mode = to_mode(mode)
+        trial = self.trial
         for attempt in (0, 1):
-            g = self.trial.lookup_global_step(mode, step_num)
-            if g in self._steps and self.trial.is_step_complete(g):
-                return self._steps[g]
+            g = step_num if mode is ModeKeys.GLOBAL else trial.lookup_global_step(mode, step_num)
+            per_worker = self._steps.get(g)
+            if per_worker is not None and trial.is_step_complete(g):
+                return per_worker
             if attempt == 0:
-                self.trial.maybe_refresh(force=True)
+                trial.maybe_refresh(force=True)
         from smdebug.trials.trial import StepState
 
         state = self.trial.has_passed_step(step_num, mode)
@@ -150,7 +180,7 @@ class Tensor:
         data = self._worker_data(step_num, mode, worker)
         loc = data.reductions.get((reduction_name, bool(abs)))
         if loc is not None:
-            stored = self._fetch(loc, step_num, mode)
+            stored = self._fetch(loc, step_num, mode, (self.name, reduction_name, bool(abs)))
             return stored.reshape(-1)[0] if stored.size == 1 else stored
         if data.location is None:
             raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
@@ -160,17 +190,8 @@ class Tensor:
         data = self._worker_data(step_num, mode, worker)
         return {key: self.reduction_value(step_num, key[0], mode, worker, key[1]) for key in data.reductions}
 
-    def _fetch(self, loc: Location, step_num: int, mode) -> np.ndarray:
-        mode = to_mode(mode)
-        payload = self.trial.read_record(loc, self.name, step_num, mode)
-        where = f"{self.trial.path}/{loc.event_file}: record at offset {loc.start}"
-        try:
-            value = codec.decode_tensor_value(payload)
-        except CorruptRunError as exc:
-            raise CorruptTensorRecord(self.name, step_num, mode, f"{where}: {exc}") from None
-        if value is None:
-            raise CorruptTensorRecord(self.name, step_num, mode, f"{where} holds no tensor")
-        return value
+    def _fetch(self, loc: Location, step_num: int, mode, key=None) -> np.ndarray:
+        return self.trial.read_value(loc, self.name, step_num, to_mode(mode), key)
 
 
 def _natural(name: str):

@@ -11,6 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from enum import Enum
 
+import numpy as np
+
 from smdebug import codec, layout, plugins
 from smdebug.collection import Collection, CollectionManager
 from smdebug.exceptions import (
@@ -121,6 +123,7 @@ class Trial:
         self._done_index_dirs: set[str] = set()  # index folders no worker writes into any more
         self._fetcher = RecordFetcher(self.store)
         self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
+        self._reduction_of: dict[str, tuple | None] = {}  # record name -> parse_reduction_tensor_name's
         self.loaded_all_steps = False
         self._last_refresh = 0.0
         self.refresh()
@@ -203,22 +206,30 @@ class Trial:
         self._workers.add(worker)
         self._workers_for_step[step].add(worker)
         self._last_step_of_worker[worker] = max(step, self._last_step_of_worker.get(worker, -1))
-        self._step_mode[step] = (mode, mode_step)
+        modes = self._step_mode[step] = (mode, mode_step)
         self._mode_to_global[mode][mode_step] = step
+        if entries:
+            self._fetcher.add_file(event_file, step, worker, entries)
+        at_step = self._tensors_at_step[step]
+        tensors, reduction_of = self._tensors, self._reduction_of
         for name, start, length, crc in entries:
             loc = Location(event_file, start, length, crc)
-            self._fetcher.add(event_file, step, worker, name, start, length)
-            parsed = parse_reduction_tensor_name(name)
+            parsed = reduction_of.get(name, False)
+            if parsed is False:
+                parsed = reduction_of[name] = parse_reduction_tensor_name(name)
             if parsed is not None:
                 base, reduction, absolute = parsed
                 self._tensor(base).add_reduction(step, mode, mode_step, worker, reduction, absolute, loc)
-                self._tensors_at_step[step].add(base)
+                at_step.add(base)
             else:
-                self._tensor(name).add_step(step, mode, mode_step, worker, location=loc)
-                self._tensors_at_step[step].add(name)
+                tensor = tensors.get(name)
+                if tensor is None:
+                    tensor = self._tensor(name)
+                tensor._add_location(step, modes, worker, loc)
+                at_step.add(name)
         for name, shape in shapes:
             self._tensor(name).add_step(step, mode, mode_step, worker, shape=shape)
-            self._tensors_at_step[step].add(name)
+            at_step.add(name)
 
     def read_record(self, loc: Location, tname: str, step: int, mode: ModeKeys) -> bytes:
         """The payload of one saved record; a damaged one is reported once (file, offset) and skipped
@@ -236,6 +247,25 @@ class Trial:
                 self._reported.add((loc.event_file, loc.start))
                 logger.warning("smdebug: skipping a damaged record of %s: %s", tname, exc)
             raise CorruptTensorRecord(tname, step, mode, str(exc)) from None
+
+    def read_value(self, loc: Location, tname: str, step: int, mode: ModeKeys, key=None) -> np.ndarray:
+        """The tensor a saved record holds; CorruptTensorRecord (reported once) when it is damaged.
+        ``key`` names the record's layout for codec.tensor_at (default: tname)."""
+        buf, pos = self._fetcher.locate(loc.event_file, loc.start, loc.length)
+        if not isinstance(buf, BaseException):
+            value = codec.tensor_at(buf, pos, loc.length, loc.crc, key or tname)
+            if value is not None:
+                return value
+        # not the usual dense record, or a damaged one: the full decoder, which says what is wrong
+        payload = self.read_record(loc, tname, step, mode)
+        where = f"{self.path}/{loc.event_file}: record at offset {loc.start}"
+        try:
+            value = codec.decode_tensor_value(payload)
+        except CorruptRunError as exc:
+            raise CorruptTensorRecord(tname, step, mode, f"{where}: {exc}") from None
+        if value is None:
+            raise CorruptTensorRecord(tname, step, mode, f"{where} holds no tensor")
+        return value
 
     def _tensor(self, name: str) -> Tensor:
         t = self._tensors.get(name)
@@ -289,10 +319,11 @@ class Trial:
 
     def is_step_complete(self, global_step: int) -> bool:
         """Whether every worker has written the step (or never will: a later step or the end is seen)."""
-        return (
-            len(self._workers_for_step[global_step]) >= self.num_workers
-            or self.loaded_all_steps
-            or global_step <= self.last_complete_step
+        if self.loaded_all_steps:
+            return True
+        workers = self._workers_for_step.get(global_step)
+        return (workers is not None and len(workers) >= self.num_workers) or (
+            global_step <= self.last_complete_step
         )
 
     def steps(self, mode=ModeKeys.GLOBAL, show_incomplete_steps: bool = False) -> list[int]:
