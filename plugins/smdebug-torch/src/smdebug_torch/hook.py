@@ -195,13 +195,12 @@ class Hook(BaseHook):
                 self._handles.append(param.register_post_accumulate_grad_hook(on_gradient))
 
     def _on_gradient(self, name: str, param) -> None:
-        if param.grad is not None and self.is_due(name):
-            # Saved at the end of the backward pass (nothing changes the gradients before it), all
-            # together: their reductions take a few kernels, not one each.
-            if self._backward_queued or self._queue_end_of_backward():
-                self._grads.append((name, param))
-            else:
-                self.save_for_step(name, param.grad)
+        # Saved at the end of the backward pass (nothing changes the gradients before it), all together:
+        # their reductions take a few kernels, not one each. Called per parameter: kept minimal.
+        if self._backward_queued or (self.anything_due() and self._queue_end_of_backward()):
+            self._grads.append((name, param))
+        elif param.grad is not None and self.is_due(name):  # not in a backward pass the engine runs
+            self.save_for_step(name, param.grad)
 
     def _queue_end_of_backward(self) -> bool:
         try:

@@ -69,8 +69,14 @@ _REDUCTIONS = {
 }
 
 
+_PLAIN_FLOATS = frozenset({torch.float32, torch.float64})
+
+
 def _prepared(value: torch.Tensor) -> torch.Tensor | None:
     """The tensor the reductions are computed on, or None when numpy must compute them on the host."""
+    if value.dtype in _PLAIN_FLOATS and value.layout == torch.strided:
+        # the common case, cheaply (torch ops honour a negative view's bit; reductions run under no_grad)
+        return value if value.numel() else None
     t = _plain(value)
     if t.numel() == 0:
         return None  # undefined: numpy says so (the core then saves no reduction of it)
@@ -137,6 +143,11 @@ def reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
     for reduction, _ in pairs:
         if reduction not in _ROW_REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_ROW_REDUCTIONS)}")
+    with torch.no_grad():
+        return _reductions(values, pairs)
+
+
+def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
     results: list[Row | None] = [None] * len(values)
     groups: dict = {}
     for i, value in enumerate(values):
