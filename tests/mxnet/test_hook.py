@@ -146,6 +146,43 @@ def test_block_tensors_and_include_regex(out_dir):
             )
 
 
+def test_block_tensors_are_read_at_the_steps_end_with_the_values_they_had(out_dir):
+    """Block tensors are read when the step ends (no wait in the middle of a step): an input buffer the
+    script refills for the next batch before the next forward is saved as it was when the block saw it;
+    a flush or set_mode ending the step saves them into that step."""
+    from mxnet import autograd
+
+    net, loss_fn = make_net()
+    hook = smd.Hook(
+        out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["first", "losses"]
+    )
+    hook.get_collection("first").add_block_tensors(net, inputs=True, outputs=False)
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    data = batches(3)
+    buffer = mx.nd.zeros(data[0][0].shape)
+    losses = []
+    for step, (x, y) in enumerate(data):
+        buffer[:] = x  # one input buffer, refilled in place for every batch
+        with autograd.record():
+            loss = loss_fn(net(buffer), y)
+        loss.backward()
+        trainer.step(4)
+        losses.append(loss.asnumpy().copy())
+        if step == 1:
+            hook.flush()  # ends step 1: what it saw is saved into it
+    hook.set_mode(smd.modes.EVAL)
+    hook.close()
+
+    trial = create_trial(out_dir)
+    input_name = f"{net.name}_input_0"
+    for step, (x, _) in enumerate(data):
+        np.testing.assert_array_equal(trial.tensor(input_name).value(step), x.asnumpy())
+        np.testing.assert_array_equal(trial.tensor(LOSS).value(step), losses[step])
+    assert trial.steps() == [0, 1, 2]
+
+
 def _train_all(out_dir, hybridize, register_first=True, static=False):
     net, loss_fn = make_net(hybridize)
     if static:

@@ -31,10 +31,9 @@ def fresh_plugins():
 def test_on_the_cpu_the_batched_values_are_the_single_paths(make):
     """On the CPU the results are computed in numpy on the zero-copy view: a host array already."""
     values = [make(HOST), make(HOST * 3), make(np.arange(1, 6, dtype=np.float64))]
-    started = [plugins.reductions(v, PAIRS) for v in values]
-    assert all(isinstance(s, np.ndarray) and s.shape == (len(PAIRS),) for s in started)
     updated = make(HOST)
-    started.append(plugins.reductions(updated, PAIRS))
+    started = plugins.reductions([*values, updated], PAIRS)
+    assert all(isinstance(s, np.ndarray) and s.shape == (len(PAIRS),) for s in started)
     updated[:] = 0  # in place, as Trainer.step updates a weight: the results keep the values asked for
     hosted = plugins.to_host(started)
     np.testing.assert_array_equal(hosted[3], hosted[0])
@@ -50,16 +49,47 @@ def test_on_the_cpu_the_batched_values_are_the_single_paths(make):
 
 def test_results_of_different_dtypes_and_empty_arrays_go_one_by_one():
     # an integer array's min is an integer, its mean a float64: each keeps its own dtype (the core's path)
-    assert (
-        plugins.reductions(mx.nd.array([1, 2, 4], dtype="int32"), [("min", False), ("mean", False)]) is None
-    )
-    assert (
-        plugins.reductions(mx.nd.array([1, 2, 4], dtype="int32"), [("min", False), ("max", True)]) is not None
-    )
+    ints = mx.nd.array([1, 2, 4], dtype="int32")
+    assert plugins.reductions([ints], [("min", False), ("mean", False)]) == [None]
+    assert plugins.reductions([ints], [("min", False), ("max", True)])[0].tolist() == [1, 4]
     with mx.util.np_shape(True):  # zero-size shapes need NumPy shape semantics in MXNet 1.x
         empty = mx.nd.zeros((0, 3))
-    assert plugins.reductions(empty, [("max", False)]) is None
-    assert plugins.reductions(HOST, [("max", False)]) is None  # numpy's: not the plugin's
+    got = plugins.reductions([empty, mx.nd.array(HOST)], [("max", False)])
+    assert got[0] is None and got[1].tolist() == [HOST.max()]
+    assert plugins.reductions([HOST], [("max", False)]) is None  # numpy's: not the plugin's
+
+
+def test_small_float_tensors_are_reduced_together_as_each_alone():
+    """The segment path (one concatenation, one numpy call per reduction): each tensor's results do not
+    depend on the others reduced with it, and match numpy's; a large tensor goes alone."""
+    rng = np.random.RandomState(5)
+    values = [
+        mx.nd.array(rng.randn(*shape) * scale) for shape, scale in (((3, 4), 1), ((7,), 1e3), ((1,), 2))
+    ]
+    values.append(mx.nd.array(rng.randn(2, 3), dtype="float64"))
+    big = mx.nd.array(rng.randn(smdebug_mxnet.tensors.JOIN_ELEMENTS + 1))
+    pairs = PAIRS
+    together = plugins.reductions([*values, big], pairs)
+    for value, got in zip([*values, big], together):
+        alone = plugins.reductions([value], pairs)[0]
+        np.testing.assert_array_equal(got, alone)
+        assert got.dtype == value.dtype
+        array = value.asnumpy()
+        for (name, absolute), result in zip(pairs, got):
+            want = NUMPY[name](np.abs(array) if absolute else array)
+            np.testing.assert_allclose(result, want, rtol=1e-5, err_msg=f"{name} abs={absolute}")
+
+
+def test_a_weight_kept_in_an_mkldnn_layout_is_still_reduced():
+    """After an inference forward MXNet keeps a convolution's weight in an MKL-DNN layout, which has no
+    zero-copy view: its reductions come from a copy."""
+    conv = mx.gluon.nn.Conv2D(4, 3)
+    conv.initialize()
+    conv(mx.nd.ones((1, 1, 5, 5)))
+    weight = conv.weight.data()
+    got = plugins.reductions([weight], [("max", False), ("l2", False)])[0]
+    array = weight.asnumpy()
+    np.testing.assert_allclose(got, [array.max(), np.sqrt((array * array).sum())], rtol=1e-6)
 
 
 def test_the_device_path_leaves_results_on_the_device_until_to_host():

@@ -7,6 +7,12 @@ starts, when the mode changes (deciding as smdebug 1.0.34 does, see save_paramet
 closes. Block inputs and outputs (``<block>_input_<i>``,
 ``<block>_output_<i>``) come from forward hooks on the model's blocks, and from MXNet's op hook inside
 hybridized blocks (smdebug_mxnet.hybrid); a loss block's from its own forward hook.
+
+Reading an NDArray waits for MXNet's engine to compute it. Block tensors (the losses among them) are
+therefore read when the step ends, with its parameters: one wait per step, at its end, instead of one in
+the middle of the step that would let the engine run dry while the training thread waits. A block's
+outputs are new arrays it made, kept as they are until then; its inputs may be buffers the script refills
+(a data batch), so they are copied on the engine (in order with later writes to them, without waiting).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import functools
 import weakref
 
 import mxnet as mx
+from mxnet import autograd
 from mxnet.ndarray import NDArray
 
 from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
@@ -55,6 +62,8 @@ class Hook(BaseHook):
         self.pending_scalars: list = []  # save_scalar's values from before the first step
         self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
         self.calls_at_start = 0
+        self.deferred: list = []  # (name, engine copy) of the step's block tensors, saved at its end
+        self.numbered: dict[str, int] = {}  # the step's next index per block tensor prefix
 
     # -- distributed -------------------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -111,6 +120,7 @@ class Hook(BaseHook):
     def model_forward_pre(self, block, inputs) -> None:
         with self.guard("start a step"):
             if self.in_step:
+                self.save_deferred()
                 self.save_parameters()
             self.last_model = weakref.ref(block)
             self.calls_at_start = self.ndarray_calls
@@ -140,8 +150,50 @@ class Hook(BaseHook):
         ):
             self.check_hybridized(block)
         with self.guard("save block tensors"):
-            self.save_numbered(block.name + INPUT_SUFFIX, inputs)
-            self.save_numbered(block.name + OUTPUT_SUFFIX, outputs)
+            self.defer_numbered(block.name + INPUT_SUFFIX, inputs, copy=True)
+            self.defer_numbered(block.name + OUTPUT_SUFFIX, outputs, copy=False)
+
+    # -- block tensors, read when the step ends ----------------------------------------------------
+    def defer_numbered(self, prefix: str, values, copy: bool) -> None:
+        """Each NDArray of a (nested) tuple, list or dict as ``<prefix><i>``, numbered on from the step's
+        earlier calls with this prefix (as BaseHook.save_numbered), deferred to the step's end."""
+        index = self.numbered.get(prefix, 0)
+        for value in _leaves(values):
+            self.defer(f"{prefix}{index}", value, copy)
+            index += 1
+        self.numbered[prefix] = index
+
+    def defer(self, name: str, value, copy: bool = True) -> None:
+        """Save a block tensor when the step ends if it is due now. ``copy``: the array may be written
+        to before then, so a copy is made on MXNet's engine, in order with those writes (nothing waits)."""
+        if not self.is_due(name):
+            return
+        if copy:
+            try:
+                with autograd.pause():  # the copy is no part of the user's graph
+                    value = mx.nd._internal._copy(value)
+            except Exception:  # an array the copy operator does not take: read now, as it is
+                self.save_for_step(name, value)
+                return
+        self.deferred.append((name, value))
+
+    def save_deferred(self) -> None:
+        """The step's deferred block tensors, their reductions started together."""
+        deferred, self.deferred = self.deferred, []
+        with self.together():
+            for name, value in deferred:
+                with self.guard(f"save {name}"):
+                    self.save_for_step(name, value)
+
+    def begin_step(self, step=None, mode_step=None) -> None:
+        super().begin_step(step, mode_step)
+        self.numbered.clear()
+
+    def end_step(self) -> None:
+        if self.deferred:  # whatever ends the step (flush, set_mode, close) saves them into it first
+            with self.guard("save block tensors"):
+                self.save_deferred()
+        super().end_step()
 
     def check_hybridized(self, block) -> None:
         """The model ran as one cached graph: its layers' tensors come only from a graph built while
@@ -169,18 +221,19 @@ class Hook(BaseHook):
         self.params_saved_step = self.step
         refs = self.parameters.get(block)
         if refs is None:  # a Parameter holds its Trainer: weak references, as for the blocks
-            refs = self.parameters[block] = [weakref.ref(p) for p in block.collect_params().values()]
-        for ref in refs:
-            param = ref()
-            if param is None:
-                continue
-            with self.guard(f"save parameter {param.name}"):
-                ctx = param.list_ctx()[0]
-                self.save_parameter(param.name, functools.partial(param.data, ctx), mode)
-                if param.grad_req != "null":
-                    self.save_parameter(
-                        GRADIENT_PREFIX + param.name, functools.partial(param.grad, ctx), mode
-                    )
+            refs = self.parameters[block] = [
+                (weakref.ref(p), p.name, GRADIENT_PREFIX + p.name) for p in block.collect_params().values()
+            ]
+        with self.together():  # every parameter's reductions in one plugin call
+            for ref, name, gradient in refs:
+                param = ref()
+                if param is None:
+                    continue
+                with self.guard(f"save parameter {name}"):
+                    ctx = param.list_ctx()[0]
+                    self.save_parameter(name, functools.partial(param.data, ctx), mode)
+                    if param.grad_req != "null":
+                        self.save_parameter(gradient, functools.partial(param.grad, ctx), mode)
 
     def save_parameter(self, name: str, value, mode) -> None:
         if mode is None:
@@ -209,6 +262,7 @@ class Hook(BaseHook):
     def set_mode(self, mode) -> None:
         if self.in_step and isinstance(mode, ModeKeys) and mode != self.mode:
             with self.guard("save parameters"):
+                self.save_deferred()
                 self.save_parameters(mode)  # the step ends with the mode: its parameters are read now
         super().set_mode(mode)
 
@@ -241,7 +295,20 @@ class Hook(BaseHook):
     def close(self) -> None:
         if self.in_step and not self.closed:
             with self.guard("save parameters"):
+                self.save_deferred()
                 self.save_parameters()
         if not self.closed:
             self.save_pending_tensors()
         super().close()
+
+
+def _leaves(value):
+    """The NDArrays of a (nested) tuple, list or dict, in order."""
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, NDArray):
+        yield value

@@ -90,7 +90,7 @@ class HybridTaps:
         if positions and self.hook.anything_due():
             for position, value in enumerate(_ndarrays(inputs)):
                 for name in positions.get(position, ()):
-                    self.hook.save_for_step(name, value)
+                    self.hook.defer(name, value)
                     self.saved.add(name)
         names = self.names_of.get(id(block))
         if names and self.hook.anything_due():
@@ -131,5 +131,5 @@ class HybridTaps:
             return
         with self.hook.guard("save a hybridized layer's tensors"):
             for name in names:
-                self.hook.save_for_step(name, value)
+                self.hook.defer(name, value)
                 self.saved.add(name)

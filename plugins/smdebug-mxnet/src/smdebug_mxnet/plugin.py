@@ -48,7 +48,11 @@ def smdebug_reductions(values, reductions):
         return None
     from smdebug_mxnet.tensors import reductions as start
 
-    return [start(v, reductions) if _is_ndarray(v) else None for v in values]
+    mine = [i for i, v in enumerate(values) if _is_ndarray(v)]
+    results = [None] * len(values)
+    for i, result in zip(mine, start([values[i] for i in mine], reductions)):
+        results[i] = result
+    return results
 
 
 @hookimpl

@@ -2,13 +2,20 @@
 
 On a GPU the reductions are NDArray operators. On the CPU the NDArray's memory is host memory already,
 and MXNet's CPU reduction kernels are 20 to 50 times slower than numpy's: there they run in numpy, on a
-read-only zero-copy view of that memory (DLPack), so no copy is made for them either.
+read-only zero-copy view of that memory (DLPack), so no copy is made for them either. A step's small float
+tensors are reduced together: one concatenation (in float64) and one numpy call per reduction for all of
+them (segment reductions), instead of a few numpy calls per tensor.
 """
 
 from __future__ import annotations
 
 import mxnet as mx
 import numpy as np
+
+# CPU float tensors up to this many elements are reduced together with the step's others of their dtype;
+# larger ones alone, on their own view (their numpy work outweighs the calls, and joining would copy them).
+JOIN_ELEMENTS = 1 << 16
+_JOINED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def to_numpy(value: mx.nd.NDArray) -> np.ndarray:
@@ -33,7 +40,12 @@ def host_view(value: mx.nd.NDArray) -> np.ndarray:
     """A read-only numpy view of a CPU NDArray's memory, once the writes pending on it are done."""
     if not hasattr(np, "from_dlpack"):  # numpy < 1.22: a copy
         return value.asnumpy()
-    return np.from_dlpack(_DLPack(mx.nd.to_dlpack_for_read(value)))
+    try:
+        return np.from_dlpack(_DLPack(mx.nd.to_dlpack_for_read(value)))
+    except mx.base.MXNetError:
+        # kept in an MKL-DNN layout (a convolution's weight after an inference forward): no plain view
+        # of it exists; asnumpy reorders it into a copy
+        return value.asnumpy()
 
 
 def reduce_on_host(data: np.ndarray, reduction: str):
@@ -92,6 +104,10 @@ def reduce(value: mx.nd.NDArray, reduction: str, abs: bool):
         return None
     if on_host(value):
         data = host_view(value)
+        if _joinable(data):  # the batched path's own computation: the same values
+            rows = _joined([data], [(reduction, abs)], data.dtype)
+            if rows is not None:
+                return rows[0][0]
         return reduce_on_host(np.abs(data) if abs else data, reduction)
     return reduce_on_device(mx.nd.abs(value) if abs else value, reduction)
 
@@ -116,16 +132,93 @@ def reductions_on_device(value: mx.nd.NDArray, pairs) -> mx.nd.NDArray | None:
     return mx.nd.concat(*(r.reshape((1,)) for r in results), dim=0)
 
 
-def reductions(value, pairs: list[tuple[str, bool]]):
-    """Every (reduction, abs) pair of a value, the same values and dtype as ``reduce``: on the CPU a
-    numpy array computed on the zero-copy view (host memory already); elsewhere a 1-d NDArray left on
-    the device for to_host. None when the core must reduce it one by one."""
-    value = _plain(value)
-    if value is None:
+def _segment_table(flat: np.ndarray, sizes: np.ndarray, pairs) -> np.ndarray | None:
+    """Every (reduction, abs) pair of each segment of a flat float64 array (segments of ``sizes``
+    elements, one after another): a (segments, pairs) float64 table, or None for an unknown reduction.
+    Each is one ufunc.reduceat over all segments; a segment's result does not depend on its neighbours."""
+    starts = np.zeros(len(sizes), dtype=np.intp)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    magnitude = np.abs(flat) if any(a or r == "l1" for r, a in pairs) else None
+    known: dict = {}
+
+    def total(data, key):  # data: an array, or a function making it (only when not known yet)
+        if key not in known:
+            known[key] = np.add.reduceat(data() if callable(data) else data, starts)
+        return known[key]
+
+    columns = []
+    for reduction, absolute in pairs:
+        data = magnitude if absolute else flat
+        if reduction == "sum":
+            column = total(data, ("sum", absolute))
+        elif reduction == "mean":
+            column = total(data, ("sum", absolute)) / sizes
+        elif reduction == "min":
+            column = np.minimum.reduceat(data, starts)
+        elif reduction == "max":
+            column = np.maximum.reduceat(data, starts)
+        elif reduction == "prod":
+            column = np.multiply.reduceat(data, starts)
+        elif reduction in ("variance", "std"):  # population statistics, as numpy's defaults
+            centred = data - np.repeat(total(data, ("sum", absolute)) / sizes, sizes)
+            column = np.add.reduceat(centred * centred, starts) / sizes
+            column = np.sqrt(column) if reduction == "std" else column
+        elif reduction == "l1":
+            column = total(magnitude, ("sum", True))
+        elif reduction == "l2":
+            column = np.sqrt(total(lambda: flat * flat, "squares"))
+        elif reduction == "median":  # no segment form: one call per tensor
+            column = np.array([np.median(data[s : s + n]) for s, n in zip(starts, sizes)])
+        else:
+            return None
+        columns.append(column)
+    return np.stack(columns, axis=1)
+
+
+def _joined(views: list[np.ndarray], pairs, dtype) -> list[np.ndarray] | None:
+    """Every pair of each small host float array, reduced together: one 1-d row of ``dtype`` each."""
+    sizes = np.array([v.size for v in views], dtype=np.intp)
+    flat = np.empty(int(sizes.sum()), dtype=np.float64)  # accumulated in float64: exact to the dtype
+    np.concatenate([v.reshape(-1) for v in views], out=flat)
+    table = _segment_table(flat, sizes, pairs)
+    if table is None:
         return None
-    if on_host(value):
-        return reductions_on_host(host_view(value), pairs)
-    return reductions_on_device(value, pairs)
+    return list(table.astype(dtype))
+
+
+def _joinable(data: np.ndarray) -> bool:
+    return data.dtype in _JOINED_DTYPES and data.size <= JOIN_ELEMENTS
+
+
+def reductions(values: list, pairs: list[tuple[str, bool]]) -> list:
+    """Every (reduction, abs) pair of each value, one 1-d result per value (None: the core reduces that
+    one one by one). On the CPU numpy arrays computed on the zero-copy views (host memory already), the
+    small float ones of a dtype together; elsewhere a 1-d NDArray left on the device for to_host."""
+    results: list = [None] * len(values)
+    joined: dict = {}  # dtype -> (indices, views)
+    for i, value in enumerate(values):
+        try:
+            value = _plain(value)
+            if value is None:
+                continue
+            if not on_host(value):
+                results[i] = reductions_on_device(value, pairs)
+                continue
+            data = host_view(value)
+            if _joinable(data):
+                indices, views = joined.setdefault(data.dtype, ([], []))
+                indices.append(i)
+                views.append(data)
+            else:
+                results[i] = reductions_on_host(data, pairs)
+        except Exception:  # this value only: the core reduces it one by one, and says why if it fails
+            results[i] = None
+    for dtype, (indices, views) in joined.items():
+        rows = _joined(views, pairs, dtype)
+        if rows is not None:
+            for i, row in zip(indices, rows):
+                results[i] = row
+    return results
 
 
 def to_host(results: list) -> list[np.ndarray]:
