@@ -149,30 +149,58 @@ def reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
 
 def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
     results: list[Row | None] = [None] * len(values)
-    groups: dict = {}
+    shapes: dict = {}  # (device, dtype, shape) -> [(index, tensor)] of small tensors
     for i, value in enumerate(values):
         if not isinstance(value, torch.Tensor):
             continue
         t = _prepared(value)
-        if t is None:
+        if t is not None:
+            shapes.setdefault((t.device, t.dtype, t.shape if t.numel() <= STACK_NUMEL else i), []).append(
+                (i, t)
+            )
+    alone: dict = {}  # (device, dtype) -> [(index, tensor)] of tensors without a partner of their shape
+    for key, members in shapes.items():
+        if len(members) == 1:
+            alone.setdefault(key[:2], []).extend(members)
             continue
-        key = (t.device, t.dtype, t.shape) if t.numel() <= STACK_NUMEL else i
-        groups.setdefault(key, []).append((i, t))
-    for members in groups.values():
-        per_stack = max(1, STACK_ELEMENTS // max(1, members[0][1].numel()))
+        per_stack = max(1, STACK_ELEMENTS // members[0][1].numel())
         for first in range(0, len(members), per_stack):
-            chunk = members[first : first + per_stack]
-            try:
-                if len(chunk) == 1:
-                    rows = chunk[0][1].reshape(1, -1)
-                else:
-                    rows = torch.stack([t for _, t in chunk]).reshape(len(chunk), -1)
-                matrix = _reduce_rows(rows, pairs)
-            except (RuntimeError, TypeError, NotImplementedError):
-                continue  # e.g. float64 on a device without it: numpy computes these on the host
-            for row, (i, _) in enumerate(chunk):
-                results[i] = Row(matrix, row)
+            _fill(results, members[first : first + per_stack], _stacked, pairs)
+    for members in alone.values():
+        _fill(results, members, _reduce_each, pairs)
     return results
+
+
+def _stacked(ts: list[torch.Tensor], pairs: list[tuple[str, bool]]) -> torch.Tensor:
+    return _reduce_rows(torch.stack(ts).reshape(len(ts), -1), pairs)
+
+
+def _fill(results: list, members: list, compute, pairs) -> None:
+    """Each member's Row of the matrix ``compute`` gives for their tensors."""
+    try:
+        matrix = compute([t for _, t in members], pairs)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return  # e.g. float64 on a device without it: numpy computes these on the host
+    for row, (i, _) in enumerate(members):
+        results[i] = Row(matrix, row)
+
+
+_FOREACH = {"l2": lambda ts: torch._foreach_norm(ts, 2), "l1": lambda ts: torch._foreach_norm(ts, 1)}
+if hasattr(torch, "_foreach_max"):
+    _FOREACH["max"] = torch._foreach_max
+
+
+def _reduce_each(ts: list[torch.Tensor], pairs: list[tuple[str, bool]]) -> torch.Tensor:
+    """[tensor, pair] results of tensors of different shapes: one foreach kernel for all of them where
+    torch has one, else one kernel per tensor."""
+    magnitudes = torch._foreach_abs(ts) if any(a for _, a in pairs) else None
+    columns = []
+    for reduction, absolute in pairs:
+        source = magnitudes if absolute else ts
+        foreach = _FOREACH.get(reduction)
+        column = foreach(source) if foreach is not None else [_REDUCTIONS[reduction](t) for t in source]
+        columns.append(torch.stack([c.reshape(()) for c in column]))
+    return torch.stack(columns, 1)
 
 
 def to_host(results: list) -> list[np.ndarray] | None:
