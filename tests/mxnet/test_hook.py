@@ -386,3 +386,63 @@ def test_bad_registrations_warn_and_training_goes_on(out_dir, caplog):
     Run(hook, net, loss_fn).train(batches(2))
     hook.close()
     assert create_trial(out_dir).steps() == [0, 1]  # registered once: one step per forward
+
+
+def test_running_statistics_are_the_steps_own_when_the_next_step_begins_after_its_forward(out_dir):
+    """With parameters and losses only, a step begins once its model's forward pass is queued (the
+    previous step is saved while MXNet computes it): parameters, batch norm's running statistics (no
+    gradient) among them, are still saved as of their own step."""
+    from mxnet import autograd, gluon
+
+    mx.random.seed(0)
+    with mx.name.NameManager():
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(6), gluon.nn.BatchNorm(), gluon.nn.Dense(3))
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net.initialize(mx.init.Xavier())
+    hook = _hook(
+        out_dir,
+        net,
+        loss_fn,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "losses"],
+        include_regex=[".*running_mean"],
+    )
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    seen = []
+    for x, y in batches(3):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+            assert hook.delayed is None or hook.step == len(seen)  # begun once the model's forward ended
+        loss.backward()
+        trainer.step(4)
+        seen.append({p.name: p.data().asnumpy().copy() for p in net.collect_params().values()})
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2]
+    for step in range(3):
+        for name in ("batchnorm0_running_mean", "dense0_weight"):
+            np.testing.assert_array_equal(trial.tensor(name).value(step), seen[step][name])
+        assert trial.tensor(LOSS).value(step).shape == (4,)
+
+
+def test_a_forward_pass_that_fails_still_counts_as_a_step(out_dir):
+    """A model's forward pass that raises (a wrong input shape) begins its step all the same, as when the
+    step begins at the forward's start: the next one is numbered after it."""
+    net, loss_fn = make_net()
+    hook = _hook(
+        out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    run = Run(hook, net, loss_fn)
+    data = batches(3)
+    run.train(data[:2])
+    with pytest.raises(mx.base.MXNetError):
+        net(mx.nd.ones((4, 7)))  # dense0 was built for 5 features
+    run.train(data[2:])
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.tensor(LOSS).steps() == [0, 1, 3]
+    np.testing.assert_array_equal(trial.tensor("dense0_weight").value(3), run.seen[2]["dense0_weight"])

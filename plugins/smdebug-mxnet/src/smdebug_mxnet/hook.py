@@ -13,6 +13,13 @@ therefore read when the step ends, with its parameters: one wait per step, at it
 the middle of the step that would let the engine run dry while the training thread waits. A block's
 outputs are new arrays it made, kept as they are until then; its inputs may be buffers the script refills
 (a data batch), so they are copied on the engine (in order with later writes to them, without waiting).
+
+When no tensor of the model's blocks can be saved (parameters and losses only), the next step begins when
+the model's forward pass has been queued rather than when it starts: the previous step's tensors are read
+and saved while MXNet's engine computes that forward pass, instead of with the engine idle. A forward
+pass does not change trained parameters or gradients (MXNet even updates batch norm's running statistics
+in the backward pass); parameters without gradients, which a custom block's forward might write, are
+copied on the engine when the forward starts all the same, so that their saved values are the step's own.
 """
 
 from __future__ import annotations
@@ -64,6 +71,9 @@ class Hook(BaseHook):
         self.calls_at_start = 0
         self.deferred: list = []  # (name, engine copy) of the step's block tensors, saved at its end
         self.numbered: dict[str, int] = {}  # the step's next index per block tensor prefix
+        self.delayed = None  # (model, calls at its start): a step to begin when its forward is queued
+        self.snapshots: dict = {}  # engine copies of parameters without gradients, for a delayed step
+        self.child_names = weakref.WeakKeyDictionary()  # model -> its blocks' first tensor names
 
     # -- distributed -------------------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -119,16 +129,60 @@ class Hook(BaseHook):
     # -- MXNet callbacks ---------------------------------------------------------------------------
     def model_forward_pre(self, block, inputs) -> None:
         with self.guard("start a step"):
-            if self.in_step:
-                self.save_deferred()
-                self.save_parameters()
-            self.last_model = weakref.ref(block)
-            self.calls_at_start = self.ndarray_calls
-            self.begin_step()
-            self.save_pending_tensors()
-            if self.layers_wanted():
-                self.taps.attach(block)
+            self.start_delayed()
+            if self.in_step and self.can_delay(block):
+                self.snapshot_untrained()
+                self.delayed = (weakref.ref(block), self.ndarray_calls)
+                return
+            self.start_step(block, self.ndarray_calls)
         self.raise_if_stop_requested()
+
+    def start_step(self, block, calls_at_start: int) -> None:
+        if self.in_step:
+            self.save_deferred()
+            self.save_parameters()
+        self.last_model = weakref.ref(block)
+        self.calls_at_start = calls_at_start
+        self.begin_step()
+        self.save_pending_tensors()
+        if self.layers_wanted():
+            self.taps.attach(block)
+
+    def start_delayed(self) -> None:
+        """Begin the step whose start was delayed (its model's forward was queued, or it failed)."""
+        if self.delayed is None:
+            return
+        (ref, calls), self.delayed = self.delayed, None
+        block = ref()
+        if block is not None:
+            self.start_step(block, calls)
+
+    def can_delay(self, block) -> bool:
+        """Whether no input or output of the model's blocks can be due: nothing of the coming step is then
+        saved before the model's forward pass ends, and the step can begin there."""
+        names = self.child_names.get(block)
+        if names is None:
+            children = []
+            block.apply(children.append)
+            names = self.child_names[block] = [
+                c.name + suffix + "0"
+                for c in children
+                if c is not block
+                for suffix in (INPUT_SUFFIX, OUTPUT_SUFFIX)
+            ]
+        return not any(self.collections_of(n) for n in names)
+
+    def snapshot_untrained(self) -> None:
+        """Engine copies of the due parameters a forward pass could write (those without gradients),
+        taken before it runs; saved with the other parameters when the step begins."""
+        block = self.last_model() if self.last_model is not None else None
+        if block is None or not self.anything_due():
+            return
+        for ref, name, _ in self.parameter_refs(block):
+            param = ref()
+            if param is not None and param.grad_req == "null" and self.is_due(name):
+                with self.guard(f"save parameter {name}"), autograd.pause():
+                    self.snapshots[name] = mx.nd._internal._copy(param.data(param.list_ctx()[0]))
 
     def block_forward(self, block, inputs, outputs) -> None:
         if isinstance(outputs, mx.sym.Symbol) or (
@@ -137,6 +191,10 @@ class Hook(BaseHook):
             with self.guard("map a hybridized block's tensors"):
                 self.taps.record(block, inputs, outputs)
             return
+        if self.delayed is not None and (block is self.delayed[0]() or block in self.registered):
+            with self.guard("start a step"):
+                self.start_delayed()  # the model's forward pass is queued (or a loss block runs)
+            self.raise_if_stop_requested()
         self.ndarray_calls += 1
         if self.taps.mapped:
             with self.guard("save a hybridized block's layer tensors"):
@@ -219,21 +277,29 @@ class Hook(BaseHook):
         if block is None or self.params_saved_step == self.step or not self.anything_due():
             return
         self.params_saved_step = self.step
-        refs = self.parameters.get(block)
-        if refs is None:  # a Parameter holds its Trainer: weak references, as for the blocks
-            refs = self.parameters[block] = [
-                (weakref.ref(p), p.name, GRADIENT_PREFIX + p.name) for p in block.collect_params().values()
-            ]
+        snapshots, self.snapshots = self.snapshots, {}
         with self.together():  # every parameter's reductions in one plugin call
-            for ref, name, gradient in refs:
+            for ref, name, gradient in self.parameter_refs(block):
                 param = ref()
                 if param is None:
                     continue
                 with self.guard(f"save parameter {name}"):
                     ctx = param.list_ctx()[0]
-                    self.save_parameter(name, functools.partial(param.data, ctx), mode)
+                    if name in snapshots:
+                        self.save_parameter(name, functools.partial(snapshots.get, name), mode)
+                    else:
+                        self.save_parameter(name, functools.partial(param.data, ctx), mode)
                     if param.grad_req != "null":
                         self.save_parameter(gradient, functools.partial(param.grad, ctx), mode)
+
+    def parameter_refs(self, block) -> list:
+        """(weak reference, name, gradient name) of each of the model's parameters."""
+        refs = self.parameters.get(block)
+        if refs is None:  # a Parameter holds its Trainer: weak references, as for the blocks
+            refs = self.parameters[block] = [
+                (weakref.ref(p), p.name, GRADIENT_PREFIX + p.name) for p in block.collect_params().values()
+            ]
+        return refs
 
     def save_parameter(self, name: str, value, mode) -> None:
         if mode is None:
@@ -260,6 +326,8 @@ class Hook(BaseHook):
         return bool(due - PARAMETER_COLLECTIONS)
 
     def set_mode(self, mode) -> None:
+        with self.guard("start a step"):
+            self.start_delayed()
         if self.in_step and isinstance(mode, ModeKeys) and mode != self.mode:
             with self.guard("save parameters"):
                 self.save_deferred()
@@ -270,6 +338,8 @@ class Hook(BaseHook):
         """Save a tensor (NDArray or numpy) into the given collections when the next step starts, as
         smdebug 1.0.34 does for MXNet (the latest value of a name wins). Without a registered model, or
         after the last step (1.0.34 drops it there), it is saved into the current step."""
+        with self.guard("start a step"):
+            self.start_delayed()
         if not self.models or self.closed:
             super().save_tensor(tensor_name, tensor_value, collections_to_write)
         else:
@@ -277,6 +347,8 @@ class Hook(BaseHook):
 
     def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: float | None = None) -> None:
         """Save a scalar into the current step; before the first step, into the first step (as 1.0.34)."""
+        with self.guard("start a step"):
+            self.start_delayed()
         if self.step < 0 and not self.in_step and self.models and not self.closed:
             self.pending_scalars.append((name, value, sm_metric, timestamp))
         else:
@@ -292,7 +364,15 @@ class Hook(BaseHook):
             with self.guard(f"save tensor {name}"):
                 super().save_tensor(name, value, collections)
 
+    def flush(self) -> None:
+        with self.guard("start a step"):
+            self.start_delayed()
+        super().flush()
+
     def close(self) -> None:
+        if not self.closed:
+            with self.guard("start a step"):
+                self.start_delayed()
         if self.in_step and not self.closed:
             with self.guard("save parameters"):
                 self.save_deferred()
