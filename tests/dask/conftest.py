@@ -3,20 +3,18 @@ run, the same runs on moto's S3 server, and a LocalCluster of 2 worker processes
 
 from __future__ import annotations
 
-import logging
-import os
 import shutil
-import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
 import sweep_runs  # noqa: E402
+from s3server import serving  # noqa: E402 (tests/s3server.py)
 
 N_RUNS = 20
 STEPS = 24
@@ -39,55 +37,11 @@ def sweep(tmp_path_factory) -> dict:
     return {"root": str(root), "defects": defects, "damaged": str(damaged)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"moto's server did not listen on port {port}")
-
-
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's S3 server in a thread on 127.0.0.1, reached through the standard AWS settings (which the
-    Dask workers, started after it, inherit)."""
-    from moto.server import ThreadedMotoServer
-
-    saved = dict(os.environ)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ACCESS_KEY_ID": "AKIASMDEBUGDASKKEY01",
-            "AWS_SECRET_ACCESS_KEY": "smdebug-dask-test-secret",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_MAX_ATTEMPTS": "2",
-        }
-    )
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-        os.environ.pop(name, None)
-    server.start()
-    _wait_for_port(port)
-    try:
-        import boto3
-
-        boto3.client("s3").create_bucket(Bucket=BUCKET)
+    """moto's S3 server (the Dask workers, started after it, inherit its settings)."""
+    with serving(BUCKET, "AKIASMDEBUGDASKKEY01", "smdebug-dask-test-secret") as server:
         yield server
-    finally:
-        server.stop()
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")
