@@ -130,7 +130,7 @@ class Hook(BaseHook):
     def model_forward_pre(self, block, inputs) -> None:
         with self.guard("start a step"):
             self.start_delayed()
-            if self.in_step and self.can_delay(block):
+            if self.in_step and self.anything_due() and self.can_delay(block):  # else nothing to read
                 self.snapshot_untrained()
                 self.delayed = (weakref.ref(block), self.ndarray_calls)
                 return
