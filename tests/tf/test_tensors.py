@@ -62,7 +62,7 @@ def test_batched_reductions_equal_the_single_path(make, dtype):
     """One 1-d tensor per value, brought over with the others in one call: each element is exactly the
     value (and dtype) smdebug_reduce gives, and numpy's."""
     values = [make(A.astype(dtype)), make((A * 3).astype(dtype)), make(np.arange(5, dtype=dtype))]
-    started = [plugins.reductions(v, PAIRS) for v in values]
+    started = plugins.reductions(values, PAIRS)
     from smdebug_tf.tensors import Pending
 
     assert all(isinstance(s, Pending) for s in started)  # computed together in to_host
@@ -78,29 +78,31 @@ def test_batched_reductions_equal_the_single_path(make, dtype):
 
 
 def test_batched_reductions_edges():
-    nan = plugins.to_host([plugins.reductions(tf.constant([1.0, np.nan, 3.0]), [("median", False)])])
+    nan = plugins.to_host(plugins.reductions([tf.constant([1.0, np.nan, 3.0])], [("median", False)]))
     assert np.isnan(nan[0][0])
-    even = plugins.reductions(tf.constant([1.0, 2.0, 3.0, 10.0]), [("median", False), ("median", True)])
-    np.testing.assert_array_equal(plugins.to_host([even])[0], [2.5, 2.5])
+    even = plugins.reductions([tf.constant([1.0, 2.0, 3.0, 10.0])], [("median", False), ("median", True)])
+    np.testing.assert_array_equal(plugins.to_host(even)[0], [2.5, 2.5])
     # empty (undefined), complex and text: None, so that the core reduces them one by one as before
-    assert plugins.reductions(tf.zeros([0, 3]), [("max", False)]) is None
-    assert plugins.reductions(tf.constant([3 + 4j]), [("max", False)]) is None
-    assert plugins.reductions(tf.constant(["a"]), [("max", False)]) is None
+    odd = [tf.zeros([0, 3]), tf.constant([3 + 4j]), tf.constant(["a"]), np.arange(3), tf.constant([2.0])]
+    started = plugins.reductions(odd, [("max", False)])
+    assert started[:4] == [None] * 4
+    np.testing.assert_array_equal(plugins.to_host(started[4:])[0], [2.0])
     sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0]]), tf.constant([1]), tf.constant([3, 2]))
-    np.testing.assert_array_equal(plugins.to_host([plugins.reductions(sparse, [("sum", False)])])[0], [3.0])
+    np.testing.assert_array_equal(plugins.to_host(plugins.reductions([sparse], [("sum", False)]))[0], [3.0])
     from smdebug_tf.tensors import reductions
 
     with pytest.raises(ValueError, match="unknown reduction"):
-        reductions(tf.constant([1.0]), [("nope", False)])
+        reductions([tf.constant([1.0])], [("nope", False)])
 
 
-def test_a_keras_run_brings_each_steps_reductions_over_once(tmp_path, monkeypatch, data):
-    """Every step's reductions reach the host in one smdebug_to_host call, with the values of the single
-    path."""
+def test_a_keras_run_computes_each_steps_reductions_in_the_step(tmp_path, monkeypatch, data):
+    """Every step's reductions are computed by the step's own graph and reach the core in one
+    smdebug_to_host call already on the host (no graph of their own), with the values of the single path."""
     from tfmodels import WeightsBefore, make_model
 
     import smdebug.tensorflow as smd
     from smdebug.trials import create_trial
+    from smdebug_tf import tensors as tf_tensors
 
     calls = []
     real = plugins.to_host
@@ -109,6 +111,9 @@ def test_a_keras_run_brings_each_steps_reductions_over_once(tmp_path, monkeypatc
         calls.append([type(r) for r in results])
         return real(results)
 
+    programs = []
+    real_program = tf_tensors._program
+    monkeypatch.setattr(tf_tensors, "_program", lambda *a: programs.append(a) or real_program(*a))
     monkeypatch.setattr(plugins, "to_host", counting)
     out_dir = str(tmp_path / "run")
     hook = smd.KerasHook(
@@ -127,10 +132,9 @@ def test_a_keras_run_brings_each_steps_reductions_over_once(tmp_path, monkeypatc
     assert len(steps) == 4 and len(calls) == 4  # one call per step ...
     tensors = [n for n in trial.tensor_names() if "kernel" in n or "bias" in n]
     assert len(tensors) == 8
-    # ... with all its tensors, all of them the plugin's
-    from smdebug_tf.tensors import Pending
-
-    assert all(len(c) == 8 and all(t is Pending for t in c) for c in calls)
+    # ... with all its tensors, computed in the step
+    assert all(len(c) == 8 and all(t is np.ndarray for t in c) for c in calls)
+    assert programs == []
     kernel = trial.tensor("mlp/hidden/kernel")
     for step in steps:
         start = tf.constant(before.at[step][0])

@@ -19,6 +19,8 @@ import weakref
 
 import tensorflow as tf
 
+from smdebug_tf.packing import pack
+
 WEIGHTS = "weights"  # the model's variables as the step starts
 GRADIENTS = "gradients"
 LAYERS = "layers"
@@ -199,12 +201,22 @@ def _reduce(values, strategy, reduction: str):
     return reduce_per_replica(values, strategy, reduction)
 
 
-def build(model, mode: str, kinds: frozenset[str]):
-    """A function taking what Keras' own ``<mode>_function`` takes, returning ``(its result, {name:
-    (tensor per replica, ...)})``. mode is "train", "test" or "predict"."""
+def build(model, mode: str, kinds: frozenset[str], plan_of):
+    """A function taking what Keras' own ``<mode>_function`` takes, returning ``(its result, packed)``:
+    the due tensors in a few buffers (smdebug_tf.packing; ``plan_of(name)`` says what is due of each, and
+    is asked once per name: every trace of the function packs the same). mode is "train", "test" or
+    "predict". ``function.plans`` holds the plans it was traced with."""
     strategy = model.distribute_strategy
     step_fn = {"train": model.train_step, "test": model.test_step, "predict": model.predict_step}[mode]
     reduction = "concat" if mode == "predict" else "auto"
+    plans: dict[str, tuple | None] = {}
+    lock = threading.Lock()  # MirroredStrategy traces its replicas on threads of their own
+
+    def planned(name: str):
+        with lock:
+            if name not in plans:
+                plans[name] = plan_of(name)
+            return plans[name]
 
     @tf.autograph.experimental.do_not_convert
     def replica_step(data):
@@ -223,14 +235,16 @@ def build(model, mode: str, kinds: frozenset[str]):
             elif mode == "predict" and INPUTS in kinds:
                 recorder.add(MODEL_INPUT, data[0] if isinstance(data, tuple) else data)
             result = step_fn(data)
-        return result, recorder.tensors
+        return result, pack(recorder.tensors, planned)
 
     @tf.autograph.experimental.do_not_convert
     def one_step(data):
-        result, tensors = strategy.run(replica_step, args=(data,))
+        # runs while the step is traced (each call only when run eagerly): the layers record then
+        with layers_wrapped(model, kinds):
+            result, packed = strategy.run(replica_step, args=(data,))
         result = _reduce(result, strategy, reduction)
-        tensors = {name: tuple(strategy.experimental_local_results(t)) for name, t in tensors.items()}
-        return result, tensors
+        packed = tf.nest.map_structure(lambda t: tuple(strategy.experimental_local_results(t)), packed)
+        return result, packed
 
     run_eagerly = model.run_eagerly
     if not run_eagerly:
@@ -242,7 +256,13 @@ def build(model, mode: str, kinds: frozenset[str]):
         def predict(data):  # Keras hands predict_function a list of batches, one per execution step
             return one_step(data[0])
 
-        return predict if run_eagerly else tf.function(predict, reduce_retracing=True)
+        compiled = predict if run_eagerly else tf.function(predict, reduce_retracing=True)
+
+        def predict_function(data):
+            return compiled(data)
+
+        predict_function.plans = plans
+        return predict_function
 
     @tf.autograph.experimental.do_not_convert
     def from_iterator(iterator):  # the batch is read here, outside the (maybe XLA) compiled step
@@ -256,4 +276,5 @@ def build(model, mode: str, kinds: frozenset[str]):
             return from_iterator(iterator)
         return one_step(next(iterator))  # a Python iterator (train_on_batch and friends)
 
+    function.plans = plans
     return function

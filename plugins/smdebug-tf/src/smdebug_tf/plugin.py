@@ -54,21 +54,20 @@ def smdebug_reduce(value, reduction, abs):
 
 @hookimpl
 def smdebug_reductions(values, reductions):
-    if not any(_is_tf_value(v) for v in values):
+    if sys.modules.get("tensorflow") is None:
         return None
     from smdebug_tf.tensors import reductions as start
 
-    return [start(v, reductions) if _is_tf_value(v) else None for v in values]
+    started = start(values, reductions)
+    return started if any(s is not None for s in started) else None
 
 
 @hookimpl
 def smdebug_to_host(results):
     if sys.modules.get("tensorflow") is None:
         return None
-    from smdebug_tf.tensors import Pending, to_host
+    from smdebug_tf.tensors import to_host
 
-    if not all(isinstance(r, Pending) for r in results):
-        return None
     return to_host(results)
 
 

@@ -7,13 +7,46 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+
+class Captured:
+    """A tensor of a due step, on the host: its raw value (a view into the step's buffer, or None when it
+    is not saved) and its reductions computed in the step (``row``, in the order of ``pairs``; None when
+    it is empty)."""
+
+    __slots__ = ("name", "host", "row", "pairs", "empty")
+
+    def __init__(self, name: str, host: np.ndarray | None, row: np.ndarray | None, pairs: tuple, empty: bool):
+        self.name = name
+        self.host = host
+        self.row = row
+        self.pairs = pairs
+        self.empty = empty
+
+    def to_numpy(self) -> np.ndarray:
+        if self.host is None:
+            raise ValueError(f"the step did not bring the raw value of {self.name} over")
+        return self.host  # a view of the step's buffer, which nothing changes
+
+    def reductions(self, pairs: list[tuple[str, bool]]) -> np.ndarray | None:
+        """The requested pairs' results from the step's, or None when the step did not compute them all."""
+        if self.row is None:
+            return None
+        if len(pairs) == len(self.pairs) and all(a == b for a, b in zip(pairs, self.pairs)):
+            return self.row
+        where = {pair: i for i, pair in enumerate(self.pairs)}
+        try:
+            return self.row[[where[(r, bool(a))] for r, a in pairs]]
+        except KeyError:
+            return None
+
+
 _cached: list = []  # the types, once Keras (whose Variable is one of them) is imported
 
 
 def _types() -> tuple[type, ...]:
     if _cached:
         return _cached[0]
-    types = (tf.Tensor, tf.Variable, tf.IndexedSlices, tf.distribute.DistributedValues)
+    types = (Captured, tf.Tensor, tf.Variable, tf.IndexedSlices, tf.distribute.DistributedValues)
     keras = sys.modules.get("keras")
     if keras is None or not hasattr(keras, "Variable"):
         return types
@@ -22,7 +55,7 @@ def _types() -> tuple[type, ...]:
 
 
 def is_tf_value(value) -> bool:
-    return isinstance(value, _types())
+    return type(value) is Captured or isinstance(value, _types())
 
 
 def as_tensor(value) -> tf.Tensor:
@@ -44,15 +77,17 @@ def snapshot(value):
     return as_tensor(value)
 
 
-_UPCAST = frozenset(
+UPCAST = frozenset(
     d for d in (tf.bfloat16, *(getattr(tf.dtypes, n, None) for n in ("float8_e4m3fn", "float8_e5m2"))) if d
 )
 
 
 def to_numpy(value) -> np.ndarray:
     """A host array that later updates of a variable do not change (the writer encodes it later)."""
+    if type(value) is Captured:
+        return value.to_numpy()
     t = value if isinstance(value, tf.Tensor) else as_tensor(value)
-    if t.dtype in _UPCAST:
+    if t.dtype in UPCAST:
         t = tf.cast(t, tf.float32)  # numpy cannot hold them: any reader can use float32
     if t.dtype == tf.string:
         return np.array(t.numpy(), dtype=object)
@@ -89,7 +124,7 @@ _REDUCTIONS = {
 }
 
 
-def _computable(t: tf.Tensor) -> tf.Tensor:
+def computable(t: tf.Tensor) -> tf.Tensor:
     if t.dtype in (tf.float16, tf.bfloat16):
         return tf.cast(t, tf.float32)  # float16 sums overflow quickly
     if not t.dtype.is_floating:
@@ -97,8 +132,8 @@ def _computable(t: tf.Tensor) -> tf.Tensor:
     return t
 
 
-def _every_pair(t: tf.Tensor, pairs: tuple) -> tf.Tensor:
-    t = _computable(t)
+def every_pair(t: tf.Tensor, pairs: tuple) -> tf.Tensor:
+    t = computable(t)
     magnitude = tf.abs(t) if any(a for _, a in pairs) else None
     return tf.stack([tf.reshape(_REDUCTIONS[r](magnitude if a else t), []) for r, a in pairs])
 
@@ -117,7 +152,7 @@ def _program(dtype: tf.DType, pairs: tuple, count: int = 1):
             _programs.clear()
 
         def every_tensor(*ts):
-            return tf.stack([_every_pair(t, pairs) for t in ts])
+            return tf.stack([every_pair(t, pairs) for t in ts])
 
         spec = [tf.TensorSpec(None, dtype)] * count
         program = _programs[key] = tf.function(every_tensor, input_signature=spec, autograph=False)
@@ -154,6 +189,12 @@ def reduce(value, reduction: str, abs: bool = False):
     """One reduction computed by TF on the value's device; only the scalar reaches the host.
     None when TF cannot compute it (the core then reduces the numpy copy)."""
     _check([(reduction, abs)])
+    if type(value) is Captured:  # a step's tensor whose reductions the step did not compute
+        if value.empty:
+            raise ValueError(f"cannot compute {reduction} of an empty tensor")
+        if value.host is None:
+            return None
+        value = tf.convert_to_tensor(value.host)
     t = as_tensor(value)
     if t.shape.num_elements() == 0:
         raise ValueError(f"cannot compute {reduction} of an empty tensor")
@@ -165,24 +206,37 @@ def reduce(value, reduction: str, abs: bool = False):
         return _program(t.dtype, ((reduction, bool(abs)),))(t).numpy()[0, 0]
 
 
-def reductions(value, pairs: list[tuple[str, bool]]) -> Pending | None:
-    """Every (reduction, abs) pair of a value, by the same graph ops as ``reduce``, computed with the rest
-    of the step's in to_host (on the tensors' devices). None where ``reduce`` would not give a value from
-    TF (empty, complex, text, symbolic)."""
+def reductions(values: list, pairs: list[tuple[str, bool]]) -> list:
+    """Every (reduction, abs) pair of each value, by the same graph ops as ``reduce``: a step's tensor
+    already has them (computed in the step, on the host now); others are computed with the rest of the
+    step's in to_host, on the tensors' devices. None where ``reduce`` would not give a value from TF
+    (empty, complex, text, symbolic) or the value is not TensorFlow's."""
     _check(pairs)
-    t = _reducible(value)
-    if t is None or t.shape.num_elements() == 0:
-        return None
-    return Pending(t, tuple((r, bool(a)) for r, a in pairs))
+    pairs = tuple((r, bool(a)) for r, a in pairs)
+    if all(type(v) is Captured for v in values):  # a Keras step's tensors: all of them on the host
+        return [v.reductions(pairs) for v in values]
+    started = []
+    for value in values:
+        if type(value) is Captured:
+            started.append(value.reductions(pairs))
+            continue
+        t = _reducible(value) if is_tf_value(value) else None
+        started.append(None if t is None or t.shape.num_elements() == 0 else Pending(t, pairs))
+    return started
 
 
-def to_host(results: list[Pending]) -> list[np.ndarray]:
+def to_host(results: list) -> list[np.ndarray] | None:
     """The step's reduction results on the host: one graph call and one copy per (device, dtype, pairs)
-    group of tensors."""
+    group of tensors; a step's tensor's results are on the host already. None when a result is not ours."""
     groups: dict[tuple, list[int]] = {}
-    for i, r in enumerate(results):
-        groups.setdefault((r.tensor.device, r.tensor.dtype, r.pairs), []).append(i)
     host: list = [None] * len(results)
+    for i, r in enumerate(results):
+        if type(r) is Pending:
+            groups.setdefault((r.tensor.device, r.tensor.dtype, r.pairs), []).append(i)
+        elif isinstance(r, np.ndarray):
+            host[i] = r
+        else:
+            return None
     for (device, dtype, pairs), members in groups.items():
         with tf.device(device):
             matrix = _program(dtype, pairs, len(members))(*(results[i].tensor for i in members)).numpy()

@@ -21,9 +21,12 @@ import tensorflow as tf
 from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
 from smdebug_tf import capture
 from smdebug_tf.collection import BUILTIN_PATTERNS, Collection, exact
+from smdebug_tf.packing import unpack
 from smdebug_tf.tensors import snapshot
 
 logger = logging.getLogger("smdebug")
+
+_KEEP_FUNCTIONS = 4  # instrumented functions kept per mode and kinds (one per set of plans)
 
 # mode -> (capture.build's name, the model attribute Keras calls for each batch, the stop flag Keras reads)
 _KERAS_MODES = {
@@ -31,6 +34,12 @@ _KERAS_MODES = {
     ModeKeys.EVAL: ("test", "test_function", "stop_evaluating"),
     ModeKeys.PREDICT: ("predict", "predict_function", "stop_predicting"),
 }
+
+
+def _put(model, attribute: str, function) -> None:
+    """Set a step function on the model without Keras' attribute tracking (which costs more than the rest
+    of a due step's preparation, and would record the stand-in as a dependency of the model)."""
+    object.__setattr__(model, attribute, function)
 
 
 class TFState:
@@ -45,7 +54,9 @@ class TFState:
         self.optimizer = None
         self.optimizer_variables: list = []  # (name, variable)
         self.known: dict[str, set[str]] = {}  # collection -> exact names already included
-        self.functions: dict = {}  # (mode, kinds) -> (Keras' function it stands in for, instrumented)
+        # (mode, kinds) -> [(Keras' function it stands in for, instrumented)], the last used first
+        self.functions: dict = {}
+        self.plans: dict[str, tuple] = {}  # name -> (its collections, due collections, its capture plan)
         self.swapped = None  # (model, attribute, Keras' function) while an instrumented one is in place
         self.broken: set = set()  # modes whose instrumented function failed once
         self.saved: set[str] = set()  # gradient names saved in a custom loop's step ...
@@ -132,14 +143,15 @@ class TFHook(BaseHook):
             state.replicas.append(replica)
         set_hook(self)  # get_hook() stays the user's hook, not a replica's
 
-    def save_replicas(self, tensors) -> None:
-        for index, replica in enumerate(self.tf_state.replicas, start=1):
-            replica.set_mode(self.mode)
-            replica.begin_step(step=self.step, mode_step=self.mode_step)
-            for name, per_replica in tensors.items():
-                if len(per_replica) > index:
-                    replica.save_for_step(name, per_replica[index])
-            replica.end_step()
+    def save_replicas(self, replicas: list) -> None:
+        """Each further replica's (name, value) pairs, by the hook writing that replica's tensors."""
+        for hook, values in zip(self.tf_state.replicas, replicas[1:]):
+            hook.set_mode(self.mode)
+            hook.begin_step(step=self.step, mode_step=self.mode_step)
+            with hook.together():
+                for name, value in values:
+                    hook.save_for_step(name, value)
+            hook.end_step()
 
     def register_model(self, model) -> None:
         """Take the model's variable, gradient and layer names, and wrap its optimizer (fit does this)."""
@@ -239,7 +251,7 @@ class TFHook(BaseHook):
             return  # the common step: Keras' own function runs, nothing else happens
         with self.guard("prepare the step's tensors"):
             model = self.tf_state.model
-            if model is not None and len(model.weights) != len(self.tf_state.weights):
+            if model is not None and not self.tf_state.weights and model.weights:
                 self.register_model(model)  # built on its first call (a subclassed model)
             kinds = self.capture_kinds(mode)
             if not self.swap_in(mode, kinds) and capture.WEIGHTS in kinds:
@@ -247,13 +259,15 @@ class TFHook(BaseHook):
                     if self.is_due(name):
                         self.save_for_step(name, snapshot(variable))
 
-    def step_done(self, mode, result, tensors) -> None:
+    def step_done(self, mode, result, packed) -> None:
         """The due step's function returned: save what it computed, end the step."""
         state = self.tf_state
         with self.guard("save the step's tensors"):
-            for name, per_replica in tensors.items():
-                self.save_for_step(name, per_replica[0])  # the first replica (include_workers "one")
-            self.save_replicas(tensors)
+            replicas = unpack(packed) if packed else [[]]
+            with self.together():  # their reductions are on the host already: hand them over at once
+                for name, value in replicas[0]:  # the first replica (include_workers "one")
+                    self.save_for_step(name, value)
+            self.save_replicas(replicas)
             self.save_logs(mode, result)
             if mode == ModeKeys.TRAIN and state.optimizer is not None:
                 self.refresh_optimizer_variables()
@@ -304,25 +318,18 @@ class TFHook(BaseHook):
                 model.steps_per_execution,
             )
             captured = False
-        instrumented = None
-        if captured:
-            entry = state.functions.get((name, kinds))
-            if entry is None or entry[0] is not plain:  # Keras rebuilt its function (compile again)
-                entry = (plain, capture.build(model, name, kinds))
-                state.functions[(name, kinds)] = entry
-            instrumented = entry[1]
+        instrumented = self.instrumented(name, kinds, plain) if captured else None
         hook = self
 
         def one_call(arg):
-            setattr(model, attribute, plain)  # Keras' own function again from the next lookup on
+            _put(model, attribute, plain)  # Keras' own function again from the next lookup on
             state.swapped = None
-            tensors = {}
+            packed = None
             if instrumented is None:
                 result = plain(arg)
             else:
                 try:
-                    with capture.layers_wrapped(model, kinds):
-                        result, tensors = instrumented(arg)
+                    result, packed = instrumented(arg)
                 except (StopIteration, tf.errors.OutOfRangeError):
                     raise  # the end of the data, as Keras' own function signals it
                 except Exception as exc:
@@ -336,18 +343,60 @@ class TFHook(BaseHook):
                         exc,
                     )
                     result = plain(arg)
-            hook.step_done(mode, result, tensors)
+            hook.step_done(mode, result, packed)
             return result
 
-        setattr(model, attribute, one_call)
+        _put(model, attribute, one_call)
         state.swapped = (model, attribute, plain)
         return captured
+
+    def instrumented(self, name: str, kinds: frozenset, plain):
+        """The instrumented function for these kinds whose tensors' plans are this step's (each name's as
+        ``capture_plan`` gives it now); built, and traced on its first call, when there is none yet."""
+        state = self.tf_state
+        built = state.functions.setdefault((name, kinds), [])
+        if built and built[0][0] is not plain:  # Keras rebuilt its function (compile again)
+            built.clear()
+        for i, (_, function) in enumerate(built):
+            if all(self.capture_plan(n) == plan for n, plan in function.plans.items()):
+                if i:
+                    built.insert(0, built.pop(i))
+                return function
+        function = capture.build(state.model, name, kinds, self.capture_plan)
+        built.insert(0, (plain, function))
+        del built[_KEEP_FUNCTIONS:]  # plans that change all the time: do not keep every trace
+        return function
+
+    def capture_plan(self, name: str) -> tuple | None:
+        """What of a tensor the instrumented step computes at this step: ``((reduction, abs), ...), raw``
+        (raw also when its shape is saved), or None when it is not due. As the core will save it:
+        reductions of every due collection it belongs to, except collections saved as they are."""
+        colls = self.collections_of(name)
+        due = self.due_collections
+        cached = self.tf_state.plans.get(name)
+        if cached is not None and cached[0] is colls and cached[1] is due:
+            return cached[2]
+        colls_due = due & colls
+        plan = None
+        if colls_due:
+            pairs = tuple(
+                dict.fromkeys(
+                    (reduction, bool(absolute))
+                    for c in colls_due
+                    if c.name not in self.scalar_collections
+                    for reduction, absolute in c.reduction_config.reduction_pairs()
+                )
+            )
+            raw = any(c.reduction_config.save_raw_tensor or c.reduction_config.save_shape for c in colls_due)
+            plan = (pairs, raw)
+        self.tf_state.plans[name] = (colls, due, plan)
+        return plan
 
     def restore_function(self) -> None:
         swapped = self.tf_state.swapped
         if swapped is not None:
             model, attribute, plain = swapped
-            setattr(model, attribute, plain)
+            _put(model, attribute, plain)
             self.tf_state.swapped = None
 
     # -- logs -------------------------------------------------------------------------------------------
