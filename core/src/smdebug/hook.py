@@ -485,6 +485,13 @@ class BaseHook:
         """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>``, numbered on from the
         step's earlier calls with this prefix (``dense_output_0``, ``dense_output_1``...)."""
         index = self._numbered.get(prefix, 0)
+        if type(values) is tuple and len(values) == 1:  # a layer's inputs, most often
+            values = values[0]
+        if values is not None and not isinstance(values, _NESTED) and isinstance(values, self.tensor_types):
+            # one tensor: no walk
+            self.save_for_step(f"{prefix}{index}", values)
+            self._numbered[prefix] = index + 1
+            return
         for value in _leaves(values, self.tensor_types):
             self.save_for_step(f"{prefix}{index}", value)
             index += 1
@@ -783,6 +790,9 @@ def _rebuild_copy(cls: type[BaseHook], options: HookConfig, collection_manager, 
     for name, value in state.items():
         setattr(hook, name, value)
     return hook
+
+
+_NESTED = (tuple, list, dict)
 
 
 def _leaves(value: Any, types: tuple[type, ...]) -> Iterator[Any]:
