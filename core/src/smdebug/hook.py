@@ -462,7 +462,11 @@ class BaseHook:
             plan = self._plans[name] = (colls, due, self._plan(name, value, due.intersection(colls)))
             for coll in colls:
                 coll.add_tensor_name(name)
-        self._write_planned(name, value, plan[2])
+        pairs, names, raw, shape = plan[2]
+        if self._gathered is not None and pairs and not (raw or shape):  # reductions only, in a together()
+            self._gathered.append((name, value, pairs, names))  # block: what _reduce_all does, inline
+        else:
+            self._write_planned(name, value, plan[2])
         return True
 
     @contextlib.contextmanager
