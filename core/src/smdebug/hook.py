@@ -349,18 +349,10 @@ class BaseHook:
         return not self.dry_run and (self.include_workers == "all" or self.worker == DEFAULT_WORKER)
 
     # -- never break training ----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def guard(self, what: str) -> Iterator[None]:
-        """Run a block that must not break training: an exception in it is logged once per ``what``
-        ("could not <what> at step N: ...") and swallowed. StopTraining passes through."""
-        try:
-            yield
-        except StopTraining:
-            raise
-        except Exception as exc:
-            self.warn_once(
-                what, "smdebug: could not %s at step %d: %s: %s", what, self.step, type(exc).__name__, exc
-            )
+    def guard(self, what: str) -> _Guard:
+        """A context manager for a block that must not break training: an exception in it is logged once
+        per ``what`` ("could not <what> at step N: ...") and swallowed. StopTraining passes through."""
+        return _Guard(self, what)
 
     def warn_once(self, key: str, message: str, *args) -> None:
         """Log a warning the first time ``key`` is seen by this hook."""
@@ -797,6 +789,28 @@ def _rebuild_copy(cls: type[BaseHook], options: HookConfig, collection_manager, 
 
 
 _NESTED = (tuple, list, dict)
+
+
+class _Guard:
+    """BaseHook.guard's context manager (a class: entered several times a step, it must cost little)."""
+
+    __slots__ = ("hook", "what")
+
+    def __init__(self, hook: BaseHook, what: str):
+        self.hook = hook
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, StopTraining) or not isinstance(exc, Exception):
+            return False
+        hook = self.hook
+        hook.warn_once(
+            self.what, "smdebug: could not %s at step %d: %s: %s", self.what, hook.step, kind.__name__, exc
+        )
+        return True
 
 
 def _leaves(value: Any, types: tuple[type, ...]) -> Iterator[Any]:

@@ -171,7 +171,7 @@ class Hook(BaseHook):
                     for name, param in model.params:
                         if not _is_uninitialized(param):
                             self.save_for_step(name, param)
-            self._hook_gradients(model.params)  # new parameters, or unfrozen since the last step
+                self._hook_gradients(model.params)  # new parameters, or unfrozen since the last one
 
     def _on_loss_forward(self, module, inputs) -> None:
         # A loss starts the step only when no model is registered to do it.
@@ -197,10 +197,13 @@ class Hook(BaseHook):
     def _on_gradient(self, name: str, param) -> None:
         # Saved at the end of the backward pass (nothing changes the gradients before it), all together:
         # their reductions take a few kernels, not one each. Called per parameter: kept minimal.
-        if self._backward_queued or (self.anything_due() and self._queue_end_of_backward()):
+        if self._backward_queued:
             self._grads.append((name, param))
-        elif param.grad is not None and self.is_due(name):  # not in a backward pass the engine runs
-            self.save_for_step(name, param.grad)
+        elif self.anything_due():
+            if self._queue_end_of_backward():
+                self._grads.append((name, param))
+            elif param.grad is not None and self.is_due(name):  # not in a backward pass the engine runs
+                self.save_for_step(name, param.grad)
 
     def _queue_end_of_backward(self) -> bool:
         try:
