@@ -373,3 +373,41 @@ def test_a_saved_variable_is_its_value_when_saved(out_dir):
     variable.assign_add([1.0, 1.0])
     hook.close()
     np.testing.assert_array_equal(create_trial(out_dir).tensor("v").value(0), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_what_each_step_computes_follows_its_due_collections(out_dir, data, jit):
+    """Collections due at different steps, with different reduction configurations: each step's compiled
+    function computes what that step saves (reductions in the step, raw values), also for layer tensors
+    whose batch dimension is known only when the step runs."""
+    x, y = data
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=100))
+    hook.get_collection("weights").save_config = smd.SaveConfig(save_interval=2)  # 0, 2
+    hook.get_collection("gradients").save_config = smd.SaveConfig(save_interval=1, start_step=1, end_step=3)
+    hook.get_collection("gradients").reduction_config = smd.ReductionConfig(reductions=["max"], norms=["l2"])
+    layers = hook.get_collection("layers")
+    layers.save_config = smd.SaveConfig(save_interval=1, start_step=2)  # 2, 3
+    layers.reduction_config = smd.ReductionConfig(reductions=["mean", "median"], save_raw_tensor=True)
+    hook.include_collections = ["weights", "gradients", "layers", "losses"]
+    before = WeightsBefore()
+    model = make_model(jit_compile=jit)
+    model.fit(x, y, epochs=1, batch_size=8, shuffle=False, callbacks=[before, hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    kernel, grad = trial.tensor("mlp/hidden/kernel"), trial.tensor("gradients/mlp/hidden/kernelGrad")
+    outputs = trial.tensor("hidden/outputs")
+    assert kernel.steps() == [0, 2] and grad.steps() == [1, 2] and outputs.steps() == [2, 3]
+    for step in (0, 2):
+        np.testing.assert_array_equal(kernel.value(step), before.at[step][0])
+    for step in (1, 2):
+        with pytest.raises(TensorUnavailableForStep):
+            grad.value(step)  # reductions only
+        assert set(grad.reduction_values(step)) == {("max", False), ("l2", False)}
+    for step in (2, 3):
+        raw = outputs.value(step)
+        assert raw.shape == (8, 5)
+        np.testing.assert_allclose(outputs.reduction_value(step, "mean"), raw.mean(), rtol=1e-5)
+        np.testing.assert_allclose(outputs.reduction_value(step, "median"), np.median(raw), rtol=1e-5)
+    np.testing.assert_allclose(
+        trial.tensor("head/inputs").value(3), outputs.value(3), rtol=1e-6
+    )  # the head's input is the hidden layer's output

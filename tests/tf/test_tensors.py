@@ -140,3 +140,77 @@ def test_a_keras_run_computes_each_steps_reductions_in_the_step(tmp_path, monkey
         start = tf.constant(before.at[step][0])
         for name in ("mean", "max", "median", "l2"):
             assert kernel.reduction_value(step, name) == plugins.reduce(start, name, False), (step, name)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_a_step_packs_its_tensors_into_a_few_buffers(jit):
+    """pack (in a compiled step) and unpack (on the host): raw values and the reductions TF computes in the
+    step, for static and run-time shapes, several dtypes, an empty tensor and tensors the core reduces."""
+    from smdebug_tf.packing import pack, unpack
+    from smdebug_tf.tensors import Captured
+
+    pairs = (("mean", False), ("max", True), ("l2", False), ("median", False))
+    plans = {
+        "w": (pairs, True),  # static float32: raw and reductions
+        "b": ((("sum", False),), False),  # static float32: reductions only
+        "ints": (pairs, True),  # static int64: float64 reductions
+        "x": (pairs, True),  # batch dimension known only at run time
+        "none": (pairs, True),  # empty at run time
+        "later": None,  # not due
+    }
+    values = {
+        "w": A,
+        "b": A[0] * 2,
+        "ints": np.arange(6, dtype=np.int64).reshape(2, 3),
+        "x": np.arange(12, dtype=np.float32).reshape(4, 3) - 5,
+        "none": np.zeros((0, 3), np.float32),
+        "later": A,
+    }
+
+    def step(x, none):
+        tensors = {n: tf.constant(v) for n, v in values.items() if n not in ("x", "none")}
+        tensors.update(x=x * 1, none=none * 1)
+        return pack(tensors, plans.get)
+
+    spec = [tf.TensorSpec([None, 3], tf.float32)] * 2
+    packed = tf.function(step, input_signature=spec, jit_compile=jit)(values["x"], values["none"])
+    buffers = next(iter(packed.values()))
+    assert len(buffers) == 6  # raw: float32, int64, x, none; reductions: float32, float64
+    (got,) = unpack({k: tuple((b,) for b in v) for k, v in packed.items()})
+    got = dict(got)
+    assert set(got) == {"w", "b", "ints", "x", "none"}
+    for name, captured in got.items():
+        assert isinstance(captured, Captured)
+        want_pairs = plans[name][0]
+        if plans[name][1]:
+            np.testing.assert_array_equal(captured.to_numpy(), values[name])
+        else:
+            assert captured.host is None
+        if name == "none":
+            assert captured.empty and captured.row is None
+            continue
+        array = values[name].astype(np.float64 if name == "ints" else np.float32)
+        want = [NUMPY[r](np.abs(array) if a else array) for r, a in want_pairs]
+        np.testing.assert_allclose(captured.reductions(want_pairs), want, rtol=1e-6)
+        assert captured.reductions(want_pairs).dtype == array.dtype
+    # any order of the computed pairs, and None for a pair the step did not compute
+    np.testing.assert_array_equal(got["w"].reductions([("l2", False), ("mean", False)]), got["w"].row[[2, 0]])
+    assert got["w"].reductions([("min", False)]) is None
+    # through the plugin hooks: raw values as they are, reductions on the host already
+    assert plugins.to_numpy(got["w"]) is got["w"].host
+    started = plugins.reductions([got["w"], got["x"]], list(pairs))
+    assert all(isinstance(s, np.ndarray) for s in started)
+    with pytest.raises(ValueError, match="empty"):
+        plugins.reduce(got["none"], "max", False)
+
+
+def test_a_step_hands_text_and_complex_values_to_the_core():
+    from smdebug_tf.packing import pack, unpack
+
+    pairs = (("max", False),)
+    tensors = {"text": tf.constant(["a", "bc"]), "z": tf.constant([3 + 4j])}
+    packed = tf.function(lambda: pack(tensors, lambda name: (pairs, False)))()
+    (got,) = unpack({k: tuple((b,) for b in v) for k, v in packed.items()})
+    got = dict(got)
+    assert got["text"].dtype == object and list(got["text"]) == [b"a", b"bc"]
+    np.testing.assert_array_equal(got["z"], [3 + 4j])  # numpy arrays: the core reduces |z| itself

@@ -99,11 +99,12 @@ def _median(t: tf.Tensor) -> tf.Tensor:
     """numpy's median: the mean of the two middle values when the count is even, NaN if any is NaN
     (decided on the device: nothing waits for the value)."""
     ordered = tf.sort(tf.reshape(t, [-1]))
-    half = tf.size(ordered) // 2
+    size = tf.size(ordered)
+    if not t.shape.is_fully_defined():  # maybe empty when the step runs: index a padded copy (the
+        ordered = tf.concat([ordered, tf.zeros([1], t.dtype)], 0)  # result is not used then)
+    half = size // 2
     upper = tf.gather(ordered, half)
-    middle = tf.where(
-        tf.size(ordered) % 2 == 1, upper, (tf.gather(ordered, tf.maximum(half - 1, 0)) + upper) / 2
-    )
+    middle = tf.where(size % 2 == 1, upper, (tf.gather(ordered, tf.maximum(half - 1, 0)) + upper) / 2)
     if t.dtype.is_floating:
         middle = tf.where(tf.reduce_any(tf.math.is_nan(t)), tf.constant(float("nan"), t.dtype), middle)
     return middle
