@@ -133,12 +133,15 @@ def decode_index(data: bytes) -> IndexRecord:
     meta = index[META]
     mode_step = meta.get(MODE_STEP)
     event_file = meta.get(EVENT_FILE_NAME)
-    tensors = []
-    for t in index.get(TENSOR_PAYLOAD) or []:
-        crc = t.get(CRC32C)
-        tensors.append(
-            (t[TENSORNAME], int(t[START_IDX]), int(t[LENGTH]), crc if isinstance(crc, int) else None)
+    tensors = [
+        (
+            t[TENSORNAME],
+            int(t[START_IDX]),
+            int(t[LENGTH]),
+            crc if isinstance(crc := t.get(CRC32C), int) else None,
         )
+        for t in index.get(TENSOR_PAYLOAD) or ()
+    ]
     if tensors and not isinstance(event_file, str):
         raise ValueError(f"{META}.{EVENT_FILE_NAME} is missing")
     shapes = [(s[TENSORNAME], tuple(s[SHAPE])) for s in index.get(SHAPE_PAYLOAD) or []]

@@ -94,6 +94,13 @@ class RecordFetcher:
         the record's own bytes (offset 0), or the error reading them."""
         if self.store.is_local:
             key = (file, -1)
+            whole = self._cache.get(key)  # without the lock: a hit is one atomic lookup
+            if whole is not None and start + length <= len(whole):
+                try:
+                    self._cache.move_to_end(key)
+                except KeyError:  # evicted meanwhile by another thread: still the right bytes
+                    pass
+                return whole, start
             with self._lock:
                 whole = self._cache.get(key)
                 if whole is None:

@@ -29,14 +29,36 @@ class Location(NamedTuple):
 
 
 class _StepData:
-    """What one worker saved of a tensor at one step."""
+    """What one worker saved of a tensor at one step: where its value is (a Location's fields, so that
+    a run's thousands of records cost one object each), its shape, its stored reductions."""
 
-    __slots__ = ("location", "shape", "reductions")
+    __slots__ = ("event_file", "start", "length", "crc", "shape", "_reductions")
 
-    def __init__(self, location: Location | None = None, shape: tuple | None = None):
-        self.location = location
+    def __init__(self, event_file=None, start=0, length=0, crc=None, shape=None):
+        self.event_file, self.start, self.length, self.crc = event_file, start, length, crc
         self.shape = shape
-        self.reductions: dict = {}  # (name, abs) -> Location
+        self._reductions: dict | None = None
+
+    @property
+    def location(self) -> Location | None:
+        """Where the value is saved; None when only its shape or reductions are."""
+        return (
+            None if self.event_file is None else Location(self.event_file, self.start, self.length, self.crc)
+        )
+
+    @location.setter
+    def location(self, loc: Location | None) -> None:
+        if loc is None:
+            self.event_file = None
+        else:
+            self.event_file, self.start, self.length, self.crc = loc
+
+    @property
+    def reductions(self) -> dict:
+        """(name, abs) -> Location"""
+        if self._reductions is None:
+            self._reductions = {}
+        return self._reductions
 
 
 class Tensor:
@@ -63,19 +85,19 @@ class Tensor:
             data = per_worker[worker] = _StepData()
         return data
 
-    def _add_location(self, step: int, modes: tuple, worker: str, location: Location) -> None:
+    def _add_location(self, step: int, modes: tuple, worker: str, event_file, start, length, crc) -> None:
         """add_step(location=...) for the Trial's index loading, where it runs once per record."""
         self._modes[step] = modes
         per_worker = self._steps.get(step)
         if per_worker is None:
-            self._steps[step] = {worker: _StepData(location)}
+            self._steps[step] = {worker: _StepData(event_file, start, length, crc)}
             self._sorted_steps = None
             return
         data = per_worker.get(worker)
         if data is None:
-            per_worker[worker] = _StepData(location)
+            per_worker[worker] = _StepData(event_file, start, length, crc)
         else:
-            data.location = location
+            data.event_file, data.start, data.length, data.crc = event_file, start, length, crc
 
     def add_step(self, step, mode, mode_step, worker, location=None, shape=None) -> None:
         data = self._data(step, mode, mode_step, worker)
@@ -138,7 +160,9 @@ class Tensor:
         raise StepNotYetAvailable(step_num, mode)
 
     def _worker_data(self, step_num, mode, worker) -> _StepData:
-        per_worker = self._step(step_num, mode)
+        per_worker = self._steps.get(step_num) if mode is ModeKeys.GLOBAL else None
+        if per_worker is None or not self.trial.is_step_complete(step_num):
+            per_worker = self._step(step_num, mode)
         if worker is None:
             # the first worker in natural order (the only one, most often: no sorting then)
             worker = next(iter(per_worker)) if len(per_worker) == 1 else min(per_worker, key=_natural)
@@ -149,9 +173,9 @@ class Tensor:
     # -- values -------------------------------------------------------------------------------------
     def value(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> np.ndarray:
         data = self._worker_data(step_num, mode, worker)
-        if data.location is None:
+        if data.event_file is None:
             raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
-        return self._fetch(data.location, step_num, mode)
+        return self.trial.read_value(data, self.name, step_num, mode)
 
     def values(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
         """Every saved value by step; a damaged one is left out (and reported once, with file and offset)."""
@@ -190,7 +214,7 @@ class Tensor:
         data = self._worker_data(step_num, mode, worker)
         return {key: self.reduction_value(step_num, key[0], mode, worker, key[1]) for key in data.reductions}
 
-    def _fetch(self, loc: Location, step_num: int, mode, key=None) -> np.ndarray:
+    def _fetch(self, loc: Location | _StepData, step_num: int, mode, key=None) -> np.ndarray:
         return self.trial.read_value(loc, self.name, step_num, to_mode(mode), key)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
@@ -26,7 +27,7 @@ from smdebug.exceptions import (
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import parse_reduction_tensor_name
 from smdebug.trials.fetch import RecordFetcher
-from smdebug.trials.tensor import Location, Tensor
+from smdebug.trials.tensor import Location, Tensor, _StepData
 
 logger = logging.getLogger("smdebug")
 
@@ -120,6 +121,7 @@ class Trial:
         self._tensors_at_step: dict[int, set[str]] = defaultdict(set)
         self._collections = CollectionManager()
         self._collection_files: set[str] = set()
+        self._index_dirs: set[str] = set()  # folders of the index files loaded
         self._done_index_dirs: set[str] = set()  # index folders no worker writes into any more
         self._fetcher = RecordFetcher(self.store)
         self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
@@ -139,8 +141,14 @@ class Trial:
         new = [p for p in self._list_index() if p not in self._loaded_index and self._wanted(p)]
         if new:
             # fetched concurrently; loaded in step order so a step is known whole or not at all
-            for relpath, data in sorted(self.store.read_many(new).items()):
-                self._load_index(relpath, data)
+            collecting = gc.isenabled()
+            gc.disable()  # tens of thousands of lasting, acyclic objects: collections only slow it down
+            try:
+                for relpath, data in sorted(self.store.read_many(new).items()):
+                    self._load_index(relpath, data)
+            finally:
+                if collecting:
+                    gc.enable()
         self._load_collections()
         self._mark_done_index_dirs()
         self.loaded_all_steps = ended
@@ -177,12 +185,10 @@ class Trial:
 
     def _mark_done_index_dirs(self) -> None:
         last = self.last_complete_step
-        for relpath in self._loaded_index:
-            folder = relpath.rsplit("/", 1)[0]
-            if folder not in self._done_index_dirs:
-                folder_end = layout.last_step_of_index_dir(folder)
-                if folder_end is not None and folder_end <= last:
-                    self._done_index_dirs.add(folder)
+        for folder in self._index_dirs - self._done_index_dirs:
+            folder_end = layout.last_step_of_index_dir(folder)
+            if folder_end is not None and folder_end <= last:
+                self._done_index_dirs.add(folder)
 
     def maybe_refresh(self, force: bool = False) -> None:
         """Re-read a live run (not one that has ended, nor while ``dynamic_refresh`` is off)."""
@@ -203,6 +209,7 @@ class Trial:
             ) from None
         event_file, entries, shapes = index.event_file, index.tensors, index.shapes
         self._loaded_index.add(relpath)
+        self._index_dirs.add(relpath.rsplit("/", 1)[0])
         self._workers.add(worker)
         self._workers_for_step[step].add(worker)
         self._last_step_of_worker[worker] = max(step, self._last_step_of_worker.get(worker, -1))
@@ -213,25 +220,25 @@ class Trial:
         at_step = self._tensors_at_step[step]
         tensors, reduction_of = self._tensors, self._reduction_of
         for name, start, length, crc in entries:
-            loc = Location(event_file, start, length, crc)
             parsed = reduction_of.get(name, False)
             if parsed is False:
                 parsed = reduction_of[name] = parse_reduction_tensor_name(name)
             if parsed is not None:
                 base, reduction, absolute = parsed
+                loc = Location(event_file, start, length, crc)
                 self._tensor(base).add_reduction(step, mode, mode_step, worker, reduction, absolute, loc)
                 at_step.add(base)
             else:
                 tensor = tensors.get(name)
                 if tensor is None:
                     tensor = self._tensor(name)
-                tensor._add_location(step, modes, worker, loc)
+                tensor._add_location(step, modes, worker, event_file, start, length, crc)
                 at_step.add(name)
         for name, shape in shapes:
             self._tensor(name).add_step(step, mode, mode_step, worker, shape=shape)
             at_step.add(name)
 
-    def read_record(self, loc: Location, tname: str, step: int, mode: ModeKeys) -> bytes:
+    def read_record(self, loc: Location | _StepData, tname: str, step: int, mode: ModeKeys) -> bytes:
         """The payload of one saved record; a damaged one is reported once (file, offset) and skipped
         by raising CorruptTensorRecord."""
         where = f"{self.path}/{loc.event_file}"
@@ -248,7 +255,9 @@ class Trial:
                 logger.warning("smdebug: skipping a damaged record of %s: %s", tname, exc)
             raise CorruptTensorRecord(tname, step, mode, str(exc)) from None
 
-    def read_value(self, loc: Location, tname: str, step: int, mode: ModeKeys, key=None) -> np.ndarray:
+    def read_value(
+        self, loc: Location | _StepData, tname: str, step: int, mode: ModeKeys, key=None
+    ) -> np.ndarray:
         """The tensor a saved record holds; CorruptTensorRecord (reported once) when it is damaged.
         ``key`` names the record's layout for codec.tensor_at (default: tname)."""
         buf, pos = self._fetcher.locate(loc.event_file, loc.start, loc.length)
@@ -257,6 +266,7 @@ class Trial:
             if value is not None:
                 return value
         # not the usual dense record, or a damaged one: the full decoder, which says what is wrong
+        mode = to_mode(mode)
         payload = self.read_record(loc, tname, step, mode)
         where = f"{self.path}/{loc.event_file}: record at offset {loc.start}"
         try:
