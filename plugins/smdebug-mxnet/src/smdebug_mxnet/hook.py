@@ -237,6 +237,8 @@ class Hook(BaseHook):
 
     def save_deferred(self) -> None:
         """The step's deferred block tensors, their reductions started together."""
+        if not self.deferred:
+            return
         deferred, self.deferred = self.deferred, []
         with self.together():
             for name, value in deferred:
