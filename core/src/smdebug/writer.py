@@ -52,7 +52,6 @@ DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 DEFAULT_CLOSE_TIMEOUT = 60.0  # seconds close() keeps retrying a failing store before giving up
 DEFAULT_CHECK_TIMEOUT = 5.0  # seconds a new hook waits for the out_dir check before training goes on
 BATCH_BYTES = 1024 * 1024  # a step's tensors reach the encoder thread together below this size
-SCALARS_PER_SLICE = 32  # tensors whose reductions are encoded between two chances for training to run
 SCALAR_BYTES = 256  # what a tensor's reductions count in the queue (encoded: a few small records)
 RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
 CLOSE_RETRY_MAX = 2.0  # backoff cap while close() drains
@@ -297,10 +296,6 @@ class _Claim:
 
     def discard(self) -> None:
         pass
-
-
-def _yield_gil() -> None:
-    time.sleep(0)  # releases the GIL: a thread waiting for it takes it at once
 
 
 class RunWriter:
@@ -551,13 +546,7 @@ class RunWriter:
         self._store_ready.set()
         batch: collections.deque = collections.deque()
         while True:
-            if batch:
-                # Between items the GIL goes to a training thread waiting for it: without this, a thread
-                # back from a kernel or a syscall waits for this one's switch interval (5 ms) to pass.
-                _yield_gil()
-                item = batch.popleft()
-            else:
-                item = self._queue.get()
+            item = batch.popleft() if batch else self._queue.get()
             kind = item[0]
             if kind == "batch":
                 batch.extend(item[1])
@@ -672,31 +661,27 @@ class RunWriter:
         st.tensors.append(layout.tensor_entry(name, offset, size, crc))
 
     def _scalars(self, step, mode, mode_step, names, values, wall_time) -> None:
-        for first in range(0, len(names), SCALARS_PER_SLICE):
-            if first:
-                _yield_gil()  # a slice at a time: the training thread never waits long for the GIL
-            some, arrays = names[first : first + SCALARS_PER_SLICE], values[first : first + SCALARS_PER_SLICE]
-            st = self._step(step, mode, mode_step)
-            if st.failed:
-                return
-            try:
-                data, records = codec.scalar_records(some, arrays, step, wall_time, mode.value, mode_step)
-            except Exception as exc:  # one by one: only what cannot be encoded is lost
-                logger.debug("smdebug: encoding reductions together failed (%s); one by one", exc)
-                for these, array in zip(some, arrays):
-                    for name, value in zip(these, array):
-                        self._tensor(step, mode, mode_step, name, np.asarray(value), wall_time)
-                continue
-            try:
-                if st.staged is None:
-                    st.staged = self.store.stage(event_file_path(step, self.worker))
-                offset = st.staged.size
-                st.staged.write(data)
-            except Exception as exc:
-                self._fail(st, exc)
-                return
-            entry = layout.tensor_entry
-            st.tensors.extend(entry(name, offset + start, size, crc) for name, start, size, crc in records)
+        st = self._step(step, mode, mode_step)
+        if st.failed:
+            return
+        try:
+            data, records = codec.scalar_records(names, values, step, wall_time, mode.value, mode_step)
+        except Exception as exc:  # one by one: only what cannot be encoded is lost
+            logger.debug("smdebug: encoding reductions together failed (%s); one by one", exc)
+            for some, array in zip(names, values):
+                for name, value in zip(some, array):
+                    self._tensor(step, mode, mode_step, name, np.asarray(value), wall_time)
+            return
+        try:
+            if st.staged is None:
+                st.staged = self.store.stage(event_file_path(step, self.worker))
+            offset = st.staged.size
+            st.staged.write(data)
+        except Exception as exc:
+            self._fail(st, exc)
+            return
+        entry = layout.tensor_entry
+        st.tensors.extend(entry(name, offset + start, size, crc) for name, start, size, crc in records)
 
     def _shape(self, step, mode, mode_step, name, shape) -> None:
         st = self._step(step, mode, mode_step)
