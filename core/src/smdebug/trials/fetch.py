@@ -38,10 +38,12 @@ class EventFile:
         self._by_name: dict | None = None
         self.end = 0
 
-    def add_entries(self, entries: list) -> None:
+    def add_entries(self, entries: list, keep: bool = True) -> None:
+        """keep=False: only ``end`` is needed (a local file is read whole or by the caller's range)."""
         if entries:
-            self._entries += entries
-            self._records = self._by_name = None
+            if keep:
+                self._entries += entries
+                self._records = self._by_name = None
             self.end = max(self.end, max(e[1] + e[2] for e in entries))
 
     def add(self, name: str, start: int, length: int) -> None:
@@ -87,7 +89,7 @@ class RecordFetcher:
                     self._order.append(key)
                 else:
                     self._order.insert(bisect_left(self._order, key), key)
-            info.add_entries(entries)
+            info.add_entries(entries, keep=not self.store.is_local)
 
     def locate(self, file: str, start: int, length: int) -> tuple[bytes | BaseException, int]:
         """(buffer, offset of the record in it): a local file's whole bytes when it is kept whole, else
@@ -156,7 +158,7 @@ class RecordFetcher:
                 self.requests += 1
                 if info is None or info.end > WHOLE_FILE_BYTES or start + length > info.end:
                     return self.store.read_ranges([(file, start, start + length)])[0]
-                data = self.store.read_ranges([(file, 0, info.end)])[0]
+                data = _read_head(self.store.path(file), info.end)
                 if isinstance(data, BaseException):
                     return data
                 self._put(key, data)
@@ -200,3 +202,24 @@ class RecordFetcher:
         with self._lock:
             self._cache.clear()
             self._cached_bytes = 0
+
+
+def _read_head(path: str, size: int) -> bytes | OSError:
+    """The first ``size`` bytes of a local file (fewer when it is shorter), or the error: the Store's
+    read_ranges without its buffered file object, as this runs once per event file of a run."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        return exc
+    try:
+        data = os.read(fd, size)
+        while len(data) < size:  # a short read that is not the end of the file
+            more = os.read(fd, size - len(data))
+            if not more:
+                break
+            data += more
+        return data
+    except OSError as exc:
+        return exc
+    finally:
+        os.close(fd)

@@ -138,14 +138,22 @@ class Trial:
         """Load the index files and collections written since the last refresh."""
         # the end-of-job file is looked for before listing, so nothing written before it is missed
         ended = self.store.exists(layout.END_OF_JOB_FILE)
-        new = [p for p in self._list_index() if p not in self._loaded_index and self._wanted(p)]
+        new = {}  # index file -> (step, worker)
+        for relpath in self._list_index():
+            if relpath not in self._loaded_index:
+                parsed = self._wanted(relpath)
+                if parsed is not None:
+                    new[relpath] = parsed
         if new:
             # fetched concurrently; loaded in step order so a step is known whole or not at all
             collecting = gc.isenabled()
             gc.disable()  # tens of thousands of lasting, acyclic objects: collections only slow it down
             try:
                 for relpath, data in sorted(self.store.read_many(new).items()):
-                    self._load_index(relpath, data)
+                    # the names asked for come back as asked; one spelled otherwise is parsed again
+                    self._load_index(
+                        relpath, data, *(new.get(relpath) or layout.parse_index_file_name(relpath))
+                    )
             finally:
                 if collecting:
                     gc.enable()
@@ -155,15 +163,13 @@ class Trial:
         self._update_last_index_token()
         self._last_refresh = time.monotonic()
 
-    def _wanted(self, relpath: str) -> bool:
-        """An index file, of a step within range_steps."""
+    def _wanted(self, relpath: str) -> tuple[int, str] | None:
+        """(step, worker) of an index file of a step within range_steps; None for any other file."""
         parsed = layout.parse_index_file_name(relpath)
-        if parsed is None:
-            return False
-        if self._range is None:
-            return True
+        if parsed is None or self._range is None:
+            return parsed
         start, end = self._range
-        return parsed[0] >= start and (end is None or parsed[0] < end)
+        return parsed if parsed[0] >= start and (end is None or parsed[0] < end) else None
 
     def _update_last_index_token(self) -> None:
         last = max(self._last_step_of_worker.values(), default=-1)
@@ -197,8 +203,7 @@ class Trial:
         if force or time.monotonic() - self._last_refresh >= self.refresh_interval:
             self.refresh()
 
-    def _load_index(self, relpath: str, data: bytes) -> None:
-        step, worker = layout.parse_index_file_name(relpath)
+    def _load_index(self, relpath: str, data: bytes, step: int, worker: str) -> None:
         try:
             index = layout.decode_index(data)
             mode = to_mode(index.mode)
