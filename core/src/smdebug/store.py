@@ -10,6 +10,7 @@ S3 goes through s3fs, configured the standard ways: the AWS environment (``AWS_E
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import tempfile
@@ -89,10 +90,9 @@ class Store:
         """Write a whole file so that readers see either nothing or all of it."""
         path = self.path(relpath)
         if self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            tmp = _temp_name(path)
             try:
-                with open(tmp, "wb") as f:
+                with _create(tmp) as f:
                     f.write(data)
                 os.replace(tmp, path)
             except BaseException:
@@ -274,6 +274,24 @@ class Store:
         return sorted(self.relative(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory")
 
 
+_TEMP_TOKEN = uuid.uuid4().hex[:8]  # with the pid: temp names of this process, unique on a shared folder
+_temp_numbers = itertools.count()
+
+
+def _temp_name(path: str) -> str:
+    return f"{path}.tmp-{_TEMP_TOKEN}{os.getpid()}-{next(_temp_numbers)}"
+
+
+def _create(path: str):
+    """open(path, "wb"), creating its folder if needed (tried after the open fails: a run's files go to a
+    few folders, so the common case costs one system call)."""
+    try:
+        return open(path, "wb")
+    except (FileNotFoundError, NotADirectoryError):  # makedirs says which part of the path is wrong
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, "wb")
+
+
 class StagedFile:
     """One file being written: locally a temp file beside its destination, remotely a spooled buffer.
 
@@ -286,9 +304,8 @@ class StagedFile:
         self.size = 0
         path = store.path(relpath)
         if store.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            self._file = open(self._tmp, "wb")
+            self._tmp = _temp_name(path)
+            self._file = _create(self._tmp)
         else:
             self._tmp = None
             self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
