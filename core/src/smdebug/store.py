@@ -17,8 +17,10 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import fsspec
+if TYPE_CHECKING:
+    import fsspec
 
 # A step staged for a remote store stays in memory up to this size, then spills to a local temp file.
 SPOOL_BYTES = 8 * 1024 * 1024
@@ -42,6 +44,16 @@ class Store:
     """Reads and writes the files of one run under ``root``."""
 
     def __init__(self, root: str, fs: fsspec.AbstractFileSystem | None = None, **storage_options):
+        if fs is None and not storage_options and _is_plain_local(root):
+            # a local folder needs no fsspec (its import is most of the time to open a small run)
+            self.uri = redact(root)
+            self._fs = None
+            self.root = _local_root(root).rstrip("/") or "/"
+            self.is_local = True
+            self._secrets = []
+            return
+        import fsspec
+
         if fs is None:
             protocol = fsspec.core.split_protocol(root)[0]
             if protocol not in (None, "file", "local", "memory"):
@@ -66,13 +78,22 @@ class Store:
         else:
             path = fs._strip_protocol(root)
         self.uri = redact(root)
-        self.fs = fs
+        self._fs = fs
         self.root = path.rstrip("/") or "/"
         self.is_local = "file" in _protocols(fs)
         self._secrets = _secrets_of(fs)
 
     def __repr__(self):
         return f"<Store {self.uri}>"
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The fsspec filesystem (a local store makes it on first use)."""
+        if self._fs is None:
+            import fsspec
+
+            self._fs = fsspec.filesystem("file")
+        return self._fs
 
     # -- paths --------------------------------------------------------------------------------------
     def path(self, relpath: str) -> str:
@@ -385,6 +406,16 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _is_plain_local(root: str) -> bool:
+    return "::" not in root and ("://" not in root or root.startswith("file://"))
+
+
+def _local_root(root: str) -> str:
+    """The folder fsspec's local filesystem would make of ``root`` (user expanded, made absolute)."""
+    path = os.path.expanduser(root[len("file://") :] if root.startswith("file://") else root)
+    return path if os.path.isabs(path) else os.path.abspath(path)
 
 
 def _protocols(fs) -> tuple[str, ...]:
