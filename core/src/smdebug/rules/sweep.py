@@ -447,9 +447,43 @@ def _chunks(steps: list[int], size: int) -> list[list[int]]:
     return [steps[i : i + size] for i in range(0, len(steps), size)] or [[]]
 
 
+def _tasks_of(sweep_id: str, i: int, paths: list, plan: dict, specs, baselines, per_task, settings) -> list:
+    """The (key, arguments, (run index, worker)) of run i's tasks: one per (rule, step range)."""
+    if "error" in plan:
+        return []
+    start, end = settings["start_step"], settings["end_step"]
+    steps = [s for s in plan["steps"] if s >= start and (end is None or s < end)]
+    tasks = []
+    for j, spec in enumerate(specs):
+        others = tuple(b for b in baselines if b != paths[i]) if spec.compares else ()
+        if spec.compares and not others:
+            continue  # the baseline itself
+        if not plan["ended"]:
+            chunks = [None]
+        elif spec.step_independent:
+            chunks = _chunks(steps, per_task)
+        else:
+            chunks = [steps]
+        for k, chunk in enumerate(chunks):
+            tasks.append(((i, j, k), (sweep_id, paths[i], spec, others, chunk), (i, plan.get("worker"))))
+    return tasks
+
+
+def plan_and_evaluate(sweep_id: str, i: int, paths: list, job: tuple) -> dict:
+    """plan_run of run i, and when its tasks make one batch (a finished run of at most steps_per_task
+    steps) their results too, under "done": one Dask task for such a run instead of two."""
+    specs, baselines, per_task, settings = job
+    plan = plan_run(sweep_id, paths[i])
+    if plan.get("ended"):
+        batches = _batches(_tasks_of(sweep_id, i, paths, plan, specs, baselines, per_task, settings))
+        if len(batches) == 1:
+            plan["done"] = evaluate_batch(batches[0][0], **settings)
+    return plan
+
+
 def _run_tasks(executor, paths, specs, baselines, per_task, settings, progress) -> dict:
     sweep_id = uuid.uuid4().hex
-    start, end = settings["start_step"], settings["end_step"]
+    job = (specs, baselines, per_task, settings)
     plans: dict[int, dict] = {}
     results: dict[tuple, dict] = {}
     total = len(paths)
@@ -461,37 +495,24 @@ def _run_tasks(executor, paths, specs, baselines, per_task, settings, progress) 
         if progress is not None:
             progress(done, total)
 
-    def tasks_of(i: int, plan: dict):
-        if "error" in plan:
-            return
-        steps = [s for s in plan["steps"] if s >= start and (end is None or s < end)]
-        for j, spec in enumerate(specs):
-            others = tuple(b for b in baselines if b != paths[i]) if spec.compares else ()
-            if spec.compares and not others:
-                continue  # the baseline itself
-            if not plan["ended"]:
-                chunks = [None]
-            elif spec.step_independent:
-                chunks = _chunks(steps, per_task)
-            else:
-                chunks = [steps]
-            for k, chunk in enumerate(chunks):
-                key = (i, j, k)
-                args = (sweep_id, paths[i], spec, others, chunk)
-                yield key, args, (i, plan.get("worker"))
-
     def finished() -> None:
         nonlocal done
         done += 1
         tick()
 
     tick()
-    for i, plan in executor.map_plans(sweep_id, paths):
+    for i, plan in executor.map_plans(sweep_id, paths, job):
+        evaluated = plan.pop("done", None)
         plans[i] = plan
-        new = list(tasks_of(i, plan))
+        new = _tasks_of(sweep_id, i, paths, plan, *job)
         tick(len(new))
         finished()
-        executor.submit_tasks(_batches(new), settings, finished)
+        if evaluated is not None:
+            for key, result in evaluated:
+                results[key] = result
+                finished()
+        else:
+            executor.submit_tasks(_batches(new), settings, finished)
     for key, result in executor.results(finished):
         results[key] = result
     return {"plans": plans, "tasks": results}
@@ -530,7 +551,7 @@ class _SerialExecutor:
     def __init__(self):
         self._done = []
 
-    def map_plans(self, sweep_id, paths):
+    def map_plans(self, sweep_id, paths, job):
         for i, path in enumerate(paths):
             yield i, plan_run(sweep_id, path)
 
@@ -555,12 +576,12 @@ class _DaskExecutor:
         self.client = client
         self.futures = {}
 
-    def map_plans(self, sweep_id, paths):
+    def map_plans(self, sweep_id, paths, job):
         from distributed import as_completed
 
         futures = {
-            self.client.submit(plan_run, sweep_id, path, pure=False, priority=-i): i
-            for i, path in enumerate(paths)
+            self.client.submit(plan_and_evaluate, sweep_id, i, paths, job, pure=False, priority=-i): i
+            for i in range(len(paths))
         }
         for future in as_completed(futures):
             i = futures[future]
