@@ -42,33 +42,6 @@ def to_numpy(value: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy()
 
 
-def _median(t: torch.Tensor) -> torch.Tensor:
-    """numpy's median: the mean of the two middle values when the count is even, NaN if any NaN
-    (decided on the device: no synchronisation)."""
-    flat = t.reshape(-1)
-    ordered = torch.sort(flat).values
-    n = ordered.numel()
-    middle = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-    if flat.is_floating_point():
-        middle = torch.where(torch.isnan(flat).any(), torch.full_like(middle, math.nan), middle)
-    return middle
-
-
-_REDUCTIONS = {
-    "min": torch.min,
-    "max": torch.max,
-    "median": _median,
-    "mean": torch.mean,
-    "std": lambda t: torch.std(t, correction=0),  # numpy's default (ddof=0)
-    "variance": lambda t: torch.var(t, correction=0),
-    "sum": torch.sum,
-    "prod": torch.prod,
-    # norms of the flattened tensor, whatever its rank
-    "l1": lambda t: torch.linalg.vector_norm(t.reshape(-1), 1),
-    "l2": lambda t: torch.linalg.vector_norm(t.reshape(-1), 2),
-}
-
-
 _PLAIN_FLOATS = frozenset({torch.float32, torch.float64})
 
 
@@ -198,7 +171,10 @@ def _reduce_each(ts: list[torch.Tensor], pairs: list[tuple[str, bool]]) -> torch
     for reduction, absolute in pairs:
         source = magnitudes if absolute else ts
         foreach = _FOREACH.get(reduction)
-        column = foreach(source) if foreach is not None else [_REDUCTIONS[reduction](t) for t in source]
+        if foreach is not None:
+            column = foreach(source)
+        else:
+            column = [_ROW_REDUCTIONS[reduction](t.reshape(1, -1)) for t in source]
         columns.append(torch.stack([c.reshape(()) for c in column]))
     return torch.stack(columns, 1)
 
@@ -224,18 +200,10 @@ def to_host(results: list) -> list[np.ndarray] | None:
 
 
 def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> np.floating | None:
-    """One reduction computed where the tensor lives; only the resulting scalar reaches the host.
+    """One reduction computed where the tensor lives (a batch of one); only the resulting scalar reaches
+    the host, a numpy scalar of the result's dtype (the core stores the reduction in it, as smdebug 1.0).
 
     Returns None when torch cannot compute it here (the core then falls back to numpy).
     """
-    fn = _REDUCTIONS.get(reduction)
-    if fn is None:
-        raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_REDUCTIONS)}")
-    t = _prepared(value)
-    if t is None:
-        return None
-    try:
-        # a numpy scalar of the result's dtype: the core stores the reduction in it, as smdebug 1.0 does
-        return fn(t.abs() if abs else t).cpu().numpy()[()]
-    except (RuntimeError, TypeError, NotImplementedError):
-        return None  # e.g. float64 on a device without it: numpy computes it on the host
+    (result,) = reductions([value], [(reduction, abs)])
+    return None if result is None else to_host([result])[0][0]
