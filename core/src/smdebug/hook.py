@@ -28,7 +28,8 @@ Called by a plugin:
     raise_if_stop_requested()     raises StopTraining once after a rule or the stop signal asked for it
     anything_due(), is_due(name), has_due_collection(*names), due_collections, collections_of(name)
     save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
-                                  collections); save_numbered(prefix, values) for numbered outputs
+                                  collections); save_numbered(prefix, values) for numbered outputs,
+                                  numbered_tensors(prefix, values) to name them and save them later
     together()                    a block whose tensors' reductions start in one plugin call at its end
     guard(what), warn_once(...)   never break training: log once, go on
     collections_changed()         collections must be prepared again before the next step
@@ -477,21 +478,24 @@ class BaseHook:
             if gathered:
                 self._start_reductions(gathered)
 
-    def save_numbered(self, prefix: str, values: Any) -> None:
-        """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>``, numbered on from the
-        step's earlier calls with this prefix (``dense_output_0``, ``dense_output_1``...)."""
+    def numbered_tensors(self, prefix: str, values: Any) -> list[tuple[str, Any]]:
+        """``(<prefix><i>, tensor)`` of each tensor of a (nested) tuple, list or dict, numbered on from the
+        step's earlier calls with this prefix (``dense_output_0``, ``dense_output_1``...): the numbers
+        are taken, for a plugin that saves them later."""
         index = self._numbered.get(prefix, 0)
         if type(values) is tuple and len(values) == 1:  # a layer's inputs, most often
             values = values[0]
         if values is not None and not isinstance(values, _NESTED) and isinstance(values, self.tensor_types):
-            # one tensor: no walk
-            self.save_for_step(f"{prefix}{index}", values)
-            self._numbered[prefix] = index + 1
-            return
-        for value in _leaves(values, self.tensor_types):
-            self.save_for_step(f"{prefix}{index}", value)
-            index += 1
-        self._numbered[prefix] = index
+            named = [(f"{prefix}{index}", values)]  # one tensor: no walk
+        else:
+            named = [(f"{prefix}{i}", v) for i, v in enumerate(_leaves(values, self.tensor_types), index)]
+        self._numbered[prefix] = index + len(named)
+        return named
+
+    def save_numbered(self, prefix: str, values: Any) -> None:
+        """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>`` (see numbered_tensors)."""
+        for name, value in self.numbered_tensors(prefix, values):
+            self.save_for_step(name, value)
 
     def flush(self) -> None:
         """Make everything saved so far readable (collections file included); the run stays open."""

@@ -70,7 +70,6 @@ class Hook(BaseHook):
         self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
         self.calls_at_start = 0
         self.deferred: list = []  # (name, engine copy) of the step's block tensors, saved at its end
-        self.numbered: dict[str, int] = {}  # the step's next index per block tensor prefix
         self.delayed = None  # (model, calls at its start): a step to begin when its forward is queued
         self.snapshots: dict = {}  # engine copies of parameters without gradients, for a delayed step
         self.child_names = weakref.WeakKeyDictionary()  # model -> its blocks' first tensor names
@@ -213,13 +212,10 @@ class Hook(BaseHook):
 
     # -- block tensors, read when the step ends ----------------------------------------------------
     def defer_numbered(self, prefix: str, values, copy: bool) -> None:
-        """Each NDArray of a (nested) tuple, list or dict as ``<prefix><i>``, numbered on from the step's
-        earlier calls with this prefix (as BaseHook.save_numbered), deferred to the step's end."""
-        index = self.numbered.get(prefix, 0)
-        for value in _leaves(values):
-            self.defer(f"{prefix}{index}", value, copy)
-            index += 1
-        self.numbered[prefix] = index
+        """Each NDArray of a (nested) tuple, list or dict as ``<prefix><i>`` (BaseHook.numbered_tensors),
+        deferred to the step's end."""
+        for name, value in self.numbered_tensors(prefix, values):
+            self.defer(name, value, copy)
 
     def defer(self, name: str, value, copy: bool = True) -> None:
         """Save a block tensor when the step ends if it is due now. ``copy``: the array may be written
@@ -244,10 +240,6 @@ class Hook(BaseHook):
             for name, value in deferred:
                 with self.guard(f"save {name}"):
                     self.save_for_step(name, value)
-
-    def begin_step(self, step=None, mode_step=None) -> None:
-        super().begin_step(step, mode_step)
-        self.numbered.clear()
 
     def end_step(self) -> None:
         if self.deferred:  # whatever ends the step (flush, set_mode, close) saves them into it first
@@ -382,15 +374,3 @@ class Hook(BaseHook):
         if not self.closed:
             self.save_pending_tensors()
         super().close()
-
-
-def _leaves(value):
-    """The NDArrays of a (nested) tuple, list or dict, in order."""
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _leaves(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item)
-    elif isinstance(value, NDArray):
-        yield value

@@ -48,11 +48,7 @@ def smdebug_reductions(values, reductions):
         return None
     from smdebug_mxnet.tensors import reductions as start
 
-    mine = [i for i, v in enumerate(values) if _is_ndarray(v)]
-    results = [None] * len(values)
-    for i, result in zip(mine, start([values[i] for i in mine], reductions)):
-        results[i] = result
-    return results
+    return start(values, reductions)  # None for the values that are not NDArrays
 
 
 @hookimpl

@@ -198,6 +198,8 @@ def reductions(values: list, pairs: list[tuple[str, bool]]) -> list:
     results: list = [None] * len(values)
     joined: dict = {}  # dtype -> (indices, views)
     for i, value in enumerate(values):
+        if not isinstance(value, mx.nd.NDArray):
+            continue  # not ours
         try:
             value = _plain(value)
             if value is None:
