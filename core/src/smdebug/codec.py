@@ -48,7 +48,10 @@ _FOOTER = 4  # uint32 masked crc of the payload
 
 def masked_crc32c(data) -> int:
     """CRC32C rotated and offset as TFRecord stores it (a CRC over data containing CRCs stays useful)."""
-    crc = _crc32c.crc32c(data)
+    return _mask(_crc32c.crc32c(data))
+
+
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
@@ -254,8 +257,19 @@ def _template(tag: str, array: np.ndarray, enum: int, mode: int) -> tuple:
     proto = _int(1, enum) + _sub(2, dims) + ([_key(4, 2), _varint(nbytes)] if nbytes else [])
     proto_len = sum(len(c) for c in proto) + nbytes
     head = b"".join(_text(1, tag) + [_key(8, 2), _varint(proto_len)] + proto)
-    mode_entry = b"".join(_sub(1, _text(1, _MODE) + _text(2, str(mode))))
-    return head, mode_entry, _DTYPES[enum]
+    return head, _mode_entry(mode), _DTYPES[enum]
+
+
+def _mode_entry(mode: int) -> bytes:
+    return b"".join(_sub(1, _text(1, _MODE) + _text(2, str(mode))))
+
+
+def _plugins_field(mode_entry: bytes, mode_step: int) -> bytes:
+    """An event's plugin data (Summary.Value field 9): its mode step, then its mode."""
+    ms = str(int(mode_step)).encode()
+    ms_entry = _MODE_STEP_KEY + _varint(len(ms)) + ms
+    plugins = b"\x0a" + _varint(len(ms_entry)) + ms_entry + mode_entry
+    return b"\x4a" + _varint(len(plugins)) + plugins
 
 
 def tensor_event_chunks(
@@ -288,10 +302,7 @@ def tensor_event_chunks(
         content = array.astype(dtype, copy=False).tobytes()  # C order
     else:
         content = memoryview(np.ascontiguousarray(array, dtype=dtype).reshape(-1).view(np.uint8))
-    ms = str(int(mode_step)).encode()
-    ms_entry = _MODE_STEP_KEY + _varint(len(ms)) + ms
-    plugins = b"\x0a" + _varint(len(ms_entry)) + ms_entry + mode_entry
-    tail = b"\x4a" + _varint(len(plugins)) + plugins
+    tail = _plugins_field(mode_entry, mode_step)
     value_len = len(head) + len(content) + len(tail)
     value_key = b"\x0a" + _varint(value_len)
     pre = b"".join(
@@ -313,7 +324,7 @@ def frame_chunks(chunks: list, checksum: bool = True) -> tuple[list, int, int]:
     for chunk in chunks:
         size += len(chunk)
         crc = _crc32c.crc32c(chunk, crc)
-    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    masked = _mask(crc)
     header = _U64.pack(size)
     footer = masked if checksum else _NO_CHECKSUM
     return (
@@ -338,11 +349,7 @@ def scalar_records(
     "no checksum" footer; and (name, offset, length, payload CRC) of each record in the returned bytes."""
     mode = int(getattr(mode, "value", mode))
     when = b"".join(_double(1, float(wall_time)) + _int(2, int(step)))
-    ms = str(int(mode_step)).encode()
-    ms_entry = _MODE_STEP_KEY + _varint(len(ms)) + ms
-    mode_entry = b"".join(_sub(1, _text(1, _MODE) + _text(2, str(mode))))
-    plugins = b"\x0a" + _varint(len(ms_entry)) + ms_entry + mode_entry
-    tail = b"\x4a" + _varint(len(plugins)) + plugins
+    tail = _plugins_field(_mode_entry(mode), mode_step)
     parts: list[bytes] = []
     entries: list[tuple[str, int, int, int]] = []
     offset = 0
@@ -376,7 +383,7 @@ def scalar_records(
             crc = crc32c(event)
             parts += (header, event, _NO_CHECKSUM_FOOTER)
             record = len(event) + _HEADER + _FOOTER
-            entries.append((name, offset, record, (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF))
+            entries.append((name, offset, record, _mask(crc)))
             offset += record
     return b"".join(parts), entries
 

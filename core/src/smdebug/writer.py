@@ -649,16 +649,9 @@ class RunWriter:
         except Exception as exc:  # one unencodable tensor does not lose its step
             logger.warning("smdebug: could not encode %s at step %d: %s", name, step, self._describe(exc))
             return
-        try:
-            if st.staged is None:
-                st.staged = self.store.stage(event_file_path(step, self.worker))
-            offset = st.staged.size
-            for chunk in record:
-                st.staged.write(chunk)
-        except Exception as exc:
-            self._fail(st, exc)
-            return
-        st.tensors.append(layout.tensor_entry(name, offset, size, crc))
+        offset = self._append(st, record)
+        if offset is not None:
+            st.tensors.append(layout.tensor_entry(name, offset, size, crc))
 
     def _scalars(self, step, mode, mode_step, names, values, wall_time) -> None:
         st = self._step(step, mode, mode_step)
@@ -672,16 +665,24 @@ class RunWriter:
                 for name, value in zip(some, array):
                     self._tensor(step, mode, mode_step, name, np.asarray(value), wall_time)
             return
+        offset = self._append(st, [data])
+        if offset is not None:
+            entry = layout.tensor_entry
+            st.tensors.extend(entry(name, offset + start, size, crc) for name, start, size, crc in records)
+
+    def _append(self, st: _OpenStep, chunks: list) -> int | None:
+        """Write chunks at the end of the step's event file: their offset in it, or None when that fails
+        (the step is then recorded as not saved)."""
         try:
             if st.staged is None:
-                st.staged = self.store.stage(event_file_path(step, self.worker))
+                st.staged = self.store.stage(event_file_path(st.step, self.worker))
             offset = st.staged.size
-            st.staged.write(data)
+            for chunk in chunks:
+                st.staged.write(chunk)
         except Exception as exc:
             self._fail(st, exc)
-            return
-        entry = layout.tensor_entry
-        st.tensors.extend(entry(name, offset + start, size, crc) for name, start, size, crc in records)
+            return None
+        return offset
 
     def _shape(self, step, mode, mode_step, name, shape) -> None:
         st = self._step(step, mode, mode_step)
