@@ -502,9 +502,9 @@ def _run_tasks(executor, paths, specs, baselines, per_task, settings, progress) 
 
     tick()
     for i, plan in executor.map_plans(sweep_id, paths, job):
-        evaluated = plan.pop("done", None)
+        evaluated = plan.pop("done", None)  # the run's tasks, already evaluated where it was planned
         plans[i] = plan
-        new = _tasks_of(sweep_id, i, paths, plan, *job)
+        new = evaluated if evaluated is not None else _tasks_of(sweep_id, i, paths, plan, *job)
         tick(len(new))
         finished()
         if evaluated is not None:

@@ -87,17 +87,8 @@ class Tensor:
 
     def _add_location(self, step: int, modes: tuple, worker: str, event_file, start, length, crc) -> None:
         """add_step(location=...) for the Trial's index loading, where it runs once per record."""
-        self._modes[step] = modes
-        per_worker = self._steps.get(step)
-        if per_worker is None:
-            self._steps[step] = {worker: _StepData(event_file, start, length, crc)}
-            self._sorted_steps = None
-            return
-        data = per_worker.get(worker)
-        if data is None:
-            per_worker[worker] = _StepData(event_file, start, length, crc)
-        else:
-            data.event_file, data.start, data.length, data.crc = event_file, start, length, crc
+        data = self._data(step, *modes, worker)
+        data.event_file, data.start, data.length, data.crc = event_file, start, length, crc
 
     def add_step(self, step, mode, mode_step, worker, location=None, shape=None) -> None:
         data = self._data(step, mode, mode_step, worker)
