@@ -7,7 +7,6 @@ smdebug_torch.Hook``), so there is never a second copy of a plugin's classes.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import os
 import sys
@@ -20,7 +19,8 @@ def _core_has(name: str) -> bool:
     return os.path.isdir(os.path.join(here, name)) or os.path.isfile(os.path.join(here, name + ".py"))
 
 
-class _AliasLoader(importlib.abc.Loader):
+# plain classes: importlib only needs the methods, and importlib.abc costs ~10 ms of imports
+class _AliasLoader:
     def __init__(self, target: str):
         self.target = target
 
@@ -33,7 +33,7 @@ class _AliasLoader(importlib.abc.Loader):
         module.__spec__ = self._real_spec  # importlib stamped the alias spec on the real module
 
 
-class _AliasFinder(importlib.abc.MetaPathFinder):
+class _AliasFinder:
     def find_spec(self, fullname, path=None, target=None):
         if not fullname.startswith(_PREFIX):
             return None

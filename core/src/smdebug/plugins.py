@@ -124,7 +124,8 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
     disabled = _disabled()
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
-        dist_name = dist.metadata["Name"] if dist is not None else None
+        # a distribution's name costs a parse of its metadata file: read only when it is needed
+        dist_name = dist.metadata["Name"] if dist is not None and disabled else None
         if ep.name in disabled or (dist_name and dist_name in disabled):
             logger.info("smdebug: plugin %r disabled by SMDEBUG_DISABLE_PLUGINS", ep.name)
             continue
@@ -138,7 +139,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             logger.warning(
                 "smdebug: plugin %r (%s) failed to load and is skipped: %s: %s",
                 ep.name,
-                dist_name or ep.value,
+                dist.metadata["Name"] if dist is not None else ep.value,
                 type(exc).__name__,
                 exc,
             )
