@@ -293,9 +293,13 @@ def sweep(root: str, runs: int, workers: int) -> dict:
     such command: it ran one processing job per rule and training job)."""
     import hashlib
 
-    import pandas  # noqa: F401 (imported before the clock starts, as the workers have their imports done)
+    import pandas  # noqa: F401 (imported before the clock starts, as local_client has the workers' done)
 
+    from smdebug.rules.builtin import builtin_rules
     from smdebug.rules.sweep import evaluate_runs, find_runs, local_client
+    from smdebug.trials import create_trial  # noqa: F401
+
+    builtin_rules()  # the plugins loaded, as in the workers
 
     paths = find_runs(root)[:runs]
     client, startup = None, 0.0

@@ -693,7 +693,17 @@ def local_client(workers: int):
             dashboard_address=None,
             silence_logs=logging.ERROR,
         )
-    return Client(cluster), True
+    client = Client(cluster)
+    client.run(_warm_up)  # the workers' imports happen while the cluster starts, not in their first tasks
+    return client, True
+
+
+def _warm_up() -> None:
+    """Import what a task needs (trials, the built-in rules, the plugins) in this process."""
+    from smdebug.rules.builtin import builtin_rules
+    from smdebug.trials import create_trial  # noqa: F401
+
+    builtin_rules()  # loads the plugins, which may add rules
 
 
 def connect(address: str, timeout: float = 20):
