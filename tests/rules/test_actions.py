@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,12 @@ from torch import nn
 import smdebug
 from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError, StopTraining
 from smdebug.rules import Rule
-from smdebug.rules.actions import STOP_SIGNAL_FILE, read_stop_signal, write_stop_signal
+from smdebug.rules.actions import (
+    LOCAL_SIGNAL_CHECK_SECONDS,
+    STOP_SIGNAL_FILE,
+    read_stop_signal,
+    write_stop_signal,
+)
 from smdebug.trials import create_trial
 
 HERE = Path(__file__).parent
@@ -113,6 +119,7 @@ def test_the_hook_honours_a_stop_signal_at_its_next_step(tmp_path):
     def sidecar(step):
         if step == 4:
             write_stop_signal(out, "SomeRule", 2, "planted")
+            time.sleep(LOCAL_SIGNAL_CHECK_SECONDS)  # a local run's signal is looked for at most this often
 
     with pytest.raises(StopTraining) as info:
         train(hook, lr=0.01, on_step=sidecar)
