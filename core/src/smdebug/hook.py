@@ -324,7 +324,8 @@ class BaseHook:
         if not self._in_step:
             return
         self._in_step = False
-        self._flush_reductions()
+        if self._pending:
+            self._flush_reductions()
         with self.guard("end a step"):
             if self._writer is not None:
                 self._writer.end_step(self.step)
@@ -430,12 +431,12 @@ class BaseHook:
         self._prepared = True
 
     def _collections_due(self) -> frozenset[Collection]:
-        training = self.mode not in (ModeKeys.EVAL, ModeKeys.PREDICT)
+        mode, step = self.mode, self.mode_step
+        skipped = self.train_only_collections if mode in (ModeKeys.EVAL, ModeKeys.PREDICT) else ()
         return frozenset(
             c
             for c in self._included()
-            if (training or c.name not in self.train_only_collections)
-            and c.save_config.should_save_step(self.mode, self.mode_step)
+            if c.name not in skipped and c.save_config.should_save_step(mode, step)
         )
 
     # -- saving ------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import weakref
 import mxnet as mx
 from mxnet import autograd
 from mxnet.ndarray import NDArray
+from mxnet.symbol import Symbol
 
 from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
 from smdebug_mxnet import workers
@@ -184,8 +185,8 @@ class Hook(BaseHook):
                     self.snapshots[name] = mx.nd._internal._copy(param.data(param.list_ctx()[0]))
 
     def block_forward(self, block, inputs, outputs) -> None:
-        if isinstance(outputs, mx.sym.Symbol) or (
-            isinstance(outputs, (list, tuple)) and outputs and isinstance(outputs[0], mx.sym.Symbol)
+        if isinstance(outputs, Symbol) or (
+            isinstance(outputs, (list, tuple)) and outputs and isinstance(outputs[0], Symbol)
         ):
             with self.guard("map a hybridized block's tensors"):
                 self.taps.record(block, inputs, outputs)
@@ -315,9 +316,8 @@ class Hook(BaseHook):
             super().save_tensor(name, value(), due)  # now, into this step
 
     def layers_wanted(self) -> bool:
-        """Whether an included collection may hold block inputs/outputs (beyond the loss blocks')."""
-        due = {c.name for c in self.due_collections}
-        return bool(due - PARAMETER_COLLECTIONS)
+        """Whether a collection due now may hold block inputs/outputs (beyond the loss blocks')."""
+        return any(c.name not in PARAMETER_COLLECTIONS for c in self.due_collections)
 
     def set_mode(self, mode) -> None:
         with self.guard("start a step"):
@@ -349,6 +349,8 @@ class Hook(BaseHook):
             super().save_scalar(name, value, sm_metric, timestamp)
 
     def save_pending_tensors(self) -> None:
+        if not (self.pending_scalars or self.pending_tensors):
+            return
         scalars, self.pending_scalars = self.pending_scalars, []
         for name, value, sm_metric, timestamp in scalars:
             with self.guard(f"save scalar {name}"):
