@@ -163,20 +163,34 @@ if hasattr(torch, "_foreach_max"):
     _FOREACH["max"] = torch._foreach_max
 
 
+# each reduction of a whole tensor, as a 0-d tensor
+_WHOLE_REDUCTIONS = {
+    "min": torch.amin,
+    "max": torch.amax,
+    "median": lambda t: _median_rows(t.reshape(1, -1))[0],
+    "mean": torch.mean,
+    "std": lambda t: t.std(correction=0),
+    "variance": lambda t: t.var(correction=0),
+    "sum": torch.sum,
+    "prod": torch.prod,
+    "l1": lambda t: torch.linalg.vector_norm(t, 1),
+    "l2": lambda t: torch.linalg.vector_norm(t, 2),
+}
+
+
 def _reduce_each(ts: list[torch.Tensor], pairs: list[tuple[str, bool]]) -> torch.Tensor:
     """[tensor, pair] results of tensors of different shapes: one foreach kernel for all of them where
-    torch has one, else one kernel per tensor."""
+    torch has one, else one kernel per tensor; then one stack of all the 0-d results (each torch call
+    costs microseconds on the CPU: a step's reductions are a few dozen of them, not hundreds)."""
     magnitudes = torch._foreach_abs(ts) if any(a for _, a in pairs) else None
     columns = []
     for reduction, absolute in pairs:
         source = magnitudes if absolute else ts
         foreach = _FOREACH.get(reduction)
-        if foreach is not None:
-            column = foreach(source)
-        else:
-            column = [_ROW_REDUCTIONS[reduction](t.reshape(1, -1)) for t in source]
-        columns.append(torch.stack([c.reshape(()) for c in column]))
-    return torch.stack(columns, 1)
+        columns.append(
+            foreach(source) if foreach is not None else [_WHOLE_REDUCTIONS[reduction](t) for t in source]
+        )
+    return torch.stack([column[i] for i in range(len(ts)) for column in columns]).reshape(len(ts), len(pairs))
 
 
 def to_host(results: list) -> list[np.ndarray] | None:
