@@ -7,9 +7,10 @@ the workload half runs in a framework's venv, as bench/workloads.py does:
 
 TensorFlow trains the small MLP of issue #13 (784-64-64-10 on 28x28x1, batch 32) under model.fit, compiled
 with and without ``jit_compile``; MXNet the small MLP of issue #14 (the same 784-64-64-10, batch 32) and the
-small CNN of the PyTorch rows (conv 8, conv 16, dense 64, dense 10, batch 32). Two identical copies in one process, in alternating blocks of steps (the order flips
-every block), one of them with the hook. MXNet runs side by side with the real smdebug 1.0.34; TensorFlow
-against no hook only (smdebug 1.0.34 refuses TensorFlow >= 2.12).
+small CNN of the PyTorch rows (conv 8, conv 16, dense 64, dense 10, batch 32). Two identical copies in one
+process, in alternating blocks of steps (the order flips every block), one of them with the hook. MXNet runs
+side by side with the real smdebug 1.0.34; TensorFlow against no hook only (smdebug 1.0.34 refuses
+TensorFlow >= 2.12).
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ if hasattr(torch, "_foreach_max"):
     _FOREACH["max"] = torch._foreach_max
 
 
-# each reduction of a whole tensor, as a 0-d tensor
+# each reduction of a whole tensor: one torch call, a 0-d result (as smdebug 1.0 reduces a tensor)
 _WHOLE_REDUCTIONS = {
     "min": torch.amin,
     "max": torch.amax,
