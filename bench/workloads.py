@@ -295,11 +295,9 @@ def sweep(root: str, runs: int, workers: int) -> dict:
 
     import pandas  # noqa: F401 (imported before the clock starts, as local_client has the workers' done)
 
-    from smdebug.rules.builtin import builtin_rules
-    from smdebug.rules.sweep import evaluate_runs, find_runs, local_client
-    from smdebug.trials import create_trial  # noqa: F401
+    from smdebug.rules.sweep import _warm_up, evaluate_runs, find_runs, local_client
 
-    builtin_rules()  # the plugins loaded, as in the workers
+    _warm_up()  # what local_client has each worker import and load
 
     paths = find_runs(root)[:runs]
     client, startup = None, 0.0

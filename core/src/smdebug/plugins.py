@@ -186,21 +186,18 @@ def _implementations(spec: str, only: str | None = None) -> Iterator[tuple[str, 
             yield plugin_name, impl
 
 
-def _call_each(
-    spec: str, only: str | None = None, core_raises: bool = False, **kwargs: Any
-) -> Iterator[tuple[str, Any]]:
+def _call_each(spec: str, **kwargs: Any) -> list[tuple[str, Any]]:
     """(plugin name, result) of each implementation that did not raise; one that raised is reported once.
-    With core_raises, the core's own implementation has the last word: its error (an empty tensor has
-    no mean) is the caller's."""
-    for plugin_name, impl in _implementations(spec, only):
+    A plain loop over the cached list: step_begin and step_end call this at every step."""
+    results = []
+    for plugin_name, impl in _implementation_list(spec):
         try:
-            result = impl.function(*(kwargs[arg] for arg in impl.argnames))
+            result = impl.function(*[kwargs[arg] for arg in impl.argnames])
         except Exception as exc:
-            if core_raises and plugin_name in DEFAULT_PLUGINS:
-                raise
             _report(plugin_name, spec, exc)
         else:
-            yield plugin_name, result
+            results.append((plugin_name, result))
+    return results
 
 
 def _first(spec: str, **kwargs: Any) -> Any:
@@ -220,12 +217,7 @@ def _first(spec: str, **kwargs: Any) -> Any:
 
 
 def _notify(spec: str, **kwargs: Any) -> None:
-    # a plain loop, not _call_each's generators: step_begin and step_end call this at every step
-    for plugin_name, impl in _implementation_list(spec):
-        try:
-            impl.function(*[kwargs[arg] for arg in impl.argnames])
-        except Exception as exc:
-            _report(plugin_name, spec, exc)
+    _call_each(spec, **kwargs)
 
 
 def _report(plugin_name: str, hook_name: str, exc: Exception) -> None:
