@@ -236,6 +236,26 @@ def test_walkthrough_custom_rule_still_works(trial):
     assert invoke_rule(CustomGradientRule(create_trial(trial.path), threshold="20.0")) == []
 
 
+def test_walkthrough_constructor_passes_other_trials_second(trial):
+    """The walkthrough's signature is (base_trial, other_trials, <parameters>); a subclass handing its
+    other trials on positionally gets them as other_trials, not as an action."""
+
+    class CompareRule(Rule):
+        def __init__(self, base_trial, other_trials, threshold="0.5"):
+            super().__init__(base_trial, other_trials)
+            self.threshold = float(threshold)
+
+        def invoke_at_step(self, step):
+            return step >= self.threshold and len(self.other_trials) == 1
+
+    other = create_trial(trial.path)
+    rule = CompareRule(trial, [other], threshold="2")
+    assert rule.other_trials == [other] and rule.trials == [trial, other]
+    assert rule.action_str == ""
+    assert invoke_rule(rule, end_step=4) == [2, 3]  # firing runs no action
+    assert CompareRule(trial, None).other_trials == []
+
+
 def test_parse_actions():
     assert parse_actions("stoptraining") == {"stoptraining"}
     assert parse_actions("StopTraining") == {"stoptraining"}

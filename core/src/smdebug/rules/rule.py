@@ -22,6 +22,12 @@ class Rule(ABC):
     def __init__(self, base_trial, action_str: str = "", other_trials=None):
         if base_trial is None:
             raise SMDebugValueError(f"{type(self).__name__}: base_trial is required")
+        if other_trials is None and action_str is not None and not isinstance(action_str, str):
+            # The walkthrough's constructor is (base_trial, other_trials, ...), so a subclass may pass
+            # its trials second: they are the other trials, not an action.
+            other_trials, action_str = action_str, ""
+        if other_trials is not None and not isinstance(other_trials, (list, tuple, set)):
+            other_trials = [other_trials]  # one Trial
         self.base_trial = base_trial
         self.other_trials = list(other_trials or [])
         self.trials = [base_trial, *self.other_trials]
