@@ -51,7 +51,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from smdebug import plugins
+from smdebug import plugins, writer_process
 from smdebug.collection import (
     SCALAR_COLLECTIONS,
     TRAIN_ONLY_COLLECTIONS,
@@ -65,6 +65,7 @@ from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
 from smdebug.store import redact
 from smdebug.writer import END_OF_JOB_FILE, RunWriter, at_exit, collections_file_path
+from smdebug.writer_process import ProcessWriter
 
 logger = logging.getLogger("smdebug")
 
@@ -166,7 +167,7 @@ class BaseHook:
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
         self._saved_any = False
         self._collections_exported = False
-        self._writer: RunWriter | None = None
+        self._writer: RunWriter | ProcessWriter | None = None
         self._store = None
         self._closed = False
         self._warned: set[str] = set()
@@ -693,7 +694,7 @@ class BaseHook:
         self._saved_any = True
         plugins.tensor_saved(self, name, array)
 
-    def _get_writer(self) -> RunWriter:
+    def _get_writer(self) -> RunWriter | ProcessWriter:
         if self._writer is None:
             # The store is opened and the run claimed on the writer's threads, never on this one.
             check = getattr(self, "_out_dir_check", None)
@@ -704,7 +705,9 @@ class BaseHook:
             if check is not None:
                 check.in_use = True
             self._store = store
-            self._writer = RunWriter(
+            # a local run's writer works in a process of its own, off this process's GIL
+            writer_class = ProcessWriter if writer_process.wanted(self.out_dir, store) else RunWriter
+            self._writer = writer_class(
                 store or (lambda: plugins.open_store(self.out_dir)),
                 self.worker,
                 self.max_queue_bytes,

@@ -86,6 +86,11 @@ class Store:
     def __repr__(self):
         return f"<Store {self.uri}>"
 
+    @staticmethod
+    def is_plain_local(uri: str) -> bool:
+        """Whether ``uri`` is a local folder that this class writes without fsspec."""
+        return _is_plain_local(uri)
+
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem (a local store makes it on first use)."""

@@ -122,6 +122,21 @@ def format_steps(steps) -> str:
     return ", ".join(str(s) for s in sorted(steps))
 
 
+def unsaved_report(failed_steps: dict[int, str], failed_files: dict[str, str]) -> str:
+    """Which steps and files could not be saved, and why (steps grouped by reason); empty when none."""
+    by_reason: dict[str, list] = {}
+    for step, why in sorted(failed_steps.items()):
+        by_reason.setdefault(why, []).append(step)
+    parts = []
+    if failed_steps:
+        groups = "; ".join(f"{format_steps(steps)} ({why})" for why, steps in by_reason.items())
+        parts.append(f"{len(failed_steps)} step(s) could not be saved: {groups}")
+    if failed_files:
+        files = ", ".join(f"{f} ({why})" for f, why in sorted(failed_files.items()))
+        parts.append(f"file(s) could not be saved: {files}")
+    return "; ".join(parts)
+
+
 # -- claiming a worker's name in a run ------------------------------------------------------------------
 def claim_worker(store: Store, worker: str, token: str) -> str | None:
     """Claim ``worker`` in the run of ``store``; None when it is ours (now, or by an earlier call with the
@@ -473,11 +488,14 @@ class RunWriter:
                 self._lock.wait(remaining)
         return True
 
-    def close(self, timeout: float | None = None, end_of_job: bool = False) -> dict[int, str]:
+    def close(
+        self, timeout: float | None = None, end_of_job: bool = False, finish_open_step: bool = True
+    ) -> dict[int, str]:
         """Write everything queued, retrying a failing store, and stop; returns within ``timeout``
         seconds (default ``close_timeout``) whatever the store does, with the steps that were not saved.
         With ``end_of_job`` the run's end-of-job marker is written last, after the record of any steps
-        that could not be saved (and not at all when that record cannot be written)."""
+        that could not be saved (and not at all when that record cannot be written). Without
+        ``finish_open_step`` a step whose end was not queued is dropped (its process died mid-step)."""
         if self._closed:
             return self.failed_steps
         self._closed = True
@@ -490,7 +508,7 @@ class RunWriter:
             self._end_of_job = end_of_job
             self._lock.notify_all()
         self._send_batch()
-        self._queue.put(("stop",))
+        self._queue.put(("stop", finish_open_step))
         self._thread.join(max(0.0, deadline - time.monotonic()))
         self._publisher.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive() or self._publisher.is_alive():
@@ -499,17 +517,7 @@ class RunWriter:
 
     def unsaved_report(self) -> str:
         """Which steps and files could not be saved, and why (grouped by reason); empty when all were."""
-        by_reason: dict[str, list] = {}
-        for step, why in sorted(self.failed_steps.items()):
-            by_reason.setdefault(why, []).append(step)
-        parts = []
-        if self.failed_steps:
-            groups = "; ".join(f"{format_steps(steps)} ({why})" for why, steps in by_reason.items())
-            parts.append(f"{len(self.failed_steps)} step(s) could not be saved: {groups}")
-        if self.failed_files:
-            files = ", ".join(f"{f} ({why})" for f, why in sorted(self.failed_files.items()))
-            parts.append(f"file(s) could not be saved: {files}")
-        return "; ".join(parts)
+        return unsaved_report(self.failed_steps, self.failed_files)
 
     def _abandon(self, timeout: float) -> None:
         """close() timed out on a request that does not return: whatever is not confirmed written by now
@@ -567,8 +575,10 @@ class RunWriter:
                 elif kind == "flush":
                     item[1].set()
                 elif kind == "stop":
-                    if self._open is not None:
+                    if self._open is not None and item[1]:
                         self._finish(self._open.step)
+                    elif self._open is not None and self._open.staged is not None:
+                        self._open.staged.discard()
                     return
             except Exception as exc:  # the writer thread must survive anything
                 logger.warning("smdebug: writer error: %s", self._describe(exc))

@@ -1,0 +1,153 @@
+"""A local run's writer in a process of its own: the same run as the thread writer's, and nothing lost or
+stalled when that process cannot start, dies mid-run, or when training dies under it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import smdebug
+from smdebug.hook import BaseHook
+from smdebug.trials import create_trial
+from smdebug.writer import RunWriter
+from smdebug.writer_process import ProcessWriter
+
+STEPS = 12
+
+
+def train(out_dir: str, steps: int = STEPS, between=None, **options) -> BaseHook:
+    """Steps of raw tensors, reductions, text and a scalar; ``between(hook, step)`` runs after each."""
+    hook = BaseHook(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), **options)
+    hook.get_collection("stats").include("^stat")
+    hook.get_collection("stats").reduction_config = smdebug.ReductionConfig(
+        reductions=["mean", "max"], norms=["l2"], save_raw_tensor=True
+    )
+    hook.include_collections.append("stats")
+    for step in range(steps):
+        hook.begin_step()
+        hook.save_tensor("w", np.arange(12, dtype=np.float32).reshape(3, 4) * step)
+        hook.save_tensor("stat", np.linspace(-1, 1, 50) * step, "stats")
+        hook.save_tensor("names", np.array(["a", "bé", b"raw"], dtype=object))
+        hook.save_scalar("loss", 1.0 / (step + 1))
+        hook.end_step()
+        if between is not None:
+            between(hook, step)
+    hook.close()
+    return hook
+
+
+def read(out_dir: str) -> dict:
+    trial = create_trial(out_dir)
+    values = {}
+    for name in trial.tensor_names():
+        tensor = trial.tensor(name)
+        for step in tensor.steps():
+            values[name, step] = tensor.value(step).tolist()
+            for (reduction, absolute), value in tensor.reduction_values(step).items():
+                values[name, step, reduction, absolute] = float(value)
+    return {"steps": trial.steps(), "ended": trial.training_ended(), "values": values}
+
+
+def test_a_local_run_is_written_by_a_process_of_its_own_and_reads_as_the_thread_writers(
+    tmp_path, monkeypatch
+):
+    seen = {}
+
+    def note(hook, step):
+        seen.setdefault("writer", hook._writer)
+        seen.setdefault("pid", hook._writer._proc.pid)
+
+    train(str(tmp_path / "process"), between=note)
+    assert isinstance(seen["writer"], ProcessWriter) and seen["writer"]._fallback is None
+    assert seen["pid"] != os.getpid()
+    assert seen["writer"]._proc.poll() == 0  # the child finished the run and exited
+    monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", "0")
+    thread_hook = train(str(tmp_path / "threads"))
+    assert isinstance(thread_hook._writer, RunWriter)
+    process_run, thread_run = read(str(tmp_path / "process")), read(str(tmp_path / "threads"))
+    assert process_run["steps"] == list(range(STEPS)) and process_run["ended"]
+    assert process_run == thread_run
+    assert process_run["values"]["names", 3] == ["a", "bé", "raw"]
+
+
+def test_the_writer_process_killed_mid_run_loses_no_step_silently(tmp_path, caplog):
+    out_dir = str(tmp_path / "run")
+
+    def kill_at_5(hook, step):
+        if step == 5:
+            hook.flush()  # steps 0-5 are written
+            os.kill(hook._writer._proc.pid, signal.SIGKILL)
+            hook._writer._proc.wait()
+        if step == 6:
+            # what the child was given and never wrote is lost (it is reported below)
+            time.sleep(0.1)
+
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        hook = train(out_dir, between=kill_at_5)
+    assert [r for r in caplog.records if "writer process" in r.getMessage()]
+    trial = create_trial(out_dir)
+    assert trial.training_ended()
+    lost = sorted(hook._writer.failed_steps)
+    assert set(trial.steps()) | set(lost) == set(range(STEPS))
+    assert list(range(6)) == trial.steps()[:6] and set(lost) <= {6}
+    assert trial.unsaved_steps == lost
+    for step in trial.steps():  # every saved step whole
+        assert {"w", "stat", "names", "scalar/loss"} <= set(trial.tensor_names(step=step))
+        np.testing.assert_array_equal(trial.tensor("w").value(step), np.arange(12).reshape(3, 4) * step)
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python", "/bin/false"])
+def test_a_writer_process_that_cannot_start_leaves_the_writing_to_this_process(tmp_path, monkeypatch, python):
+    monkeypatch.setattr(sys, "executable", python)
+    out_dir = str(tmp_path / "run")
+    hook = train(out_dir)
+    assert hook._writer._fallback is not None
+    run = read(out_dir)
+    assert run["steps"] == list(range(STEPS)) and run["ended"]
+    assert hook._writer.failed_steps == {}
+
+
+SCRIPT = """
+import sys, time
+import numpy as np
+import smdebug
+from smdebug.hook import BaseHook
+
+hook = BaseHook(out_dir=sys.argv[1], save_config=smdebug.SaveConfig(save_interval=1))
+for step in range(10**6):
+    hook.begin_step()
+    hook.save_tensor("w", np.full((1000,), step, dtype=np.float32))
+    hook.end_step()
+    print(step, hook._writer._proc.pid, flush=True)
+    time.sleep(0.01)
+"""
+
+
+def test_training_killed_leaves_the_child_to_publish_its_finished_steps_and_exit(tmp_path):
+    import subprocess
+
+    out_dir = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, out_dir], stdout=subprocess.PIPE, text=True)
+    lines = [proc.stdout.readline() for _ in range(20)]
+    child = int(lines[-1].split()[1])
+    proc.kill()
+    proc.wait(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists():
+        status = Path(f"/proc/{child}/status").read_text() if Path(f"/proc/{child}").exists() else ""
+        if "zombie" in status:
+            break
+        time.sleep(0.05)
+    trial = create_trial(out_dir)
+    steps = trial.steps()
+    assert steps == list(range(len(steps))) and len(steps) >= 19  # every step it was given, no hole
+    assert not trial.training_ended()  # training did not finish
+    for step in steps:
+        np.testing.assert_array_equal(trial.tensor("w").value(step), np.full((1000,), step, np.float32))
