@@ -35,3 +35,14 @@ def test_import_smdebug_core_modes_in_a_fresh_interpreter():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "2"
     assert "alias" not in proc.stderr
+
+
+def test_modes_is_the_modes_enum():
+    """The reference calls smdebug.modes "the modes enum" (smdebug 1.0's ModeKeys): it iterates,
+    indexes, converts and isinstance-checks as one, and its members stay attributes."""
+    from smdebug import modes
+
+    assert list(modes) == [modes.TRAIN, modes.EVAL, modes.PREDICT, modes.GLOBAL] and len(modes) == 4
+    assert modes["EVAL"] is modes.EVAL and modes(3) is modes.PREDICT
+    assert modes.GLOBAL in modes and isinstance(modes.TRAIN, modes) and not isinstance("TRAIN", modes)
+    assert modes.TRAIN is modes.ModeKeys.TRAIN and modes.to_mode("train") is modes.TRAIN
