@@ -204,6 +204,19 @@ def test_find_config_path(tmp_path, monkeypatch):
         find_config_path(str(tmp_path / "nope.json"))
 
 
+def test_create_from_json_file_of_a_missing_file_is_a_file_not_found_error(tmp_path, monkeypatch):
+    """A configuration file named by the argument or SMDEBUG_CONFIG_FILE_PATH that is missing raises
+    FileNotFoundError, as in smdebug 1.0 (and still a ConfigError)."""
+    from smdebug.hook import BaseHook
+
+    with pytest.raises(FileNotFoundError, match=r"nope\.json"):
+        BaseHook.create_from_json_file(str(tmp_path / "nope.json"))
+    monkeypatch.setenv(CONFIG_FILE_PATH_ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(FileNotFoundError) as info:
+        BaseHook.create_from_json_file()
+    assert isinstance(info.value, ConfigError)
+
+
 def test_find_config_path_default(tmp_path, monkeypatch):
     default = write(tmp_path, {"LocalPath": "/tmp/x"}, "default.json")
     monkeypatch.setattr(json_config, "DEFAULT_CONFIG_PATH", default)

@@ -31,6 +31,11 @@ class OutDirExistsError(ConfigError, SMDebugRuntimeError):
     """out_dir already holds a run; a ConfigError, and the SMDebugRuntimeError smdebug 1.0 raised for it."""
 
 
+class ConfigFileNotFoundError(ConfigError, FileNotFoundError):
+    """A hook configuration file named by create_from_json_file's argument or SMDEBUG_CONFIG_FILE_PATH is
+    missing; a ConfigError, and the FileNotFoundError smdebug 1.0 raised for it."""
+
+
 class CorruptRunError(SMDebugError):
     """A file of a saved run cannot be parsed; the message names the file (and offset)."""
 

@@ -37,7 +37,7 @@ from smdebug.config import (
     to_steps,
     to_str_list,
 )
-from smdebug.exceptions import ConfigError
+from smdebug.exceptions import ConfigError, ConfigFileNotFoundError
 from smdebug.modes import ModeKeys
 
 logger = logging.getLogger("smdebug")
@@ -91,7 +91,7 @@ def _check_config_file(path: str, where: str) -> None:
     if os.path.isdir(path):
         raise ConfigError(f"{where}: {path!r} is a directory, not a hook configuration file")
     if not os.path.isfile(path):
-        raise ConfigError(f"{where}: hook configuration file {path!r} does not exist")
+        raise ConfigFileNotFoundError(f"{where}: hook configuration file {path!r} does not exist")
 
 
 def find_tensorboard_dir() -> str | None:
