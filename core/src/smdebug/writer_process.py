@@ -110,6 +110,7 @@ class ProcessWriter:
         self._cond = threading.Condition()
         self._gone: str | None = None
         self._next_id = 0
+        self._names = _Names()
         self._proc: subprocess.Popen | None = None
         try:
             self._start(uri)
@@ -346,7 +347,7 @@ class ProcessWriter:
         self._backlog, self._backlog_bytes = [], 0
         try:
             if items:
-                header, buffers = _encode(items)
+                header, buffers = _encode(items, self._names)
                 self._write_all(_message(["items", header], buffers))
                 if ready:
                     self._sent_steps.update(_steps(items))
@@ -475,7 +476,30 @@ def _steps(items: list) -> set[int]:
     return {item[1] for item in items if item[0] != "file"}
 
 
-def _encode(items: list) -> tuple[list, list]:
+class _Names:
+    """Numbers for a tensor's lists of reduction names (the same list objects step after step): each is
+    sent once, then by its number. Holding the lists keeps their ids from being reused."""
+
+    LIMIT = 100_000  # lists remembered before starting over (plans made again as due collections change)
+
+    def __init__(self):
+        self.numbers: dict[int, tuple[list, int]] = {}
+
+    def ids(self, names: list[list[str]]) -> tuple[list[int], list]:
+        """The numbers of these lists, and [number, list] of those the child has not seen yet."""
+        numbers, ids, new = self.numbers, [], []
+        for some in names:
+            known = numbers.get(id(some))
+            if known is None:
+                if len(numbers) >= self.LIMIT:
+                    numbers.clear()
+                known = numbers[id(some)] = (some, len(numbers))
+                new.append([known[1], some])
+            ids.append(known[1])
+        return ids, new
+
+
+def _encode(items: list, names_table: _Names) -> tuple[list, list]:
     """RunWriter batch items as JSON-able descriptions and the buffers of their payload, in order."""
     header, buffers = [], []
     for item in items:
@@ -499,8 +523,9 @@ def _encode(items: list) -> tuple[list, list]:
             _, step, mode, mode_step, names, values, wall_time = item
             values = [np.ascontiguousarray(v) for v in values]
             dtypes = [v.dtype.str for v in values]
+            ids, new = names_table.ids(names)
             header.append(
-                ["s", step, mode.value, mode_step, names, dtypes, [v.size for v in values], wall_time]
+                ["s", step, mode.value, mode_step, ids, new, dtypes, [v.size for v in values], wall_time]
             )
             buffers.extend(values)
         elif kind == "shape":
@@ -611,7 +636,7 @@ def _state(writer: RunWriter, live: bool) -> dict:
     }
 
 
-def _give(writer: RunWriter, header: list, payload: bytearray) -> None:
+def _give(writer: RunWriter, header: list, payload: bytearray, names: dict) -> None:
     offset = 0
     for item in header:
         kind = item[0]
@@ -633,13 +658,14 @@ def _give(writer: RunWriter, header: list, payload: bytearray) -> None:
             array[:] = elements
             writer.write_tensor(step, ModeKeys(mode), mode_step, name, array.reshape(shape), wall_time)
         elif kind == "s":
-            _, step, mode, mode_step, names, dtypes, sizes, wall_time = item
+            _, step, mode, mode_step, ids, new, dtypes, sizes, wall_time = item
+            names.update(new)
             values = []
             for dtype, size in zip(dtypes, sizes):
                 dtype = np.dtype(dtype)
                 values.append(np.frombuffer(payload, dtype, size, offset))
                 offset += size * dtype.itemsize
-            writer.write_scalars(step, ModeKeys(mode), mode_step, names, values, wall_time)
+            writer.write_scalars(step, ModeKeys(mode), mode_step, [names[i] for i in ids], values, wall_time)
         elif kind == "h":
             writer.write_shape(item[1], ModeKeys(item[2]), item[3], item[4], item[5])
         elif kind == "e":
@@ -672,6 +698,7 @@ def main() -> int:
         claim_token=options["claim_token"],
     )
     replies.send({"ready": True})
+    names: dict[int, list[str]] = {}  # the lists of reduction names by their numbers
     while True:
         msg = _read_message(0)
         if msg is None:  # the training process ended without closing: no end-of-job marker
@@ -680,7 +707,7 @@ def main() -> int:
         header, payload = msg
         kind = header[0]
         if kind == "items":
-            _give(writer, header[1], payload)
+            _give(writer, header[1], payload, names)
         elif kind == "flush":
             done = writer.flush(header[2])
             replies.send({"id": header[1], "result": done, "state": _state(writer, True)})
