@@ -16,7 +16,6 @@ the unfinished one and writes no end-of-job marker. SMDEBUG_WRITER_PROCESS=0 kee
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -29,6 +28,11 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: the writer stays on threads
+    fcntl = None
 
 from smdebug.layout import index_file_path
 from smdebug.modes import ModeKeys
@@ -48,7 +52,7 @@ START_TIMEOUT = 30.0  # seconds items may wait for the child to start before thi
 REPLY_GRACE = 5.0  # seconds beyond a request's own timeout that the child may take to answer
 _FRAME = struct.Struct("<II")  # header length, payload length
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's numbers, where fcntl does not name them
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
 
@@ -57,6 +61,8 @@ def wanted(uri: str, store: Store | None) -> bool:
     """Whether the run at ``uri`` gets a writer process: a local folder in the core's own Store (the
     child writes through one, without loading plugins), unless SMDEBUG_WRITER_PROCESS=0."""
     if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off") or not sys.executable:
+        return False
+    if fcntl is None or not hasattr(os, "writev") or not hasattr(select, "poll"):
         return False
     if store is not None:
         return type(store) is Store and store.is_local
@@ -521,12 +527,19 @@ def _encode(items: list, names_table: _Names) -> tuple[list, list]:
             buffers.append(array)
         elif kind == "scalars":
             _, step, mode, mode_step, names, values, wall_time = item
-            values = [np.ascontiguousarray(v) for v in values]
-            dtypes = [v.dtype.str for v in values]
             ids, new = names_table.ids(names)
-            header.append(
-                ["s", step, mode.value, mode_step, ids, new, dtypes, [v.size for v in values], wall_time]
-            )
+            sizes = [v.size for v in values]
+            dtype = values[0].dtype if values else None
+            if (
+                dtype is not None
+                and dtype.kind in "fiub"
+                and all(v.dtype == dtype and v.ndim == 1 for v in values)
+            ):
+                dtypes, values = dtype.str, [np.concatenate(values)]  # rows of a result matrix: one buffer
+            else:  # results of different dtypes each keep theirs
+                dtypes = [v.dtype.str for v in values]
+                values = [np.ascontiguousarray(v) for v in values]
+            header.append(["s", step, mode.value, mode_step, ids, new, dtypes, sizes, wall_time])
             buffers.extend(values)
         elif kind == "shape":
             header.append(["h", item[1], item[2].value, item[3], item[4], item[5]])
@@ -661,7 +674,7 @@ def _give(writer: RunWriter, header: list, payload: bytearray, names: dict) -> N
             _, step, mode, mode_step, ids, new, dtypes, sizes, wall_time = item
             names.update(new)
             values = []
-            for dtype, size in zip(dtypes, sizes):
+            for dtype, size in zip([dtypes] * len(sizes) if isinstance(dtypes, str) else dtypes, sizes):
                 dtype = np.dtype(dtype)
                 values.append(np.frombuffer(payload, dtype, size, offset))
                 offset += size * dtype.itemsize
