@@ -290,3 +290,44 @@ def test_lazy_modules_are_saved_once_initialized(out_dir, caplog):
     assert trial.tensor("Sequential_0.weight").steps() == [1, 2]
     assert trial.tensor("gradient/Sequential_0.weight").steps() == [1, 2]
     assert trial.tensor("gradient/Sequential_2.weight").steps() == [0, 1, 2]
+
+
+def test_parameters_added_or_replaced_after_registration_are_saved_from_the_next_step(out_dir):
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    extra = nn.Linear(4, 2)  # made before the model is registered: its own registration is long past
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients"],
+    )
+    hook.register_module(model)
+    for step in range(4):
+        if step == 1:
+            model.add_module("head", extra)
+        if step == 2:
+            model[0].weight = nn.Parameter(torch.full((4, 3), 7.0))
+        model(torch.ones(2, 3)).sum().backward()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("Sequential_head.weight").steps() == [1, 2, 3]
+    assert trial.tensor("gradient/Sequential_head.weight").steps() == [1, 2, 3]
+    assert trial.tensor("gradient/Sequential_0.weight").steps() == [0, 1, 2, 3]
+    assert np.all(trial.tensor("Sequential_0.weight").value(2) == 7.0)
+    assert not np.all(trial.tensor("Sequential_0.weight").value(1) == 7.0)
+
+
+def test_gradients_only_saves_no_parameter_and_still_follows_new_ones(out_dir):
+    model = nn.Sequential(nn.Linear(3, 4))
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"]
+    )
+    hook.register_module(model)
+    for step in range(3):
+        if step == 1:
+            model.add_module("head", nn.Linear(4, 2))
+        model(torch.ones(2, 3)).sum().backward()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor_names(collection="weights") == []
+    assert trial.tensor("gradient/Sequential_head.weight").steps() == [1, 2]
+    assert trial.tensor("gradient/Sequential_0.weight").steps() == [0, 1, 2]

@@ -26,7 +26,8 @@ Overridden by a plugin (all optional):
 Called by a plugin:
     begin_step(), end_step()      step boundaries; they never raise into training
     raise_if_stop_requested()     raises StopTraining once after a rule or the stop signal asked for it
-    anything_due(), is_due(name), has_due_collection(*names), due_collections, collections_of(name)
+    anything_due(), is_due(name), any_due(names), has_due_collection(*names), due_collections,
+    collections_of(name)
     save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
                                   collections); save_numbered(prefix, values) for numbered outputs,
                                   numbered_tensors(prefix, values) to name them and save them later
@@ -46,7 +47,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -139,6 +140,7 @@ class BaseHook:
         self.shipped = False  # pickled to other processes (Dask workers), which write their own files
 
         self._colls_of: dict[str, frozenset[Collection]] = {}
+        self._any_due: dict[int, tuple] = {}  # id(names) -> (names, due collections, any_due's answer)
         # name -> (its collections, the due collections, what to save): valid while both are these objects
         self._plans: dict[str, tuple] = {}
         self._prepared = False
@@ -208,7 +210,7 @@ class BaseHook:
     # -- common hook API (reference: Common Hook API) ----------------------------------------------
     def get_collection(self, name: str, create: bool = True) -> Collection:
         coll = self.collection_manager.get(name, create=create, cls=self.collection_class)
-        self._colls_of.clear()
+        self._forget_matches()
         return coll
 
     def get_collections(self) -> dict[str, Collection]:
@@ -218,7 +220,7 @@ class BaseHook:
         if not isinstance(collection, Collection):
             raise SMDebugTypeError(f"add_collection expects a Collection, got {type(collection).__name__}")
         self.collection_manager.add(collection)
-        self._colls_of.clear()
+        self._forget_matches()
 
     def add_to_collection(self, collection_name: str, tensor_name: str) -> None:
         self.get_collection(collection_name).add_tensor_name(tensor_name)
@@ -372,6 +374,19 @@ class BaseHook:
         """Whether a tensor of this name would be saved at the current step (cheap, cached)."""
         return self.anything_due() and not self._due.isdisjoint(self.collections_of(name))
 
+    def any_due(self, names: Sequence[str]) -> bool:
+        """Whether a tensor of any of these names would be saved at this step. Cached for the same
+        sequence object (a model's parameter names, asked at every step) while the due collections and
+        the collections stay the same."""
+        if not self.anything_due():
+            return False
+        due = self._due
+        known = self._any_due.get(id(names))
+        if known is None or known[0] is not names or known[1] is not due:
+            found = any(not due.isdisjoint(self.collections_of(name)) for name in names)
+            known = self._any_due[id(names)] = (names, due, found)  # holding names keeps its id unique
+        return known[2]
+
     def has_due_collection(self, *names: str) -> bool:
         return self.anything_due() and any(c.name in names for c in self._due)
 
@@ -391,7 +406,11 @@ class BaseHook:
     def collections_changed(self) -> None:
         """Collections (or what ``prepare_collections`` resolves) changed: prepare them again."""
         self._prepared = False
+        self._forget_matches()
+
+    def _forget_matches(self) -> None:
         self._colls_of.clear()
+        self._any_due.clear()
 
     def _include(self, name: str) -> None:
         if name not in self.include_collections:
@@ -428,7 +447,7 @@ class BaseHook:
                     "smdebug: collection %r has no include_regex or tensor names",
                     coll.name,
                 )
-        self._colls_of.clear()
+        self._forget_matches()
         self._prepared = True
 
     def _collections_due(self) -> frozenset[Collection]:

@@ -165,12 +165,14 @@ class Hook(BaseHook):
         with self.guard("save the parameters"):
             model = self._models[module]
             if self.anything_due():
-                model.refresh()  # like smdebug, the parameters the model has now
-                # their reductions are computed together at the end of the loop (nothing changes them)
-                with self.together():
-                    for name, param in model.params:
-                        if not _is_uninitialized(param):
-                            self.save_for_step(name, param)
+                if model.stale():
+                    model.refresh()  # like smdebug, the parameters the model has now
+                if self.any_due(model.names):
+                    # their reductions are computed together at the end of the loop (nothing changes them)
+                    with self.together():
+                        for name, param in model.params:
+                            if not _is_uninitialized(param):
+                                self.save_for_step(name, param)
                 self._hook_gradients(model.params)  # new parameters, or unfrozen since the last one
 
     def _on_loss_forward(self, module, inputs) -> None:
@@ -241,10 +243,35 @@ class _Model:
         self.name = name
         self.module = module
         self.params: list[tuple[str, torch.nn.Parameter]] = []
+        self.names: tuple[str, ...] = ()
         self.refresh()
 
     def refresh(self) -> None:
+        _watch_parameters()
+        self.seen = _registered[0]
         self.params = [(f"{self.name}_{path}", p) for path, p in self.module.named_parameters()]
+        self.names = tuple(name for name, _ in self.params)
+        self.lazy = any(_is_uninitialized(p) for _, p in self.params)
+
+    def stale(self) -> bool:
+        """Whether the model may hold other parameters than at the last refresh: a parameter or a module
+        was registered since, in any module (walking a large model's parameters at every step costs more
+        than the step's other hook work), or a lazy one was not yet initialised."""
+        return self.lazy or self.seen != _registered[0]
+
+
+_registered = [0]  # parameters and submodules registered in any module since the watch began
+
+
+def _count_registration(module, name, value) -> None:
+    _registered[0] += 1
+
+
+def _watch_parameters() -> None:
+    if not _registered[0]:
+        _registered[0] = 1
+        torch.nn.modules.module.register_module_parameter_registration_hook(_count_registration)
+        torch.nn.modules.module.register_module_module_registration_hook(_count_registration)
 
 
 def _is_uninitialized(param) -> bool:
