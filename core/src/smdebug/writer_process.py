@@ -40,6 +40,7 @@ from smdebug.store import Store, redact
 from smdebug.writer import (
     BATCH_BYTES,
     RunWriter,
+    _Claim,
     close_timeout_from_env,
     max_queue_bytes_from_env,
     unsaved_report,
@@ -119,6 +120,7 @@ class ProcessWriter:
         self._names = _Names()
         self._proc: subprocess.Popen | None = None
         try:
+            self._claim_now()
             self._start(uri)
         except Exception as exc:  # no child: this process writes (nothing was given to a child yet)
             logger.debug("smdebug: no writer process (%s: %s); writing on threads", type(exc).__name__, exc)
@@ -126,6 +128,16 @@ class ProcessWriter:
             self._take_over()
 
     # -- the child ----------------------------------------------------------------------------------
+    def _claim_now(self) -> None:
+        """Claim the worker's name in the run here and now (a file created in a local folder), not once
+        the child has started: another worker finishing the run meanwhile would have the claim refused."""
+        if self._claim is None:
+            return
+        if callable(self._store):
+            self._store = self._store()
+        _Claim(self.worker, *self._claim).publish(self._store)
+        self._claim = None  # ours: the child writes under it
+
     def _start(self, uri: str) -> None:
         env = dict(os.environ, SMDEBUG_DISABLE="1")  # the child imports no framework: nothing to activate
         # this very smdebug, whatever put it on this process's path (looked for after the child's own)
