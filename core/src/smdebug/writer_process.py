@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import struct
 import subprocess
 import sys
@@ -63,7 +62,7 @@ def wanted(uri: str, store: Store | None) -> bool:
     child writes through one, without loading plugins), unless SMDEBUG_WRITER_PROCESS=0."""
     if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off") or not sys.executable:
         return False
-    if fcntl is None or not hasattr(os, "writev") or not hasattr(select, "poll"):
+    if fcntl is None or not hasattr(os, "writev"):
         return False
     if store is not None:
         return type(store) is Store and store.is_local
@@ -71,7 +70,7 @@ def wanted(uri: str, store: Store | None) -> bool:
 
 
 class _Gone(Exception):
-    """The child process cannot take more (it exited, or made no progress within the close timeout)."""
+    """The child process cannot take more: it exited."""
 
 
 class ProcessWriter:
@@ -159,7 +158,6 @@ class ProcessWriter:
             self._early_budget = fcntl.fcntl(self._fd, _F_GETPIPE_SZ) // 2
         except OSError:
             self._early_budget = 32 * 1024
-        os.set_blocking(self._fd, False)
         threading.Thread(
             target=self._listen, name=f"smdebug-writer-replies-{self.worker}", daemon=True
         ).start()
@@ -381,36 +379,20 @@ class ProcessWriter:
             self._take_over(unsent=items)  # a message cut short is never read by the child
 
     def _write_all(self, parts: list) -> None:
-        """Write every part to the child's pipe; _Gone when it is closed or takes nothing for the close
-        timeout (the pipe is non-blocking: a child that hangs never holds training up for longer)."""
+        """Write every part to the child's pipe; _Gone when the child exited. While the child's queue
+        is full the pipe takes nothing and training waits, as for the thread writer: nothing is dropped."""
         views = [view.cast("B") for view in map(memoryview, parts) if view.nbytes]
-        stalled_since = poller = None
         while views:
             try:
                 written = os.writev(self._fd, views[:_IOV_MAX])
-            except BlockingIOError:
-                written = 0
             except OSError as exc:  # BrokenPipeError: the child exited
                 raise _Gone(f"it stopped reading ({type(exc).__name__})") from None
-            if written:
-                stalled_since = None
-                while written and views:
-                    if written >= views[0].nbytes:
-                        written -= views.pop(0).nbytes
-                    else:
-                        views[0] = views[0][written:]
-                        written = 0
-                continue
-            now = time.monotonic()
-            stalled_since = stalled_since or now
-            if now - stalled_since > self.close_timeout:
-                raise _Gone(f"it took nothing for {self.close_timeout:g} s")
-            if self._proc.poll() is not None:
-                raise _Gone(f"it exited with code {self._proc.returncode}")
-            if poller is None:
-                poller = select.poll()
-                poller.register(self._fd, select.POLLOUT)
-            poller.poll(500)
+            while written:  # a signal may end a write part way
+                if written >= views[0].nbytes:
+                    written -= views.pop(0).nbytes
+                else:
+                    views[0] = views[0][written:]
+                    written = 0
 
     # -- when the child is gone ---------------------------------------------------------------------
     def _take_over(self, unsent: list = ()) -> None:
