@@ -2,16 +2,18 @@
 
 RunWriter's encoding and file publishing is Python. In the training process it holds the GIL, and the
 training thread waits for it each time it comes back from a kernel or a system call: on a fast step that
-wait costs more than the work itself. Here a child process (``python -m smdebug.writer_process``) runs the
-RunWriter on another core. The training thread sends a step's items down a pipe at the step's end, in one
-vectored write: a JSON header, then the arrays' bytes as they are. The child answers flush, close and status
-requests and forwards its log records on a second pipe, read by a thread that sleeps until it speaks.
+wait costs more than the work itself. Here a child process (``smdebug.writer_process.main``)
+runs the RunWriter on another core. The training thread sends a step's items down a pipe at the step's
+end, in one vectored write: a JSON header, then the arrays' bytes as they are. The child answers flush,
+close and status requests and forwards its log records on a second pipe, read by a thread that sleeps
+until it speaks.
 
-Nothing is lost when the child cannot start or dies. Items wait in this process until the child says it
-is ready; a RunWriter on threads in this process takes over when it is gone, and the steps handed to it
-whose index file is not in the run are reported unsaved (the run records them, as any unsaved step). A
-training process that dies leaves the child an end of file: it publishes the finished steps it has, drops
-the unfinished one and writes no end-of-job marker. SMDEBUG_WRITER_PROCESS=0 keeps the writer on threads.
+A run starts on a RunWriter in this process, so its first steps are written at once and a short run never
+starts a child; the child takes over once it is ready. Nothing is lost when it cannot start or dies: a
+RunWriter in this process writes on, and the steps handed to the child whose index file is not in the
+run are reported unsaved (the run records them, as any unsaved step). A training process that dies leaves
+the child an end of file: it publishes the finished steps it has, drops the unfinished one and writes no
+end-of-job marker. SMDEBUG_WRITER_PROCESS=0 keeps the writer on threads.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from smdebug.store import Store, redact
 from smdebug.writer import (
     BATCH_BYTES,
     RunWriter,
-    _Claim,
     close_timeout_from_env,
     max_queue_bytes_from_env,
     unsaved_report,
@@ -48,12 +49,11 @@ from smdebug.writer import (
 logger = logging.getLogger("smdebug")
 
 ENV = "SMDEBUG_WRITER_PROCESS"
-START_TIMEOUT = 30.0  # seconds items may wait for the child to start before this process writes them
+SPAWN_AFTER_STEPS = 4  # a run that saved this many steps gets a writer process (a short one never does)
 REPLY_GRACE = 5.0  # seconds beyond a request's own timeout that the child may take to answer
 _FRAME = struct.Struct("<II")  # header length, payload length
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's numbers, where fcntl does not name them
-_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
 
 
@@ -74,7 +74,12 @@ class _Gone(Exception):
 
 
 class ProcessWriter:
-    """RunWriter's interface for the training thread, with the RunWriter itself in a child process."""
+    """RunWriter's interface for the training thread, with the RunWriter itself in a child process.
+
+    A run starts on a RunWriter in this process (a short run never starts a child). After a few steps a
+    child is started; once it is ready, when a new step brings its first item, this process's RunWriter
+    finishes what it has (published, the worker's claim kept) and the child writes from then on. When
+    the child is gone, a RunWriter in this process takes over again, for good."""
 
     def __init__(
         self,
@@ -88,6 +93,7 @@ class ProcessWriter:
         claim_token: str | None = None,
     ):
         self.uri = redact(uri)
+        self._uri = uri
         self.worker = worker
         self.max_queue_bytes = max_queue_bytes or max_queue_bytes_from_env()
         self.close_timeout = close_timeout_from_env() if close_timeout is None else close_timeout
@@ -96,48 +102,44 @@ class ProcessWriter:
         self.written_steps: list[int] = []
         self.refused: str | None = None
         self._store = store
-        self._claim, self._claim_token = claim, claim_token
-        self._batch: list = []  # RunWriter's batch items of the step, sent at its end
-        self._batch_bytes = 0
+        self._claim_token = claim_token
+        # this process's writer: until the child takes over, and again if the child is gone
+        self._local: RunWriter | None = RunWriter(
+            store,
+            worker,
+            self.max_queue_bytes,
+            self.close_timeout,
+            uri=uri,
+            claim=claim,
+            claim_token=claim_token,
+        )
+        self._steps_written = 0  # steps with data this process's writer was given (the child starts late)
+        self._last_step = -1  # the latest step this process's writer was given
         self._step_has_data = False
-        # Until the child says it is ready, what fits in the pipe is sent (and kept here, to be written by
-        # this process should the child never start), and the rest waits here.
-        self._early: list = []
-        self._early_bytes = 0
-        self._backlog: list = []
-        self._backlog_bytes = 0
-        self._child_ready = False  # the child said it is ready (set by the reply thread)
+        self._batch: list = []  # RunWriter batch items of the step, sent to the child at its end
+        self._batch_bytes = 0
         self._sent_steps: set[int] = set()  # steps the child was given items of
-        self._fallback: RunWriter | None = None
+        self._names = _Names()
         self._closed = False
         self._pid = os.getpid()
-        self._ready = threading.Event()
+        self._proc: subprocess.Popen | None = None
+        self._ready = False  # the child said it is ready (set by the reply thread)
+        self._gone: str | None = None  # why there is no child (then none is started again)
         self._replies: dict[int, dict] = {}
         self._cond = threading.Condition()
-        self._gone: str | None = None
         self._next_id = 0
-        self._names = _Names()
-        self._proc: subprocess.Popen | None = None
-        try:
-            self._claim_now()
-            self._start(uri)
-        except Exception as exc:  # no child: this process writes (nothing was given to a child yet)
-            logger.debug("smdebug: no writer process (%s: %s); writing on threads", type(exc).__name__, exc)
-            self._gone = f"it could not start: {exc}"
-            self._take_over()
 
     # -- the child ----------------------------------------------------------------------------------
-    def _claim_now(self) -> None:
-        """Claim the worker's name in the run here and now (a file created in a local folder), not once
-        the child has started: another worker finishing the run meanwhile would have the claim refused."""
-        if self._claim is None:
-            return
-        if callable(self._store):
-            self._store = self._store()
-        _Claim(self.worker, *self._claim).publish(self._store)
-        self._claim = None  # ours: the child writes under it
+    def _start(self) -> None:
+        """Start the child (it takes over once it says it is ready); this process writes on if it cannot."""
+        try:
+            self._spawn()
+        except Exception as exc:
+            logger.debug("smdebug: no writer process (%s: %s); writing on threads", type(exc).__name__, exc)
+            self._gone = f"it could not start: {exc}"
+            self._stop_child(kill=True)
 
-    def _start(self, uri: str) -> None:
+    def _spawn(self) -> None:
         env = dict(os.environ, SMDEBUG_DISABLE="1")  # the child imports no framework: nothing to activate
         # this very smdebug, whatever put it on this process's path (looked for after the child's own)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,20 +156,15 @@ class ProcessWriter:
             fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_BYTES)
         except OSError:
             pass
-        try:
-            self._early_budget = fcntl.fcntl(self._fd, _F_GETPIPE_SZ) // 2
-        except OSError:
-            self._early_budget = 32 * 1024
         threading.Thread(
             target=self._listen, name=f"smdebug-writer-replies-{self.worker}", daemon=True
         ).start()
         start = {
-            "uri": uri,
+            "uri": self._uri,
             "worker": self.worker,
             "max_queue_bytes": self.max_queue_bytes,
             "close_timeout": self.close_timeout,
-            "claim": self._claim,
-            "claim_token": self._claim_token,
+            "claim_token": self._claim_token,  # the claim is this process's writer's, made already
             "log_level": logger.getEffectiveLevel(),
         }
         self._write_all(_message(["start", start]))
@@ -182,8 +179,7 @@ class ProcessWriter:
             if "log" in msg:
                 logger.log(msg["log"][0], "%s", msg["log"][1])
             elif "ready" in msg:
-                self._child_ready = True
-                self._ready.set()
+                self._ready = True
             else:
                 with self._cond:
                     self._replies[msg["id"]] = msg
@@ -192,14 +188,39 @@ class ProcessWriter:
             if self._gone is None:
                 self._gone = f"it exited with code {self._proc.wait()}"
             self._cond.notify_all()
-        self._ready.set()  # nobody waits for a child that is gone
+
+    def _local_takes(self, step: int) -> bool:
+        """Whether an item of ``step`` goes to this process's writer. The first item of a new step hands
+        over to a ready child: no step is written by both (a step written again is replaced whole)."""
+        if self._local is None:
+            return False
+        if step > self._last_step:
+            if self._ready and self._gone is None and not self._forked():
+                self._hand_over()
+                return self._local is not None
+            self._last_step = step
+        return True
+
+    def _hand_over(self) -> None:
+        """This process's writer publishes what it has, and the child writes from now on (told what could
+        not be saved so far, for the run's record of it)."""
+        local, self._local = self._local, None
+        local.close(self.close_timeout, end_of_job=False)  # keeps the worker's claim for the child
+        self._merge(local)
+        if local.refused:  # the run is not this writer's: nothing is written, by anyone
+            self._gone = "the run is not this writer's"
+            self._stop_child()
+            self._local = RunWriter(self._store, self.worker, self.max_queue_bytes, uri=self._uri)
+            self._local.refused = local.refused
+        elif self.failed_steps or self.failed_files:
+            self._send(request=["failed", self.failed_steps, self.failed_files])
 
     def _request(self, kind: str, *args, wait: float) -> dict | None:
         """Send a request after everything queued; the child's answer, or None when it gave none."""
         self._next_id += 1
         ident = self._next_id
         self._send(request=[kind, ident, *args])
-        if self._fallback is not None:
+        if self._local is not None:
             return None
         deadline = time.monotonic() + wait
         with self._cond:
@@ -230,65 +251,69 @@ class ProcessWriter:
         wall_time=None,
         reserved=0,
     ) -> None:
-        if self._fallback is not None:
-            self._fallback.write_tensor(step, mode, mode_step, name, array, wall_time, reserved)
+        self._step_has_data = True
+        if self._local_takes(step):
+            self._local.write_tensor(step, mode, mode_step, name, array, wall_time, reserved)
             return
         wall_time = time.time() if wall_time is None else wall_time
-        self._step_has_data = True
         self._batch.append(("tensor", step, mode, mode_step, name, array, wall_time))
         self._batch_bytes += array.nbytes
         if self._batch_bytes >= BATCH_BYTES:
             self._send()
 
     def write_scalars(self, step, mode, mode_step, names, values, wall_time) -> None:
-        if self._fallback is not None:
-            self._fallback.write_scalars(step, mode, mode_step, names, values, wall_time)
-            return
         self._step_has_data = True
-        self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time))
+        if self._local_takes(step):
+            self._local.write_scalars(step, mode, mode_step, names, values, wall_time)
+        else:
+            self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time))
 
     def write_shape(self, step, mode, mode_step, name, shape) -> None:
-        if self._fallback is not None:
-            self._fallback.write_shape(step, mode, mode_step, name, shape)
-            return
         self._step_has_data = True
-        self._batch.append(("shape", step, mode, mode_step, name, list(shape)))
+        if self._local_takes(step):
+            self._local.write_shape(step, mode, mode_step, name, shape)
+        else:
+            self._batch.append(("shape", step, mode, mode_step, name, list(shape)))
 
     def reserve(self, nbytes: int) -> None:
         """Before a large tensor is copied: what waits here goes first (the child's queue is bounded)."""
-        if self._fallback is not None:
-            self._fallback.reserve(nbytes)
+        if self._local is not None:
+            self._local.reserve(nbytes)
         elif nbytes > 0:
             self._send()
 
     def end_step(self, step: int) -> None:
-        if self._fallback is not None:
-            self._fallback.end_step(step)
+        wrote, self._step_has_data = self._step_has_data, False
+        if self._local is None:
+            if wrote:
+                self._batch.append(("end", step))
+            self._send()
             return
-        if self._step_has_data:
-            self._step_has_data = False
-            self._batch.append(("end", step))
-        self._send()
+        self._local.end_step(step)
+        if wrote and self._proc is None and self._gone is None and not self._forked():
+            self._steps_written += 1
+            if self._steps_written >= SPAWN_AFTER_STEPS:
+                self._start()
 
     def write_file(self, relpath: str, data: bytes) -> None:
-        if self._fallback is not None:
-            self._fallback.write_file(relpath, data)
-            return
-        self._batch.append(("file", relpath, data))
-        self._send()
+        if self._local is not None:
+            self._local.write_file(relpath, data)
+        else:
+            self._batch.append(("file", relpath, data))
+            self._send()
 
     def flush(self, timeout: float | None = None) -> bool:
         if self._closed or self._forked():
             return True
         timeout = self.close_timeout if timeout is None else timeout
-        if self._fallback is None:
+        if self._local is None:
             reply = self._request("flush", timeout, wait=timeout + REPLY_GRACE)
             if reply is not None:
                 return reply["result"]
             if self._gone is None:
                 return False  # no answer in time: the child is still working
             self._take_over()
-        return self._fallback.flush(timeout)
+        return self._local.flush(timeout)
 
     def close(self, timeout: float | None = None, end_of_job: bool = False) -> dict[int, str]:
         if self._closed or self._forked():
@@ -296,15 +321,17 @@ class ProcessWriter:
         self._closed = True
         timeout = self.close_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        if self._fallback is None:
+        if self._local is None:
             reply = self._request("close", timeout, end_of_job, wait=timeout + REPLY_GRACE)
-            if reply is None:
-                self._take_over()  # gone or hung: this process finishes the run
-            else:
+            if reply is not None:
                 self._stop_child()
-        if self._fallback is not None:
-            self._fallback.close(max(0.0, deadline - time.monotonic()), end_of_job)
-            self._merge_fallback()
+                return self.failed_steps
+            self._take_over()  # gone or hung: this process finishes the run
+        self._stop_child()  # started, not yet handed over: it has nothing
+        self._local.failed_steps.update(self.failed_steps)
+        self._local.failed_files.update(self.failed_files)
+        self._local.close(max(0.0, deadline - time.monotonic()), end_of_job)
+        self._merge(self._local)
         return self.failed_steps
 
     def unsaved_report(self) -> str:
@@ -314,16 +341,16 @@ class ProcessWriter:
     def pending_steps(self) -> list[int]:
         """Finished steps waiting for the store to come back."""
         state = self._status()
-        return self._fallback.pending_steps if self._fallback is not None else state["pending_steps"]
+        return self._local.pending_steps if self._local is not None else state["pending_steps"]
 
     @property
     def failing(self) -> bool:
         """Whether the store is failing (steps wait for a retry)."""
         state = self._status()
-        return self._fallback.failing if self._fallback is not None else state["failing"]
+        return self._local.failing if self._local is not None else state["failing"]
 
     def _status(self) -> dict:
-        reply = None if self._fallback is not None else self._request("status", wait=REPLY_GRACE)
+        reply = None if self._local is not None else self._request("status", wait=REPLY_GRACE)
         return reply["state"] if reply is not None else {"pending_steps": [], "failing": False}
 
     def _forked(self) -> bool:
@@ -333,43 +360,22 @@ class ProcessWriter:
 
     # -- sending ------------------------------------------------------------------------------------
     def _send(self, request: list | None = None) -> None:
-        """Send the step's batch (and a request after it) to the child, or keep it until it is ready."""
+        """Send the step's batch (and a request after it) to the child."""
         if self._forked():
             self._batch, self._batch_bytes = [], 0
             return
-        batch, self._batch, self._batch_bytes = self._batch, [], 0
-        if self._fallback is not None:
-            _feed(self._fallback, batch)
+        items, self._batch, self._batch_bytes = self._batch, [], 0
+        if self._local is not None:
+            _feed(self._local, items)
             return
-        if not self._ready.is_set() and (
-            self._backlog or self._early_bytes + _size(batch) > self._early_budget
-        ):
-            self._backlog.extend(batch)
-            self._backlog_bytes += _size(batch)
-            batch = []
-            if self._backlog_bytes < self.max_queue_bytes and request is None and self._gone is None:
-                return  # the child is starting: the items wait here meanwhile
-            if not self._ready.wait(START_TIMEOUT):
-                with self._cond:
-                    self._gone = self._gone or f"it did not start within {START_TIMEOUT:g} s"
         if self._gone is not None:
-            self._take_over(unsent=batch)
+            self._take_over(unsent=items)
             return
-        ready = self._child_ready
-        if ready and self._early:
-            self._sent_steps.update(_steps(self._early))
-            self._early, self._early_bytes = [], 0
-        items = [*self._backlog, *batch]
-        self._backlog, self._backlog_bytes = [], 0
         try:
             if items:
                 header, buffers = _encode(items, self._names)
                 self._write_all(_message(["items", header], buffers))
-                if ready:
-                    self._sent_steps.update(_steps(items))
-                else:
-                    self._early.extend(items)
-                    self._early_bytes += _size(items)
+                self._sent_steps.update(_steps(items))
                 items = []  # the child has them
             if request is not None:
                 self._write_all(_message(request))
@@ -396,18 +402,14 @@ class ProcessWriter:
 
     # -- when the child is gone ---------------------------------------------------------------------
     def _take_over(self, unsent: list = ()) -> None:
-        """Write on threads in this process from now on: the items not yet given to the child go to a
-        RunWriter here; steps the child had and did not write are reported unsaved."""
-        if self._fallback is not None:
+        """Write in this process from now on: the items not yet given to the child go to a RunWriter
+        here; steps the child had and did not write are reported unsaved."""
+        if self._local is not None:
             return
         self._stop_child(kill=True)
-        early, self._early = self._early, []
-        if self._child_ready:  # the child may have written them
-            self._sent_steps.update(_steps(early))
-            early = []
         try:
             store = self._store() if callable(self._store) else self._store
-        except Exception:  # the fallback writer reports why it cannot open it
+        except Exception:  # the RunWriter reports why it cannot open it
             store = None
         lost = {}
         for step in sorted(self._sent_steps):
@@ -417,33 +419,34 @@ class ProcessWriter:
                 written = False
             if not written:
                 lost[step] = f"the writer process stopped before writing it ({self._gone})"
-        if self._sent_steps or self._gone and "could not start" not in self._gone:
+        if self._sent_steps:
             logger.warning(
                 "smdebug: the writer process of %s stopped (%s); writing in the training process from now on%s",
                 self.uri,
                 self._gone,
                 f"; {len(lost)} step(s) it had not written are lost" if lost else "",
             )
-        claim = self._claim if not self._sent_steps else None  # the child claimed the worker's name first
-        self._fallback = RunWriter(
+        self._local = RunWriter(
             store if store is not None else self._store,
             self.worker,
             self.max_queue_bytes,
             self.close_timeout,
             uri=self.uri,
-            claim=claim,
-            claim_token=self._claim_token,
+            claim_token=self._claim_token,  # the name is claimed already, by this process's first writer
         )
-        self._fallback.failed_steps.update(lost)
-        self._fallback.written_steps.extend(self.written_steps)
-        items = [*early, *unsent, *self._backlog, *self._batch]
-        self._backlog, self._batch = [], []
-        _feed(self._fallback, [item for item in items if item[0] == "file" or item[1] not in lost])
+        self._local.failed_steps.update({**self.failed_steps, **lost})
+        self._local.failed_files.update(self.failed_files)
+        self._local.written_steps.extend(self.written_steps)
+        items = [*unsent, *self._batch]
+        self._batch = []
+        _feed(self._local, [item for item in items if item[0] == "file" or item[1] not in lost])
 
-    def _merge_fallback(self) -> None:
-        fallback = self._fallback
-        self.failed_steps, self.failed_files = fallback.failed_steps, fallback.failed_files
-        self.written_steps, self.refused = fallback.written_steps, fallback.refused
+    def _merge(self, local: RunWriter) -> None:
+        self.failed_steps.update(local.failed_steps)
+        self.failed_files.update(local.failed_files)
+        known = set(self.written_steps)
+        self.written_steps = [*self.written_steps, *(s for s in local.written_steps if s not in known)]
+        self.refused = local.refused
 
     def _stop_child(self, kill: bool = False) -> None:
         proc = self._proc
@@ -694,14 +697,12 @@ def main() -> int:
     log.propagate = False
     log.setLevel(options["log_level"])
     uri = options["uri"]
-    claim = options["claim"]
     writer = RunWriter(
         lambda: Store(uri),
         options["worker"],
         options["max_queue_bytes"],
         options["close_timeout"],
         uri=uri,
-        claim=tuple(claim) if claim else None,
         claim_token=options["claim_token"],
     )
     replies.send({"ready": True})
@@ -718,6 +719,9 @@ def main() -> int:
         elif kind == "flush":
             done = writer.flush(header[2])
             replies.send({"id": header[1], "result": done, "state": _state(writer, True)})
+        elif kind == "failed":  # what the training process's own writer could not save
+            writer.failed_steps.update({int(k): v for k, v in header[1].items()})
+            writer.failed_files.update(header[2])
         elif kind == "status":
             replies.send({"id": header[1], "state": _state(writer, True)})
         elif kind == "close":
