@@ -102,7 +102,7 @@ class ProcessWriter:
         self.written_steps: list[int] = []
         self.refused: str | None = None
         self._store = store
-        self._claim_token = claim_token
+        self._claim_token = claim[0] if claim is not None else claim_token  # as RunWriter takes it
         # this process's writer: until the child takes over, and again if the child is gone
         self._local: RunWriter | None = RunWriter(
             store,
