@@ -72,6 +72,7 @@ def test_a_local_run_is_written_by_a_process_of_its_own_and_reads_as_the_thread_
     writer = hook._writer
     assert isinstance(writer, ProcessWriter) and writer._local is None  # the child wrote the end
     assert writer._proc.pid != os.getpid() and writer._proc.poll() == 0
+    assert writer.written_steps == list(range(STEPS)) and writer.failed_steps == {}
     monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", "0")
     thread_hook = train(str(tmp_path / "threads"))
     assert isinstance(thread_hook._writer, RunWriter)

@@ -97,10 +97,11 @@ class ProcessWriter:
         self.worker = worker
         self.max_queue_bytes = max_queue_bytes or max_queue_bytes_from_env()
         self.close_timeout = close_timeout_from_env() if close_timeout is None else close_timeout
-        self.failed_steps: dict[int, str] = {}
-        self.failed_files: dict[str, str] = {}
-        self.written_steps: list[int] = []
-        self.refused: str | None = None
+        # what the child reported (this process's writer, while there is one, keeps its own)
+        self._failed_steps: dict[int, str] = {}
+        self._failed_files: dict[str, str] = {}
+        self._written: list[int] = []
+        self._refused: str | None = None
         self._store = store
         self._claim_token = claim[0] if claim is not None else claim_token  # as RunWriter takes it
         # this process's writer: until the child takes over, and again if the child is gone
@@ -206,14 +207,15 @@ class ProcessWriter:
         not be saved so far, for the run's record of it)."""
         local, self._local = self._local, None
         local.close(self.close_timeout, end_of_job=False)  # keeps the worker's claim for the child
-        self._merge(local)
+        self._failed_steps, self._failed_files = dict(local.failed_steps), dict(local.failed_files)
+        self._written = list(local.written_steps)
         if local.refused:  # the run is not this writer's: nothing is written, by anyone
             self._gone = "the run is not this writer's"
             self._stop_child()
             self._local = RunWriter(self._store, self.worker, self.max_queue_bytes, uri=self._uri)
             self._local.refused = local.refused
-        elif self.failed_steps or self.failed_files:
-            self._send(request=["failed", self.failed_steps, self.failed_files])
+        elif self._failed_steps or self._failed_files:
+            self._send(request=["failed", self._failed_steps, self._failed_files])
 
     def _request(self, kind: str, *args, wait: float) -> dict | None:
         """Send a request after everything queued; the child's answer, or None when it gave none."""
@@ -235,10 +237,27 @@ class ProcessWriter:
         return reply
 
     def _apply(self, state: dict) -> None:
-        self.failed_steps.update({int(k): v for k, v in state["failed_steps"].items()})
-        self.failed_files.update(state["failed_files"])
-        self.written_steps = state["written_steps"]
-        self.refused = state["refused"]
+        self._failed_steps.update({int(k): v for k, v in state["failed_steps"].items()})
+        self._failed_files.update(state["failed_files"])
+        self._written.extend(state["written_steps"])
+        self._refused = state["refused"]
+
+    # what was written and what could not be, whoever writes (RunWriter's attributes)
+    @property
+    def failed_steps(self) -> dict[int, str]:
+        return self._local.failed_steps if self._local is not None else self._failed_steps
+
+    @property
+    def failed_files(self) -> dict[str, str]:
+        return self._local.failed_files if self._local is not None else self._failed_files
+
+    @property
+    def written_steps(self) -> list[int]:
+        return self._local.written_steps if self._local is not None else self._written
+
+    @property
+    def refused(self) -> str | None:
+        return self._local.refused if self._local is not None else self._refused
 
     # -- training thread ----------------------------------------------------------------------------
     def write_tensor(
@@ -328,10 +347,7 @@ class ProcessWriter:
                 return self.failed_steps
             self._take_over()  # gone or hung: this process finishes the run
         self._stop_child()  # started, not yet handed over: it has nothing
-        self._local.failed_steps.update(self.failed_steps)
-        self._local.failed_files.update(self.failed_files)
         self._local.close(max(0.0, deadline - time.monotonic()), end_of_job)
-        self._merge(self._local)
         return self.failed_steps
 
     def unsaved_report(self) -> str:
@@ -434,19 +450,12 @@ class ProcessWriter:
             uri=self.uri,
             claim_token=self._claim_token,  # the name is claimed already, by this process's first writer
         )
-        self._local.failed_steps.update({**self.failed_steps, **lost})
-        self._local.failed_files.update(self.failed_files)
-        self._local.written_steps.extend(self.written_steps)
+        self._local.failed_steps.update({**self._failed_steps, **lost})
+        self._local.failed_files.update(self._failed_files)
+        self._local.written_steps.extend(self._written)
         items = [*unsent, *self._batch]
         self._batch = []
         _feed(self._local, [item for item in items if item[0] == "file" or item[1] not in lost])
-
-    def _merge(self, local: RunWriter) -> None:
-        self.failed_steps.update(local.failed_steps)
-        self.failed_files.update(local.failed_files)
-        known = set(self.written_steps)
-        self.written_steps = [*self.written_steps, *(s for s in local.written_steps if s not in known)]
-        self.refused = local.refused
 
     def _stop_child(self, kill: bool = False) -> None:
         proc = self._proc
@@ -635,11 +644,15 @@ def _read_message(fd: int) -> tuple[list, bytearray] | None:
     return json.loads(head), payload
 
 
-def _state(writer: RunWriter, live: bool) -> dict:
+def _state(writer: RunWriter, live: bool, reported: list[int]) -> dict:
+    """What the training process mirrors; of the written steps only those not reported yet (rules
+    flush at every step: the whole list each time would grow with the run)."""
+    written = writer.written_steps[reported[0] :]
+    reported[0] += len(written)
     return {
         "failed_steps": writer.failed_steps,
         "failed_files": writer.failed_files,
-        "written_steps": writer.written_steps,
+        "written_steps": written,
         "refused": writer.refused,
         "pending_steps": writer.pending_steps if live else [],
         "failing": writer.failing,
@@ -707,6 +720,7 @@ def main() -> int:
     )
     replies.send({"ready": True})
     names: dict[int, list[str]] = {}  # the lists of reduction names by their numbers
+    reported = [0]  # written steps the training process was told of
     while True:
         msg = _read_message(0)
         if msg is None:  # the training process ended without closing: no end-of-job marker
@@ -718,15 +732,15 @@ def main() -> int:
             _give(writer, header[1], payload, names)
         elif kind == "flush":
             done = writer.flush(header[2])
-            replies.send({"id": header[1], "result": done, "state": _state(writer, True)})
+            replies.send({"id": header[1], "result": done, "state": _state(writer, True, reported)})
         elif kind == "failed":  # what the training process's own writer could not save
             writer.failed_steps.update({int(k): v for k, v in header[1].items()})
             writer.failed_files.update(header[2])
         elif kind == "status":
-            replies.send({"id": header[1], "state": _state(writer, True)})
+            replies.send({"id": header[1], "state": _state(writer, True, reported)})
         elif kind == "close":
             writer.close(header[2], end_of_job=header[3])
-            replies.send({"id": header[1], "state": _state(writer, False)})
+            replies.send({"id": header[1], "state": _state(writer, False, reported)})
             return 0
 
 
