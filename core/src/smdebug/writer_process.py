@@ -53,7 +53,7 @@ SPAWN_AFTER_STEPS = 4  # a run that saved this many steps gets a writer process 
 REPLY_GRACE = 5.0  # seconds beyond a request's own timeout that the child may take to answer
 _FRAME = struct.Struct("<II")  # header length, payload length
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's numbers, where fcntl does not name them
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fcntl does not name it
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
 
 
@@ -478,10 +478,6 @@ def _message(header: list, buffers: list = ()) -> list:
     head = json.dumps(header, separators=(",", ":")).encode()
     size = sum(b.nbytes if isinstance(b, np.ndarray) else len(b) for b in buffers)
     return [_FRAME.pack(len(head), size), head, *buffers]
-
-
-def _size(items: list) -> int:
-    return sum(item[5].nbytes for item in items if item[0] == "tensor")
 
 
 def _steps(items: list) -> set[int]:
