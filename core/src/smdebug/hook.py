@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from smdebug import plugins, writer_process
+from smdebug import plugins
 from smdebug.collection import (
     SCALAR_COLLECTIONS,
     TRAIN_ONLY_COLLECTIONS,
@@ -725,7 +725,7 @@ class BaseHook:
                 check.in_use = True
             self._store = store
             # a local run's writer works in a process of its own, off this process's GIL
-            writer_class = ProcessWriter if writer_process.wanted(self.out_dir, store) else RunWriter
+            writer_class = ProcessWriter if ProcessWriter.wanted(self.out_dir, store) else RunWriter
             self._writer = writer_class(
                 store or (lambda: plugins.open_store(self.out_dir)),
                 self.worker,

@@ -57,18 +57,6 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fc
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
 
 
-def wanted(uri: str, store: Store | None) -> bool:
-    """Whether the run at ``uri`` gets a writer process: a local folder in the core's own Store (the
-    child writes through one, without loading plugins), unless SMDEBUG_WRITER_PROCESS=0."""
-    if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off") or not sys.executable:
-        return False
-    if fcntl is None or not hasattr(os, "writev"):
-        return False
-    if store is not None:
-        return type(store) is Store and store.is_local
-    return Store.is_plain_local(uri)
-
-
 class _Gone(Exception):
     """The child process cannot take more: it exited."""
 
@@ -80,6 +68,18 @@ class ProcessWriter:
     child is started; once it is ready, when a new step brings its first item, this process's RunWriter
     finishes what it has (published, the worker's claim kept) and the child writes from then on. When
     the child is gone, a RunWriter in this process takes over again, for good."""
+
+    @staticmethod
+    def wanted(uri: str, store: Store | None) -> bool:
+        """Whether the run at ``uri`` gets a writer process: a local folder in the core's own Store (the
+        child writes through one, without loading plugins), unless SMDEBUG_WRITER_PROCESS=0."""
+        if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off") or not sys.executable:
+            return False
+        if fcntl is None or not hasattr(os, "writev"):
+            return False
+        if store is not None:
+            return type(store) is Store and store.is_local
+        return Store.is_plain_local(uri)
 
     def __init__(
         self,
