@@ -447,7 +447,7 @@ class ProcessWriter:
             self.worker,
             self.max_queue_bytes,
             self.close_timeout,
-            uri=self.uri,
+            uri=self._uri,
             claim_token=self._claim_token,  # the name is claimed already, by this process's first writer
         )
         self._local.failed_steps.update({**self._failed_steps, **lost})
