@@ -331,3 +331,30 @@ def test_gradients_only_saves_no_parameter_and_still_follows_new_ones(out_dir):
     assert trial.tensor_names(collection="weights") == []
     assert trial.tensor("gradient/Sequential_head.weight").steps() == [1, 2]
     assert trial.tensor("gradient/Sequential_0.weight").steps() == [0, 1, 2]
+
+
+def test_idle_steps_run_no_module_or_gradient_callback_and_due_steps_save_everything(out_dir):
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    loss_fn = nn.MSELoss()
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=3),
+        include_collections=["weights", "gradients", "losses", "relu"],
+    )
+    hook.get_collection("relu").include("1_output")
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    callbacks = []
+    for step in range(7):
+        loss = loss_fn(model(torch.ones(2, 3)), torch.zeros(2, 1))
+        callbacks.append(
+            any(m._forward_hooks for m in model.modules())
+            or any(p._post_accumulate_grad_hooks for p in model.parameters())
+        )
+        loss.backward()
+    hook.close()
+    assert callbacks == [True, False, False, True, False, False, True]
+    trial = smd.create_trial(out_dir)
+    for name in ("1_output_0", "gradient/Sequential_0.weight", "Sequential_2.weight", "MSELoss_output_0"):
+        assert trial.tensor(name).steps() == [0, 3, 6], name
+    assert all(not m._forward_hooks for m in model.modules())  # closed: nothing left on the model

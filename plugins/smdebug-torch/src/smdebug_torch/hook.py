@@ -50,7 +50,13 @@ class Hook(BaseHook):
         self._models: dict[torch.nn.Module, _Model] = {}
         self._loss_modules: list[torch.nn.Module] = []
         self._grad_hooked: set[int] = set()  # id() of parameters carrying a gradient hook
-        self._handles: list[Any] = []
+        self._handles: list[Any] = []  # step starters and loss callbacks: for the hook's lifetime
+        # The models' module and gradient callbacks run only in steps that may save something (see _arm).
+        self._output_modules: list[torch.nn.Module] = []
+        self._armed_handles: list[Any] = []
+        self._armed = False
+        self._always_armed = False  # a compiled model: changing its hooks would recompile it
+        self._on_output = _Callback(self._on_module_output)
         self._modules_version = -1
         self._backward_queued = False  # a callback at the end of the running backward pass is queued
         self._grads: list[tuple[str, torch.nn.Parameter]] = []  # due gradients of the running backward pass
@@ -87,16 +93,20 @@ class Hook(BaseHook):
                 "module inputs/outputs inside the compiled graph are not",
                 model_name,
             )
-        on_output = _Callback(self._on_module_output)
         for path, sub in module.named_modules():
             if sub not in self._module_names:  # a module shared with another registered model keeps its name
                 self._module_names[sub] = path or model_name
                 if not fullgraph:
-                    self._handles.append(sub.register_forward_hook(on_output))
+                    self._output_modules.append(sub)
+                    if self._armed:
+                        self._armed_handles.append(sub.register_forward_hook(self._on_output))
         starter = wrapper if fullgraph else module
         self._models[starter] = _Model(model_name, module)
         self._handles.append(starter.register_forward_pre_hook(_Callback(self._on_model_forward)))
-        self._hook_gradients(self._models[starter].params)
+        if wrapper is not module:
+            self._always_armed = True
+        if self._armed:
+            self._hook_gradients(self._models[starter].params)
 
     def register_hook(self, module: torch.nn.Module) -> None:
         """smdebug's older name for register_module."""
@@ -115,7 +125,7 @@ class Hook(BaseHook):
         if loss_module not in self._module_names:
             self._module_names[loss_module] = loss_module._get_name()
             self._handles.append(loss_module.register_forward_pre_hook(_Callback(self._on_loss_forward)))
-            self._handles.append(loss_module.register_forward_hook(_Callback(self._on_module_output)))
+            self._handles.append(loss_module.register_forward_hook(self._on_output))
         self.get_collection(CollectionKeys.LOSSES).add_module_tensors(loss_module)
 
     def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
@@ -146,9 +156,27 @@ class Hook(BaseHook):
 
     def close(self) -> None:
         super().close()
+        self._arm(False)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+    def _arm(self, armed: bool) -> None:
+        """Attach the models' module and gradient callbacks for a step that may save something, remove
+        them for one that cannot: the idle steps of a sparse save configuration then run the model's
+        forward pre-hook only, and torch calls the modules without hooks on its fast path."""
+        if armed == self._armed:
+            return
+        self._armed = armed
+        if armed:
+            self._armed_handles.extend(m.register_forward_hook(self._on_output) for m in self._output_modules)
+            for model in self._models.values():
+                self._hook_gradients(model.params)
+        else:
+            for handle in self._armed_handles:
+                handle.remove()
+            self._armed_handles.clear()
+            self._grad_hooked.clear()
 
     # -- torch callbacks -----------------------------------------------------------------------
     def _end_step_or_stop(self) -> None:
@@ -194,7 +222,7 @@ class Hook(BaseHook):
             if param.requires_grad and id(param) not in self._grad_hooked and not _is_uninitialized(param):
                 self._grad_hooked.add(id(param))
                 on_gradient = _Callback(self._on_gradient, GRADIENT_PREFIX + name)
-                self._handles.append(param.register_post_accumulate_grad_hook(on_gradient))
+                self._armed_handles.append(param.register_post_accumulate_grad_hook(on_gradient))
 
     def _on_gradient(self, name: str, param) -> None:
         # Saved at the end of the backward pass (nothing changes the gradients before it), all together:
@@ -234,6 +262,8 @@ class Hook(BaseHook):
             self.collections_changed()  # a module was given to add_module_tensors since the last step
         _prepare_for_compile()
         super().begin_step(step, mode_step)
+        if not self.closed:
+            self._arm(self._always_armed or self.anything_due())
 
 
 class _Model:
