@@ -345,7 +345,7 @@ def test_idle_steps_run_no_module_or_gradient_callback_and_due_steps_save_everyt
     hook.register_module(model)
     hook.register_loss(loss_fn)
     callbacks = []
-    for step in range(7):
+    for _ in range(7):
         loss = loss_fn(model(torch.ones(2, 3)), torch.zeros(2, 1))
         callbacks.append(
             any(m._forward_hooks for m in model.modules())
