@@ -344,17 +344,39 @@ def test_idle_steps_run_no_module_or_gradient_callback_and_due_steps_save_everyt
     hook.get_collection("relu").include("1_output")
     hook.register_module(model)
     hook.register_loss(loss_fn)
-    callbacks = []
+    callbacks, loss_callbacks = [], []
     for _ in range(7):
         loss = loss_fn(model(torch.ones(2, 3)), torch.zeros(2, 1))
         callbacks.append(
             any(m._forward_hooks for m in model.modules())
             or any(p._post_accumulate_grad_hooks for p in model.parameters())
         )
+        loss_callbacks.append(bool(loss_fn._forward_hooks or loss_fn._forward_pre_hooks))
         loss.backward()
     hook.close()
     assert callbacks == [True, False, False, True, False, False, True]
+    assert loss_callbacks == callbacks  # the model starts the steps: the loss needs a callback only to save
     trial = smd.create_trial(out_dir)
     for name in ("1_output_0", "gradient/Sequential_0.weight", "Sequential_2.weight", "MSELoss_output_0"):
         assert trial.tensor(name).steps() == [0, 3, 6], name
     assert all(not m._forward_hooks for m in model.modules())  # closed: nothing left on the model
+
+
+@pytest.mark.parametrize("loss_first", [False, True])
+def test_a_loss_starts_the_steps_only_while_no_model_is_registered(out_dir, loss_first):
+    model, loss_fn = nn.Linear(3, 1), nn.MSELoss()
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=2))
+    hook.register_loss(loss_fn)
+    assert loss_fn._forward_pre_hooks  # no model yet: the loss starts the steps
+    for _ in range(3 if loss_first else 0):
+        loss_fn(torch.ones(2, 1), torch.zeros(2, 1))
+    hook.register_module(model)
+    assert not loss_fn._forward_pre_hooks
+    for _ in range(4):
+        loss_fn(model(torch.ones(2, 3)), torch.zeros(2, 1)).backward()
+    hook.close()
+    start = 3 if loss_first else 0
+    assert hook.step == start + 3
+    assert smd.create_trial(out_dir).tensor("MSELoss_output_0").steps() == [
+        s for s in range(start + 4) if s % 2 == 0
+    ]

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Iterable
 
-from smdebug.config import ReductionConfig, SaveConfig
+from smdebug.config import ReductionConfig, SaveConfig, edited
 from smdebug.exceptions import SMDebugTypeError
 
 
@@ -121,6 +121,7 @@ class Collection:
         # Never None: every mode starts "not set" and takes the hook's configuration when training starts,
         # so `coll.save_config.end_step = 0` works on a fresh collection (reference, default collections).
         self._save_config = SaveConfig(mode_save_configs={}) if value is None else SaveConfig.parse(value)
+        edited()
 
     # -- methods ------------------------------------------------------------------------------------
     def include(self, regex) -> None:
@@ -218,6 +219,7 @@ class CollectionManager:
             self.get(collection, cls=cls)
         elif isinstance(collection, Collection):
             self.collections[collection.name] = collection
+            edited()
         else:
             raise SMDebugTypeError(f"expected a Collection, got {type(collection).__name__}")
 

@@ -103,6 +103,34 @@ def _loads(json_str: str | None, owner: str) -> Any:
         raise ConfigError(f"{owner}.from_json: invalid JSON {json_str!r} ({exc})") from None
 
 
+# -- edits: a hook knows its idle steps are still idle while no save configuration changed ---------------
+edits = [0]  # bumped by every change to a save configuration or to a hook's collections
+
+
+def edited() -> None:
+    edits[0] += 1
+
+
+class _Steps(list):
+    """save_steps: a list whose in-place changes (``append``...) count as edits of the configuration."""
+
+
+def _counted(method):
+    def edit(self, *args):
+        result = method(self, *args)
+        edits[0] += 1
+        return result
+
+    return edit
+
+
+for _name in (
+    "append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse",
+    "__setitem__", "__delitem__", "__iadd__", "__imul__",
+):  # fmt: skip
+    setattr(_Steps, _name, _counted(getattr(list, _name)))
+
+
 # -- pydantic base: errors surface as ConfigError, assignments are validated too ------------------------
 @contextmanager
 def _config_errors(owner: str):
@@ -129,6 +157,7 @@ class ConfigModel(BaseModel):
     def __setattr__(self, name, value):
         with _config_errors(type(self).__name__):
             super().__setattr__(name, value)
+        edits[0] += 1
 
 
 # -- SaveConfigMode ---------------------------------------------------------------------------------------
@@ -165,12 +194,26 @@ class SaveConfigMode(ConfigModel):
     def _steps(cls, v):
         return to_steps(v, "SaveConfigMode.save_steps")
 
+    @field_validator("save_steps", mode="after")
+    @classmethod
+    def _watched(cls, v):
+        return _Steps(v)
+
     def should_save_step(self, step: int) -> bool:
         # save_steps is a union with the interval, not a replacement (reference examples).
         if step in self.save_steps:
             return True
         in_range = self.start_step <= step and (self.end_step is None or step < self.end_step)
         return in_range and step % self.save_interval == 0
+
+    def next_save_step(self, step: int) -> int | None:
+        """The first step from ``step`` on that ``should_save_step`` accepts (None: there is none)."""
+        found = [s for s in self.save_steps if s >= step]
+        first = max(step, self.start_step)
+        first += -first % self.save_interval
+        if self.end_step is None or first < self.end_step:
+            found.append(first)
+        return min(found, default=None)
 
     def to_json_dict(self) -> dict:
         return {
@@ -281,6 +324,7 @@ class SaveConfig:
         # A copy: two modes (or a hook and a collection) must never share one mutable object.
         self._configs[_mode(mode)] = save_config_mode.model_copy(deep=True)
         self._explicit.add(_mode(mode))
+        edited()
 
     def is_mode_set(self, mode) -> bool:
         """Whether the mode was configured explicitly (else it takes the default, e.g. the hook's)."""
@@ -295,6 +339,7 @@ class SaveConfig:
                 for field, value in self._overrides.items():
                     setattr(cfg, field, value)
                 self._configs[mode] = cfg
+        edited()
 
     def should_save_step(self, mode, step: int) -> bool:
         return self._configs[_mode(mode)].should_save_step(step)

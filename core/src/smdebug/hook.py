@@ -25,6 +25,7 @@ Overridden by a plugin (all optional):
 
 Called by a plugin:
     begin_step(), end_step()      step boundaries; they never raise into training
+    next_idle_step()              both at once, cheaply, between two steps that save nothing
     raise_if_stop_requested()     raises StopTraining once after a rule or the stop signal asked for it
     anything_due(), is_due(name), any_due(names), has_due_collection(*names), due_collections,
     collections_of(name)
@@ -60,7 +61,7 @@ from smdebug.collection import (
     CollectionKeys,
     CollectionManager,
 )
-from smdebug.config import HookConfig, ReductionConfig, SaveConfig
+from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
 from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError, StopTraining
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
@@ -73,6 +74,7 @@ logger = logging.getLogger("smdebug")
 SCALAR_PREFIX = "scalar/"
 RESERVE_BYTES = 1024 * 1024  # a tensor this large is copied for the writer only once the queue has room
 DEFAULT_WORKER = "worker_0"
+_NOTHING: frozenset = frozenset()
 _active_hook: BaseHook | None = None
 
 
@@ -164,6 +166,10 @@ class BaseHook:
         self.mode_steps: dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
         self._in_step = False
         self._due: frozenset[Collection] = frozenset()
+        # (edits, mode, first, end): nothing is due at the mode's steps first..end-1 while the save
+        # configurations and collections stay as they were, so those steps skip _collections_due
+        self._idle: tuple = ()
+        self._saved_now = False  # save_scalar/save_tensor wrote into the current step
         self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
         self._pending: list[tuple[list, Any]] = []  # reductions started this step, not yet on the host
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
@@ -316,8 +322,9 @@ class BaseHook:
             if self.mode != ModeKeys.GLOBAL:
                 self.mode_steps[ModeKeys.GLOBAL] = self.step
             self._in_step = True
-            self._numbered.clear()
-            due = self._collections_due()
+            if self._numbered:
+                self._numbered.clear()
+            due = _NOTHING if self._idle_at(self.mode_steps[self.mode]) else self._collections_due()
             if due != self._due:  # the same set keeps the same object: save_for_step's plans stay valid
                 self._due = due
             plugins.step_begin(self)
@@ -327,6 +334,7 @@ class BaseHook:
         if not self._in_step:
             return
         self._in_step = False
+        self._saved_now = False
         if self._pending:
             self._flush_reductions()
         with self.guard("end a step"):
@@ -335,6 +343,34 @@ class BaseHook:
                 if self._saved_any and not self._collections_exported:
                     self._export_collections()
         plugins.step_end(self)
+
+    def next_idle_step(self) -> bool:
+        """End this step and begin the next, touching as little as possible, when neither saves anything
+        (most steps of a sparse configuration); step-end observers run as in end_step. False when this
+        is not such a step, or when a stop was requested at its end: the plugin then calls end_step()
+        (nothing happens if the step has ended) and begin_step() itself."""
+        mode, steps = self.mode, self.mode_steps
+        following = steps[mode] + 1
+        if not (
+            self._in_step
+            and self._prepared
+            and not (self._due or self._saved_now)
+            and self._idle_at(following)
+        ):
+            return False
+        self._in_step = False
+        plugins.step_end(self)
+        if self.rule_runner.stop is not None and not self.rule_runner.stop_raised:
+            return False
+        self.step += 1
+        steps[mode] = following
+        if mode is not ModeKeys.GLOBAL:
+            steps[ModeKeys.GLOBAL] = self.step
+        if self._numbered:
+            self._numbered.clear()
+        self._in_step = True
+        plugins.step_begin(self)
+        return True
 
     @property
     def mode_step(self) -> int:
@@ -411,6 +447,7 @@ class BaseHook:
     def _forget_matches(self) -> None:
         self._colls_of.clear()
         self._any_due.clear()
+        self._idle = ()
 
     def _include(self, name: str) -> None:
         if name not in self.include_collections:
@@ -453,11 +490,20 @@ class BaseHook:
     def _collections_due(self) -> frozenset[Collection]:
         mode, step = self.mode, self.mode_step
         skipped = self.train_only_collections if mode in (ModeKeys.EVAL, ModeKeys.PREDICT) else ()
-        return frozenset(
-            c
-            for c in self._included()
-            if c.name not in skipped and c.save_config.should_save_step(mode, step)
-        )
+        configs = [
+            (c, c.save_config.get_save_config(mode)) for c in self._included() if c.name not in skipped
+        ]
+        due = frozenset(c for c, cfg in configs if cfg.should_save_step(step))
+        if not due:
+            later = [n for n in (cfg.next_save_step(step + 1) for _, cfg in configs) if n is not None]
+            end = min(later, default=float("inf"))
+            self._idle = (edits[0], mode, step, end)
+        return due
+
+    def _idle_at(self, mode_step: int) -> bool:
+        """Whether this mode step is one of the idle steps _collections_due found last, nothing changed."""
+        idle = self._idle
+        return bool(idle) and idle[0] == edits[0] and idle[1] is self.mode and idle[2] <= mode_step < idle[3]
 
     # -- saving ------------------------------------------------------------------------------------
     def save_for_step(self, name: str, value: Any) -> bool:
@@ -574,6 +620,7 @@ class BaseHook:
         if not self.writing:
             return
         opened = not self._in_step
+        self._saved_now = not opened
         if opened:  # outside a step (before training or between steps) values go to the current step
             self.step = max(self.step, 0)
             self.mode_steps[self.mode] = max(self.mode_step, 0)

@@ -76,31 +76,35 @@ def _disabled() -> set[str]:
     return {name.strip() for name in raw.split(",") if name.strip()}
 
 
-class _Manager(pluggy.PluginManager):
-    """Counts registrations, so that the implementation lists the facade caches know when they are stale."""
+def _changed() -> None:
+    _generation[0] += 1
+    _impl_cache.clear()
 
-    generation = 0
+
+class _Manager(pluggy.PluginManager):
+    """Empties the facade's cached implementation lists whenever the plugins change (before and after:
+    a list made meanwhile on another thread is not kept)."""
 
     def register(self, plugin, name=None):
-        self.generation += 1
+        _changed()
         try:
             return super().register(plugin, name)
         finally:
-            self.generation += 1
+            _changed()
 
     def unregister(self, plugin=None, name=None):
-        self.generation += 1
+        _changed()
         try:
             return super().unregister(plugin, name)
         finally:
-            self.generation += 1
+            _changed()
 
     def set_blocked(self, name):
-        self.generation += 1
+        _changed()
         return super().set_blocked(name)
 
     def add_hookspecs(self, module_or_class):
-        self.generation += 1
+        _changed()
         return super().add_hookspecs(module_or_class)
 
 
@@ -150,33 +154,34 @@ def reset() -> None:
     global _pm
     with _lock:
         _pm = None
-        _impl_cache.clear()
+        _changed()
         _failed.clear()
         _declared_by.clear()
         load_errors.clear()
 
 
 # -- calling implementations, each isolated --------------------------------------------------------
-# hook name -> (manager, its generation, [(plugin name, implementation)]): the lists are read on every
-# saved tensor, pluggy's get_hookimpls copies and the wrapper filter would run each time
-_impl_cache: dict[str, tuple[Any, int, list[tuple[str, Any]]]] = {}
+# hook name -> [(plugin name, implementation)]: read on every step and saved tensor, where pluggy's
+# get_hookimpls would copy and the wrapper filter run each time; _Manager empties it when plugins change
+_impl_cache: dict[str, list[tuple[str, Any]]] = {}
+_generation = [0]
 
 
 def _implementation_list(spec: str) -> list[tuple[str, Any]]:
     """(plugin name, implementation) of each implementation of a hook, in pluggy's order (last registered
     first, tryfirst/trylast honoured), cached until a plugin is registered or unregistered. Wrappers are
     not run."""
-    pm = get_plugin_manager()
-    generation = getattr(pm, "generation", None)
-    cached = _impl_cache.get(spec)
-    if cached is not None and cached[0] is pm and cached[1] == generation and generation is not None:
-        return cached[2]
-    found = [
-        (impl.plugin_name, impl)
-        for impl in reversed(getattr(pm.hook, spec).get_hookimpls())
-        if not (impl.hookwrapper or getattr(impl, "wrapper", False))
-    ]
-    _impl_cache[spec] = (pm, generation, found)
+    found = _impl_cache.get(spec)
+    if found is None:
+        generation = _generation[0]
+        pm = get_plugin_manager()
+        found = [
+            (impl.plugin_name, impl)
+            for impl in reversed(getattr(pm.hook, spec).get_hookimpls())
+            if not (impl.hookwrapper or getattr(impl, "wrapper", False))
+        ]
+        if pm is _pm and generation == _generation[0]:
+            _impl_cache[spec] = found
     return found
 
 
@@ -192,7 +197,7 @@ def _call_each(spec: str, **kwargs: Any) -> list[tuple[str, Any]]:
     results = []
     for plugin_name, impl in _implementation_list(spec):
         try:
-            result = impl.function(*[kwargs[arg] for arg in impl.argnames])
+            result = impl.function(*map(kwargs.__getitem__, impl.argnames))
         except Exception as exc:
             _report(plugin_name, spec, exc)
         else:
@@ -205,7 +210,7 @@ def _first(spec: str, **kwargs: Any) -> Any:
     own error is the caller's). Called per saved tensor: a plain loop over the cached list."""
     for plugin_name, impl in _implementation_list(spec):
         try:
-            result = impl.function(*[kwargs[arg] for arg in impl.argnames])
+            result = impl.function(*map(kwargs.__getitem__, impl.argnames))
         except Exception as exc:
             if plugin_name in DEFAULT_PLUGINS:
                 raise
@@ -300,7 +305,7 @@ def step_begin(hook: BaseHook) -> None:
 
 
 def step_end(hook: BaseHook) -> None:
-    _notify("smdebug_step_end", hook=hook, mode=hook.mode, step=hook.step, mode_step=hook.mode_step)
+    _call_each("smdebug_step_end", hook=hook, mode=hook.mode, step=hook.step, mode_step=hook.mode_step)
 
 
 def tensor_saved(hook: BaseHook, name: str, value: np.ndarray) -> None:

@@ -208,7 +208,8 @@ class RuleRunner:
             for entry in self.entries:
                 if not entry.failed:
                     self._evaluate(entry, step)
-        self.check_signal()
+        if time.monotonic() - self._last_signal_check >= LOCAL_SIGNAL_CHECK_SECONDS:  # the least a step does
+            self.check_signal()
 
     def _step_written(self, step: int) -> bool:
         hook = self.hook

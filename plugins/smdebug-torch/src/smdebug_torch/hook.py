@@ -50,7 +50,8 @@ class Hook(BaseHook):
         self._models: dict[torch.nn.Module, _Model] = {}
         self._loss_modules: list[torch.nn.Module] = []
         self._grad_hooked: set[int] = set()  # id() of parameters carrying a gradient hook
-        self._handles: list[Any] = []  # step starters and loss callbacks: for the hook's lifetime
+        self._handles: list[Any] = []  # the models' step starters: for the hook's lifetime
+        self._loss_starters: list[Any] = []  # the losses' step starters, while no model is registered
         # The models' module and gradient callbacks run only in steps that may save something (see _arm).
         self._output_modules: list[torch.nn.Module] = []
         self._armed_handles: list[Any] = []
@@ -102,6 +103,7 @@ class Hook(BaseHook):
                         self._armed_handles.append(sub.register_forward_hook(self._on_output))
         starter = wrapper if fullgraph else module
         self._models[starter] = _Model(model_name, module)
+        _remove(self._loss_starters)
         self._handles.append(starter.register_forward_pre_hook(_Callback(self._on_model_forward)))
         if wrapper is not module:
             self._always_armed = True
@@ -124,8 +126,13 @@ class Hook(BaseHook):
         self._loss_modules.append(loss_module)
         if loss_module not in self._module_names:
             self._module_names[loss_module] = loss_module._get_name()
-            self._handles.append(loss_module.register_forward_pre_hook(_Callback(self._on_loss_forward)))
-            self._handles.append(loss_module.register_forward_hook(self._on_output))
+            self._output_modules.append(loss_module)
+            if self._armed:
+                self._armed_handles.append(loss_module.register_forward_hook(self._on_output))
+            if not self._models:
+                self._loss_starters.append(
+                    loss_module.register_forward_pre_hook(_Callback(self._on_loss_forward))
+                )
         self.get_collection(CollectionKeys.LOSSES).add_module_tensors(loss_module)
 
     def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
@@ -157,9 +164,8 @@ class Hook(BaseHook):
     def close(self) -> None:
         super().close()
         self._arm(False)
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        _remove(self._handles)
+        _remove(self._loss_starters)
 
     def _arm(self, armed: bool) -> None:
         """Attach the models' module and gradient callbacks for a step that may save something, remove
@@ -173,9 +179,7 @@ class Hook(BaseHook):
             for model in self._models.values():
                 self._hook_gradients(model.params)
         else:
-            for handle in self._armed_handles:
-                handle.remove()
-            self._armed_handles.clear()
+            _remove(self._armed_handles)
             self._grad_hooked.clear()
 
     # -- torch callbacks -----------------------------------------------------------------------
@@ -185,29 +189,34 @@ class Hook(BaseHook):
         self.end_step()
         self.raise_if_stop_requested()
 
-    def _on_model_forward(self, module, inputs) -> None:
-        if self.closed:
-            return
+    def _step_starts(self) -> bool:
+        """End the last step (StopTraining if a rule asked for it) and begin the next: whether it may
+        save something. Between idle steps this costs the least the core offers (next_idle_step)."""
+        if Collection.modules_version == self._modules_version and self.next_idle_step():
+            _prepare_for_compile()
+            return False  # and the callbacks stay as they are
         self._end_step_or_stop()
         self.begin_step()
+        return self.anything_due()
+
+    def _on_model_forward(self, module, inputs) -> None:
+        if self.closed or not self._step_starts():
+            return
         with self.guard("save the parameters"):
             model = self._models[module]
-            if self.anything_due():
-                if model.stale():
-                    model.refresh()  # like smdebug, the parameters the model has now
-                if self.any_due(model.names):
-                    # their reductions are computed together at the end of the loop (nothing changes them)
-                    with self.together():
-                        for name, param in model.params:
-                            if not _is_uninitialized(param):
-                                self.save_for_step(name, param)
-                self._hook_gradients(model.params)  # new parameters, or unfrozen since the last one
+            if model.stale():
+                model.refresh()  # like smdebug, the parameters the model has now
+            if self.any_due(model.names):
+                # their reductions are computed together at the end of the loop (nothing changes them)
+                with self.together():
+                    for name, param in model.params:
+                        if not _is_uninitialized(param):
+                            self.save_for_step(name, param)
+            self._hook_gradients(model.params)  # new parameters, or unfrozen since the last one
 
     def _on_loss_forward(self, module, inputs) -> None:
-        # A loss starts the step only when no model is registered to do it.
-        if not self._models and not self.closed:
-            self._end_step_or_stop()
-            self.begin_step()
+        if not self._models and not self.closed:  # a loss starts the steps only when no model does
+            self._step_starts()
 
     def _on_module_output(self, module, inputs, outputs) -> None:
         if not self.anything_due():
@@ -302,6 +311,12 @@ def _watch_parameters() -> None:
         _registered[0] = 1
         torch.nn.modules.module.register_module_parameter_registration_hook(_count_registration)
         torch.nn.modules.module.register_module_module_registration_hook(_count_registration)
+
+
+def _remove(handles: list) -> None:
+    for handle in handles:
+        handle.remove()
+    handles.clear()
 
 
 def _is_uninitialized(param) -> bool:
