@@ -128,6 +128,15 @@ class Hook(BaseHook):
 
     # -- MXNet callbacks ---------------------------------------------------------------------------
     def model_forward_pre(self, block, inputs) -> None:
+        if (
+            self.delayed is None
+            and not (self.deferred or self.pending_scalars or self.pending_tensors)
+            and self.next_idle_step()  # the step that ends and the one that begins save nothing
+        ):
+            if self.last_model is None or self.last_model() is not block:
+                self.last_model = weakref.ref(block)
+            self.calls_at_start = self.ndarray_calls
+            return
         with self.guard("start a step"):
             self.start_delayed()
             if self.in_step and self.anything_due() and self.can_delay(block):  # else nothing to read
