@@ -371,8 +371,10 @@ class _Callback:
         _prepare_for_compile()
 
     def __call__(self, *args):
-        if _is_compiling():  # only true while dynamo traces: eager calls stay cheap
-            return (_eager[0] if _eager else _run)(self, args)
+        if (
+            _eager and _is_compiling()
+        ):  # only while dynamo traces (it is imported then): eager calls stay cheap
+            return _eager[0](self, args)
         return self._fn(*self._args, *args)
 
     def __reduce__(self):
