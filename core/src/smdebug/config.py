@@ -157,7 +157,7 @@ class ConfigModel(BaseModel):
     def __setattr__(self, name, value):
         with _config_errors(type(self).__name__):
             super().__setattr__(name, value)
-        edits[0] += 1
+        edited()
 
 
 # -- SaveConfigMode ---------------------------------------------------------------------------------------
