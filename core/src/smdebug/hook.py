@@ -348,7 +348,8 @@ class BaseHook:
         """End this step and begin the next, touching as little as possible, when neither saves anything
         (most steps of a sparse configuration); step-end observers run as in end_step. False when this
         is not such a step, or when a stop was requested at its end: the plugin then calls end_step()
-        (nothing happens if the step has ended) and begin_step() itself."""
+        (nothing happens if the step has ended) and begin_step() itself. It does not call a plugin's
+        overrides of those two: call it only when they would have nothing to do."""
         mode, steps = self.mode, self.mode_steps
         following = steps[mode] + 1
         if not (

@@ -245,7 +245,8 @@ class TFHook(BaseHook):
             return
         if self.mode != mode:
             self.set_mode(mode)
-        self.begin_step()  # ends the previous step
+        if not self.next_idle_step():
+            self.begin_step()  # ends the previous step
         self.stop_if_asked(mode)
         if not self.anything_due():
             return  # the common step: Keras' own function runs, nothing else happens
