@@ -380,3 +380,30 @@ def test_a_loss_starts_the_steps_only_while_no_model_is_registered(out_dir, loss
     assert smd.create_trial(out_dir).tensor("MSELoss_output_0").steps() == [
         s for s in range(start + 4) if s % 2 == 0
     ]
+
+
+def test_only_modules_a_collection_may_want_carry_a_callback_and_a_new_pattern_takes_effect(out_dir):
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    loss_fn = nn.MSELoss()
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["gradients", "relu"],
+    )
+    hook.get_collection("relu").include("^nothing_yet$")
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    hooked = []
+    for step in range(4):
+        if step == 2:  # mid-run, every step armed: the ReLU's output is wanted from now on
+            hook.get_collection("relu").include("^1_output")
+        loss = loss_fn(model(torch.ones(2, 3)), torch.zeros(2, 1))
+        hooked.append(([i for i, m in enumerate(model) if m._forward_hooks], bool(loss_fn._forward_hooks)))
+        loss.backward()
+    hook.close()
+    # no module of the model is hooked until a collection asks; the losses (always included) are
+    assert hooked == [([], True), ([], True), ([1], True), ([1], True)]
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("1_output_0").steps() == [2, 3]
+    assert trial.tensor("gradient/Sequential_0.weight").steps() == [0, 1, 2, 3]
+    assert trial.tensor("MSELoss_output_0").steps() == [0, 1, 2, 3]

@@ -35,6 +35,8 @@ Called by a plugin:
     together()                    a block whose tensors' reductions start in one plugin call at its end
     guard(what), warn_once(...)   never break training: log once, go on
     collections_changed()         collections must be prepared again before the next step
+    collections_version           changes whenever collections_of's answers may have: a key for what a
+                                  plugin derives from them
     flush(), close()              the core writes the collections file and the end-of-job marker
     mode, step, mode_step, in_step, closed, writing, worker, options, is_copy
 """
@@ -142,6 +144,7 @@ class BaseHook:
         self.shipped = False  # pickled to other processes (Dask workers), which write their own files
 
         self._colls_of: dict[str, frozenset[Collection]] = {}
+        self.collections_version = 0  # changes whenever what collections_of answers may have changed
         self._any_due: dict[int, tuple] = {}  # id(names) -> (names, due collections, any_due's answer)
         # name -> (its collections, the due collections, what to save): valid while both are these objects
         self._plans: dict[str, tuple] = {}
@@ -449,6 +452,7 @@ class BaseHook:
         self._colls_of.clear()
         self._any_due.clear()
         self._idle = ()
+        self.collections_version += 1
 
     def _include(self, name: str) -> None:
         if name not in self.include_collections:

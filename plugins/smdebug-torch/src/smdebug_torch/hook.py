@@ -54,6 +54,8 @@ class Hook(BaseHook):
         self._loss_starters: list[Any] = []  # the losses' step starters, while no model is registered
         # The models' module and gradient callbacks run only in steps that may save something (see _arm).
         self._output_modules: list[torch.nn.Module] = []
+        self._wanted: tuple[int, list[torch.nn.Module]] = (-1, [])  # (collections_version, modules)
+        self._hooked: list[torch.nn.Module] = []  # the wanted modules when the callbacks were attached
         self._armed_handles: list[Any] = []
         self._armed = False
         self._always_armed = False  # a compiled model: changing its hooks would recompile it
@@ -99,6 +101,7 @@ class Hook(BaseHook):
                 self._module_names[sub] = path or model_name
                 if not fullgraph:
                     self._output_modules.append(sub)
+                    self._wanted = (-1, [])
                     if self._armed:
                         self._armed_handles.append(sub.register_forward_hook(self._on_output))
         starter = wrapper if fullgraph else module
@@ -127,6 +130,7 @@ class Hook(BaseHook):
         if loss_module not in self._module_names:
             self._module_names[loss_module] = loss_module._get_name()
             self._output_modules.append(loss_module)
+            self._wanted = (-1, [])
             if self._armed:
                 self._armed_handles.append(loss_module.register_forward_hook(self._on_output))
             if not self._models:
@@ -171,16 +175,36 @@ class Hook(BaseHook):
         """Attach the models' module and gradient callbacks for a step that may save something, remove
         them for one that cannot: the idle steps of a sparse save configuration then run the model's
         forward pre-hook only, and torch calls the modules without hooks on its fast path."""
+        if armed and self._armed:
+            wanted = self._modules_wanted()
+            if wanted is not self._hooked and wanted != self._hooked:
+                self._arm(False)  # collections or modules changed what is wanted: attach again
         if armed == self._armed:
             return
         self._armed = armed
         if armed:
-            self._armed_handles.extend(m.register_forward_hook(self._on_output) for m in self._output_modules)
+            self._hooked = self._modules_wanted()
+            self._armed_handles.extend(m.register_forward_hook(self._on_output) for m in self._hooked)
             for model in self._models.values():
                 self._hook_gradients(model.params)
         else:
             _remove(self._armed_handles)
             self._grad_hooked.clear()
+
+    def _modules_wanted(self) -> list[torch.nn.Module]:
+        """The modules whose inputs or outputs an included collection may hold (asked with the names of
+        their first call in a step, ``<module>_input_0``/``_output_0``, as the MXNet plugin does): only
+        they get a forward hook on due steps, for a module with hooks costs torch its slow path."""
+        version, modules = self._wanted
+        if version != self.collections_version:
+            modules = [
+                m
+                for m in self._output_modules
+                if self.collections_of(f"{self._module_names[m]}{INPUT_SUFFIX}0")
+                or self.collections_of(f"{self._module_names[m]}{OUTPUT_SUFFIX}0")
+            ]
+            self._wanted = (self.collections_version, modules)
+        return modules
 
     # -- torch callbacks -----------------------------------------------------------------------
     def _end_step_or_stop(self) -> None:
