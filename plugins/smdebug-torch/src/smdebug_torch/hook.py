@@ -101,9 +101,7 @@ class Hook(BaseHook):
                 self._module_names[sub] = path or model_name
                 if not fullgraph:
                     self._output_modules.append(sub)
-                    self._wanted = (-1, [])
-                    if self._armed:
-                        self._armed_handles.append(sub.register_forward_hook(self._on_output))
+                    self._wanted = (-1, [])  # hooked, if wanted, when the model's next forward starts a step
         starter = wrapper if fullgraph else module
         self._models[starter] = _Model(model_name, module)
         _remove(self._loss_starters)
@@ -131,7 +129,7 @@ class Hook(BaseHook):
             self._module_names[loss_module] = loss_module._get_name()
             self._output_modules.append(loss_module)
             self._wanted = (-1, [])
-            if self._armed:
+            if self._armed:  # e.g. registered by activation inside its first call, whose output is due
                 self._armed_handles.append(loss_module.register_forward_hook(self._on_output))
             if not self._models:
                 self._loss_starters.append(
@@ -395,9 +393,8 @@ class _Callback:
         _prepare_for_compile()
 
     def __call__(self, *args):
-        if (
-            _eager and _is_compiling()
-        ):  # only while dynamo traces (it is imported then): eager calls stay cheap
+        # only while dynamo traces (it is imported then, so _eager is set): eager calls stay cheap
+        if _eager and _is_compiling():
             return _eager[0](self, args)
         return self._fn(*self._args, *args)
 
