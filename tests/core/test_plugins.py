@@ -312,3 +312,15 @@ def test_complex_values_are_reduced_on_their_magnitude():
     assert plugins.reduce(z, "max") == 5.0 and plugins.reduce(z, "min") == 1.0
     assert plugins.reduce(z, "mean") == pytest.approx(8 / 3) and plugins.reduce(z, "median") == 2.0
     assert plugins.reduce(z, "sum", abs=True) == plugins.reduce(z, "sum") == pytest.approx(8.0)
+
+
+def test_layer_wanted_asks_the_included_collections_with_a_layers_first_tensor_names(tmp_path):
+    hook = BaseHook(out_dir=str(tmp_path / "run"), include_collections=["acts"])
+    hook.get_collection("acts").include("^relu1_output_")
+    hook.get_collection("inputs").include("^fc_input_")  # not included: does not count
+    hook.begin_step()
+    assert hook.layer_wanted("relu1") and not hook.layer_wanted("fc") and not hook.layer_wanted("relu2")
+    version = hook.collections_version
+    hook.get_collection("acts").include("^fc_input_0$")
+    assert hook.collections_version != version and hook.layer_wanted("fc")
+    hook.close()

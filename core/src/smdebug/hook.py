@@ -28,7 +28,7 @@ Called by a plugin:
     next_idle_step()              both at once, cheaply, between two steps that save nothing
     raise_if_stop_requested()     raises StopTraining once after a rule or the stop signal asked for it
     anything_due(), is_due(name), any_due(names), has_due_collection(*names), due_collections,
-    collections_of(name)
+    collections_of(name), layer_wanted(layer)
     save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
                                   collections); save_numbered(prefix, values) for numbered outputs,
                                   numbered_tensors(prefix, values) to name them and save them later
@@ -57,6 +57,8 @@ import numpy as np
 
 from smdebug import plugins
 from smdebug.collection import (
+    INPUT_SUFFIX,
+    OUTPUT_SUFFIX,
     SCALAR_COLLECTIONS,
     TRAIN_ONLY_COLLECTIONS,
     Collection,
@@ -442,6 +444,13 @@ class BaseHook:
             found = frozenset(c for c in self._included() if c.matches(name))
             self._colls_of[name] = found
         return found
+
+    def layer_wanted(self, layer: str) -> bool:
+        """Whether an included collection may hold a layer's inputs or outputs, asked with the names of
+        its first call in a step (``<layer>_input_0``, ``<layer>_output_0``): the layers worth a callback."""
+        return bool(
+            self.collections_of(f"{layer}{INPUT_SUFFIX}0") or self.collections_of(f"{layer}{OUTPUT_SUFFIX}0")
+        )
 
     def collections_changed(self) -> None:
         """Collections (or what ``prepare_collections`` resolves) changed: prepare them again."""

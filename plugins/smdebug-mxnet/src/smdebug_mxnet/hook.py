@@ -73,7 +73,7 @@ class Hook(BaseHook):
         self.deferred: list = []  # (name, engine copy) of the step's block tensors, saved at its end
         self.delayed = None  # (model, calls at its start): a step to begin when its forward is queued
         self.snapshots: dict = {}  # engine copies of parameters without gradients, for a delayed step
-        self.child_names = weakref.WeakKeyDictionary()  # model -> its blocks' first tensor names
+        self.child_names = weakref.WeakKeyDictionary()  # model -> the names of its blocks
 
     # -- distributed -------------------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -173,13 +173,8 @@ class Hook(BaseHook):
         if names is None:
             children = []
             block.apply(children.append)
-            names = self.child_names[block] = [
-                c.name + suffix + "0"
-                for c in children
-                if c is not block
-                for suffix in (INPUT_SUFFIX, OUTPUT_SUFFIX)
-            ]
-        return not any(self.collections_of(n) for n in names)
+            names = self.child_names[block] = [c.name for c in children if c is not block]
+        return not any(self.layer_wanted(name) for name in names)
 
     def snapshot_untrained(self) -> None:
         """Engine copies of the due parameters a forward pass could write (those without gradients),

@@ -190,17 +190,11 @@ class Hook(BaseHook):
             self._grad_hooked.clear()
 
     def _modules_wanted(self) -> list[torch.nn.Module]:
-        """The modules whose inputs or outputs an included collection may hold (asked with the names of
-        their first call in a step, ``<module>_input_0``/``_output_0``, as the MXNet plugin does): only
-        they get a forward hook on due steps, for a module with hooks costs torch its slow path."""
+        """The modules an included collection may want the inputs or outputs of (BaseHook.layer_wanted):
+        only they get a forward hook on due steps, for a module with hooks costs torch its slow path."""
         version, modules = self._wanted
         if version != self.collections_version:
-            modules = [
-                m
-                for m in self._output_modules
-                if self.collections_of(f"{self._module_names[m]}{INPUT_SUFFIX}0")
-                or self.collections_of(f"{self._module_names[m]}{OUTPUT_SUFFIX}0")
-            ]
+            modules = [m for m in self._output_modules if self.layer_wanted(self._module_names[m])]
             self._wanted = (self.collections_version, modules)
         return modules
 
