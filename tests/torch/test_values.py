@@ -185,6 +185,52 @@ def test_unfreezing_later_starts_saving_gradients(out_dir):
     assert trial.tensor("gradient/MLP_fc1.weight").steps() == [1]
 
 
+class TwoHeads(nn.Module):
+    """Outputs in a dict; the head ``b`` takes part only in the backward passes that use its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(6, 8)
+        self.a = nn.Linear(8, 3)
+        self.b = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return {"a": self.a(h), "b": self.b(h), "note": "not a tensor"}
+
+
+def test_gradients_are_those_of_the_step_backward_pass_before_clipping(out_dir):
+    """Gradients zeroed in place (zero_grad(set_to_none=False)) and clipped after the backward pass: the
+    saved gradient is the one the pass computed; a head the pass did not reach has no gradient at that
+    step (its zeroed, stale gradient is not saved)."""
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"]
+    )
+    model = TwoHeads()
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    computed = []
+    for step in range(4):
+        x, y = data(step)
+        opt.zero_grad(set_to_none=False)
+        out = model(x)
+        head = "b" if step == 2 else "a"  # step 2 trains head b only: head a's gradient stays zero
+        F.cross_entropy(out[head], y).backward()
+        computed.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)  # in place, after the pass
+        opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("gradient/TwoHeads_a.weight").steps() == [0, 1, 3]
+    assert trial.tensor("gradient/TwoHeads_b.weight").steps() == [2]  # at 3, zeroed but not computed
+    assert trial.tensor("gradient/TwoHeads_body.weight").steps() == [0, 1, 2, 3]
+    for step in range(4):
+        for name in ("body.weight", "b.bias" if step == 2 else "a.weight"):
+            np.testing.assert_array_equal(
+                trial.tensor(f"gradient/TwoHeads_{name}").value(step), computed[step][name].numpy()
+            )
+
+
 def test_half_precision_model_saved_readably(out_dir):
     hook = smd.Hook(
         out_dir=out_dir,

@@ -3,7 +3,8 @@
 Names and steps follow smdebug 1.0:
 - a step begins with each forward call of a registered model (its forward pre-hook);
 - at that moment the model's parameters are saved as ``<ModelClass>_<parameter name>``;
-- gradients are saved as ``gradient/<ModelClass>_<parameter name>`` once autograd has accumulated them;
+- gradients are saved as ``gradient/<ModelClass>_<parameter name>`` once autograd has accumulated them
+  (at the end of each backward pass through the model's output: those its pass changed);
 - every module of the model (the model itself named ``<ModelClass>``, the others by their path in
   ``named_modules()``) and every registered loss (``<LossClass>``) saves its tensors as
   ``<name>_input_<i>`` / ``<name>_output_<i>``, numbered across the calls of one step.
@@ -49,7 +50,6 @@ class Hook(BaseHook):
         self._module_names: dict[torch.nn.Module, str] = {}  # every hooked module -> its name
         self._models: dict[torch.nn.Module, _Model] = {}
         self._loss_modules: list[torch.nn.Module] = []
-        self._grad_hooked: set[int] = set()  # id() of parameters carrying a gradient hook
         self._handles: list[Any] = []  # the models' step starters: for the hook's lifetime
         self._loss_starters: list[Any] = []  # the losses' step starters, while no model is registered
         # The models' module and gradient callbacks run only in steps that may save something (see _arm).
@@ -62,7 +62,8 @@ class Hook(BaseHook):
         self._on_output = _Callback(self._on_module_output)
         self._modules_version = -1
         self._backward_queued = False  # a callback at the end of the running backward pass is queued
-        self._grads: list[tuple[str, torch.nn.Parameter]] = []  # due gradients of the running backward pass
+        # the running backward pass's models: their gradients when it reached their output
+        self._backward: dict[_Model, tuple[list, list, list]] = {}
 
     # -- distributed training ------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -109,7 +110,7 @@ class Hook(BaseHook):
         if wrapper is not module:
             self._always_armed = True
         if self._armed:
-            self._hook_gradients(self._models[starter].params)
+            self._armed_handles.append(starter.register_forward_hook(self._on_output_of_model))
 
     def register_hook(self, module: torch.nn.Module) -> None:
         """smdebug's older name for register_module."""
@@ -183,11 +184,11 @@ class Hook(BaseHook):
         if armed:
             self._hooked = self._modules_wanted()
             self._armed_handles.extend(m.register_forward_hook(self._on_output) for m in self._hooked)
-            for model in self._models.values():
-                self._hook_gradients(model.params)
+            self._armed_handles.extend(
+                m.register_forward_hook(self._on_output_of_model) for m in self._models
+            )
         else:
             _remove(self._armed_handles)
-            self._grad_hooked.clear()
 
     def _modules_wanted(self) -> list[torch.nn.Module]:
         """The modules an included collection may want the inputs or outputs of (BaseHook.layer_wanted):
@@ -228,7 +229,6 @@ class Hook(BaseHook):
                     for name, param in model.params:
                         if not _is_uninitialized(param):
                             self.save_for_step(name, param)
-            self._hook_gradients(model.params)  # new parameters, or unfrozen since the last one
 
     def _on_loss_forward(self, module, inputs) -> None:
         if not self._models and not self.closed:  # a loss starts the steps only when no model does
@@ -242,42 +242,43 @@ class Hook(BaseHook):
             self.save_numbered(name + INPUT_SUFFIX, inputs)
             self.save_numbered(name + OUTPUT_SUFFIX, outputs)
 
-    def _hook_gradients(self, params) -> None:
-        for name, param in params:
-            if param.requires_grad and id(param) not in self._grad_hooked and not _is_uninitialized(param):
-                self._grad_hooked.add(id(param))
-                on_gradient = _Callback(self._on_gradient, GRADIENT_PREFIX + name)
-                self._armed_handles.append(param.register_post_accumulate_grad_hook(on_gradient))
+    def _on_output_of_model(self, module, inputs, outputs) -> None:
+        """Watch for the backward passes through the model's output, if its gradients are due: one
+        callback per pass, not one per parameter (each costs torch a call into Python)."""
+        model = self._models.get(module)
+        if model is None or not self.any_due(model.grad_names):
+            return
+        with self.guard("watch the gradients"):
+            for tensor in _tensors(outputs):
+                if tensor.requires_grad:
+                    tensor.register_hook(_Callback(self._on_backward, model))
 
-    def _on_gradient(self, name: str, param) -> None:
-        # Saved at the end of the backward pass (nothing changes the gradients before it), all together:
-        # their reductions take a few kernels, not one each. Called per parameter: kept minimal.
-        if self._backward_queued:
-            self._grads.append((name, param))
-        elif self.anything_due():
-            if self._queue_end_of_backward():
-                self._grads.append((name, param))
-            elif param.grad is not None and self.is_due(name):  # not in a backward pass the engine runs
-                self.save_for_step(name, param.grad)
-
-    def _queue_end_of_backward(self) -> bool:
-        try:
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
-        except Exception:  # not inside a backward pass the engine runs (compiled autograd...)
-            return False
-        self._backward_queued = True
-        return True
+    def _on_backward(self, model: _Model, grad) -> None:
+        """A backward pass reached the model's output, before any of its parameters: note their gradients,
+        to save at the pass's end those it changed (a stale gradient is not saved, as in smdebug 1.0)."""
+        if model in self._backward:
+            return  # another of its outputs in the same pass
+        grads = [p.grad for _, p in model.gradients]
+        self._backward[model] = (model.gradients, grads, [-1 if g is None else g._version for g in grads])
+        if not self._backward_queued:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+                self._backward_queued = True
+            except Exception:  # not a backward pass the engine runs: saved when the step ends
+                pass
 
     def _end_of_backward(self) -> None:
         self._backward_queued = False
-        grads, self._grads = self._grads, []
+        passes, self._backward = self._backward, {}
         with self.guard("save the gradients"), self.together():
-            for name, param in grads:
-                if param.grad is not None:
-                    self.save_for_step(name, param.grad)
+            for gradients, before, versions in passes.values():
+                for (name, param), old, version in zip(gradients, before, versions):
+                    grad = param.grad
+                    if grad is not None and (grad is not old or grad._version != version):
+                        self.save_for_step(name, grad)
 
     def end_step(self) -> None:
-        if self._grads:  # a backward pass that raised never ran its callback
+        if self._backward:  # a backward pass that raised (or not run by the engine) never ran its callback
             self._end_of_backward()
         super().end_step()
 
@@ -299,6 +300,8 @@ class _Model:
         self.module = module
         self.params: list[tuple[str, torch.nn.Parameter]] = []
         self.names: tuple[str, ...] = ()
+        self.gradients: list[tuple[str, torch.nn.Parameter]] = []  # (gradient's name, parameter)
+        self.grad_names: tuple[str, ...] = ()
         self.refresh()
 
     def refresh(self) -> None:
@@ -306,6 +309,8 @@ class _Model:
         self.seen = _registered[0]
         self.params = [(f"{self.name}_{path}", p) for path, p in self.module.named_parameters()]
         self.names = tuple(name for name, _ in self.params)
+        self.gradients = [(GRADIENT_PREFIX + name, p) for name, p in self.params if not _is_uninitialized(p)]
+        self.grad_names = tuple(name for name, _ in self.gradients)
         self.lazy = any(_is_uninitialized(p) for _, p in self.params)
 
     def stale(self) -> bool:
@@ -327,6 +332,18 @@ def _watch_parameters() -> None:
         _registered[0] = 1
         torch.nn.modules.module.register_module_parameter_registration_hook(_count_registration)
         torch.nn.modules.module.register_module_module_registration_hook(_count_registration)
+
+
+def _tensors(value, depth: int = 3):
+    """The tensors of a forward call's output: itself, or in its tuples, lists and dicts."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth and isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item, depth - 1)
+    elif depth and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item, depth - 1)
 
 
 def _remove(handles: list) -> None:
