@@ -176,7 +176,9 @@ class BaseHook:
         self._idle: tuple = ()
         self._saved_now = False  # save_scalar/save_tensor wrote into the current step
         self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
-        self._pending: list[tuple[list, Any]] = []  # reductions started this step, not yet on the host
+        # reductions started this step, not yet on the host: the plugins' results and their names
+        self._pending: list[Any] = []
+        self._pending_names: list[list[str]] = []
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
         self._saved_any = False
         self._collections_exported = False
@@ -725,10 +727,15 @@ class BaseHook:
             groups.setdefault(item[2], []).append(item)
         for pairs, members in groups.items():
             started = plugins.reductions([m[1] for m in members], list(pairs))
+            if started is not None and not any(r is None for r in started):  # the common case, in bulk
+                self._pending.extend(started)
+                self._pending_names.extend([m[3] for m in members])
+                continue
             for i, (name, value, _, names) in enumerate(members):
                 result = started[i] if started is not None else None
                 if result is not None:
-                    self._pending.append((names, result))
+                    self._pending.append(result)
+                    self._pending_names.append(names)
                     continue
                 try:
                     self._reduce_one_by_one(name, value, pairs)
@@ -757,9 +764,9 @@ class BaseHook:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        names, self._pending_names = self._pending_names, []
         with self.guard("save reductions"):
-            hosted = plugins.to_host([p[1] for p in pending])
-            names = [p[0] for p in pending]
+            hosted = plugins.to_host(pending)
             writer = self._writer or self._get_writer()
             writer.write_scalars(self.step, self.mode, self.mode_step, names, hosted, time.time())
             if plugins.listens_to_tensors(self):

@@ -16,6 +16,7 @@ import pluggy
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
 
     import numpy as np
 
@@ -87,8 +88,8 @@ def smdebug_reductions(values: list[Any], reductions: list[tuple[str, bool]]) ->
 
 
 @hookspec(firstresult=True)
-def smdebug_to_host(results: list[Any]) -> list[np.ndarray] | None:
-    """Bring a step's smdebug_reductions results to the host together (one transfer), or None."""
+def smdebug_to_host(results: list[Any]) -> Sequence[np.ndarray] | None:
+    """Bring a step's smdebug_reductions results to the host together: an array each, or their 2-D array."""
 
 
 # -- storage ---------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -287,7 +287,7 @@ def reductions(values: list[Any], pairs: list[tuple[str, bool]]) -> list[Any] | 
     return _first("smdebug_reductions", values=values, reductions=pairs)
 
 
-def to_host(results: list[Any]) -> list[np.ndarray]:
+def to_host(results: list[Any]) -> Sequence[np.ndarray]:
     """The host arrays of a step's ``reductions`` results, brought over together."""
     return _first("smdebug_to_host", results=results)
 

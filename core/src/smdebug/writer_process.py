@@ -530,15 +530,18 @@ def _encode(items: list, names_table: _Names) -> tuple[list, list]:
         elif kind == "scalars":
             _, step, mode, mode_step, names, values, wall_time = item
             ids, new = names_table.ids(names)
-            sizes = [v.size for v in values]
-            dtype = values[0].dtype if values else None
-            if (
-                dtype is not None
-                and dtype.kind in "fiub"
-                and all(v.dtype == dtype and v.ndim == 1 for v in values)
+            if isinstance(values, np.ndarray) and values.ndim == 2 and values.dtype.kind in "fiub":
+                # a [results, reductions] matrix (smdebug_to_host's bulk answer): already one buffer
+                sizes, dtypes, values = [values.shape[1]] * len(values), values.dtype.str, [values]
+            elif (
+                values
+                and values[0].dtype.kind in "fiub"
+                and all(v.dtype == values[0].dtype and v.ndim == 1 for v in values)
             ):
-                dtypes, values = dtype.str, [np.concatenate(values)]  # rows of a result matrix: one buffer
+                sizes = [v.size for v in values]
+                dtypes, values = values[0].dtype.str, [np.concatenate(values)]  # rows of a result matrix
             else:  # results of different dtypes each keep theirs
+                sizes = [v.size for v in values]
                 dtypes = [v.dtype.str for v in values]
                 values = [np.ascontiguousarray(v) for v in values]
             header.append(["s", step, mode.value, mode_step, ids, new, dtypes, sizes, wall_time])

@@ -251,9 +251,13 @@ class Hook(BaseHook):
         with self.guard("watch the gradients"):
             for tensor in _tensors(outputs):
                 if tensor.requires_grad:
-                    tensor.register_hook(_Callback(self._on_backward, model))
+                    watch = _Callback(self._on_backward, model)
+                    if tensor.grad_fn is not None:  # a pre-hook of the node costs a third of a tensor hook
+                        tensor.grad_fn.register_prehook(watch)
+                    else:
+                        tensor.register_hook(watch)
 
-    def _on_backward(self, model: _Model, grad) -> None:
+    def _on_backward(self, model: _Model, _gradient) -> None:
         """A backward pass reached the model's output, before any of its parameters: note their gradients,
         to save at the pass's end those it changed (a stale gradient is not saved, as in smdebug 1.0)."""
         if model in self._backward:

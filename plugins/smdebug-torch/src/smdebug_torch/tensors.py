@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 import torch
@@ -128,9 +129,8 @@ def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]
             continue
         t = _prepared(value)
         if t is not None:
-            shapes.setdefault((t.device, t.dtype, t.shape if t.numel() <= STACK_NUMEL else i), []).append(
-                (i, t)
-            )
+            numel = t.numel()
+            shapes.setdefault((t.device, t.dtype, t.shape if numel <= STACK_NUMEL else i), []).append((i, t))
     alone: dict = {}  # (device, dtype) -> [(index, tensor)] of tensors without a partner of their shape
     for key, members in shapes.items():
         if len(members) == 1:
@@ -193,13 +193,17 @@ def _reduce_each(ts: list[torch.Tensor], pairs: list[tuple[str, bool]]) -> torch
     return torch.stack([column[i] for i in range(len(ts)) for column in columns]).reshape(len(ts), len(pairs))
 
 
-def to_host(results: list) -> list[np.ndarray] | None:
-    """The step's results on the host: one transfer per device and dtype for all of them."""
-    if not all(isinstance(r, Row) for r in results):
+_matrix_of = operator.attrgetter("matrix")
+_index_of = operator.attrgetter("index")
+
+
+def to_host(results: list) -> list[np.ndarray] | np.ndarray | None:
+    """The step's results on the host: one transfer per device and dtype for all of them. When all
+    have the same dtype and reductions, a [results, reductions] array (its rows are the results)."""
+    if set(map(type, results)) != {Row}:
         return None
-    matrices: dict[int, torch.Tensor] = {}
-    for r in results:
-        matrices.setdefault(id(r.matrix), r.matrix)
+    found = list(map(_matrix_of, results))
+    matrices = dict(zip(map(id, found), found))  # each matrix once, in order
     groups: dict[tuple, list[torch.Tensor]] = {}
     for m in matrices.values():
         groups.setdefault((m.device, m.dtype), []).append(m)
@@ -210,7 +214,15 @@ def to_host(results: list) -> list[np.ndarray] | None:
         for m in members:
             host[id(m)] = joined[start : start + m.numel()].reshape(m.shape)
             start += m.numel()
-    return [host[id(r.matrix)][r.index] for r in results]
+    if len(groups) == 1 and len({m.shape[1] for m in matrices.values()}) == 1:
+        # the joined matrices are one [rows, reductions] array: pick the results' rows, in their order
+        offsets, start = {}, 0
+        for key, m in matrices.items():
+            offsets[key] = start
+            start += m.shape[0]
+        where = map(operator.add, map(offsets.__getitem__, map(id, found)), map(_index_of, results))
+        return joined.reshape(start, -1)[np.fromiter(where, dtype=np.intp, count=len(results))]
+    return [host[id(m)][r.index] for m, r in zip(found, results)]
 
 
 def reduce(value: torch.Tensor, reduction: str, abs: bool = False) -> np.floating | None:
