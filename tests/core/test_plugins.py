@@ -110,9 +110,10 @@ class Lazy:
 class BatchingPlugin:
     """Starts the reductions of Lazy values where they live and brings a step's results over at once."""
 
-    def __init__(self):
+    def __init__(self, as_matrix=False):
         self.transfers: list[int] = []
         self.starts: list[int] = []  # values per smdebug_reductions call
+        self.as_matrix = as_matrix  # smdebug_to_host answers with one [results, reductions] array
 
     @hookimpl
     def smdebug_to_numpy(self, value):
@@ -135,7 +136,7 @@ class BatchingPlugin:
         if not all(isinstance(r, Lazy) for r in results):
             return None
         self.transfers.append(len(results))
-        return [r.data for r in results]
+        return np.stack([r.data for r in results]) if self.as_matrix else [r.data for r in results]
 
 
 def _batched_run(out_dir, plugin, steps=2, together=False):
@@ -169,6 +170,19 @@ def test_hook_smdebug_to_host(tmp_path):
     _batched_run(str(tmp_path / "run"), plugin, steps=3)
     assert plugin.transfers == [3, 3, 3]  # one transfer per step, for all its tensors
     assert plugin.starts == [1] * 12  # outside a together() block: one call per tensor
+
+
+@pytest.mark.parametrize("writer_process", ["0", "1"])
+def test_hook_smdebug_to_host_as_one_array(tmp_path, monkeypatch, writer_process):
+    """A 2-D array of the results is written as well as a list of them, by either writer (the process
+    one takes over after a few steps)."""
+    monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", writer_process)
+    steps = 7
+    trial = _batched_run(str(tmp_path / "run"), BatchingPlugin(as_matrix=True), steps=steps, together=True)
+    for step in range(steps):
+        assert trial.tensor("t2").reduction_value(step, "max", abs=True) == 7.0
+        assert trial.tensor("t0").reduction_value(step, "mean") == pytest.approx((step - 4) / 3)
+        assert trial.tensor("t1").reduction_value(step, "max") == max(step, 1.0)
 
 
 def test_reductions_saved_together_start_in_one_call(tmp_path, caplog):
