@@ -1,5 +1,6 @@
 """What the hook saves equals what torch itself reports, step by step."""
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -228,6 +229,42 @@ def test_gradients_are_those_of_the_step_backward_pass_before_clipping(out_dir):
         for name in ("body.weight", "b.bias" if step == 2 else "a.weight"):
             np.testing.assert_array_equal(
                 trial.tensor(f"gradient/TwoHeads_{name}").value(step), computed[step][name].numpy()
+            )
+
+
+@dataclasses.dataclass
+class Prediction:
+    logits: torch.Tensor
+
+
+class DataclassOutput(MLP):
+    """An output the hook cannot look into: an object of the script's own class."""
+
+    def forward(self, x):
+        return Prediction(super().forward(x))
+
+
+def test_gradients_of_a_model_whose_output_is_an_object(out_dir):
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"]
+    )
+    model = DataclassOutput()
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    computed = []
+    for step in range(3):
+        x, y = data(step)
+        opt.zero_grad()
+        F.cross_entropy(model(x).logits, y).backward()
+        computed.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert len(trial.tensor_names(collection="gradients")) == 4
+    for step in range(3):
+        for name, grad in computed[step].items():
+            np.testing.assert_array_equal(
+                trial.tensor(f"gradient/DataclassOutput_{name}").value(step), grad.numpy()
             )
 
 

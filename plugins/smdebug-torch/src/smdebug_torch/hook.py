@@ -64,6 +64,7 @@ class Hook(BaseHook):
         self._backward_queued = False  # a callback at the end of the running backward pass is queued
         # the running backward pass's models: their gradients when it reached their output
         self._backward: dict[_Model, tuple[list, list, list]] = {}
+        self._params_watched: set[_Model] = set()  # models whose parameters carry a backward watch
 
     # -- distributed training ------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -189,6 +190,7 @@ class Hook(BaseHook):
             )
         else:
             _remove(self._armed_handles)
+            self._params_watched.clear()
 
     def _modules_wanted(self) -> list[torch.nn.Module]:
         """The modules an included collection may want the inputs or outputs of (BaseHook.layer_wanted):
@@ -249,17 +251,27 @@ class Hook(BaseHook):
         if model is None or not self.any_due(model.grad_names):
             return
         with self.guard("watch the gradients"):
+            watch = _Callback(self._on_backward, model)
+            watched = False
             for tensor in _tensors(outputs):
                 if tensor.requires_grad:
-                    watch = _Callback(self._on_backward, model)
+                    watched = True
                     if tensor.grad_fn is not None:  # a pre-hook of the node costs a third of a tensor hook
                         tensor.grad_fn.register_prehook(watch)
                     else:
                         tensor.register_hook(watch)
+            if not watched and torch.is_grad_enabled() and model not in self._params_watched:
+                # an output this cannot look into (an object of the script's own class): a backward pass
+                # is seen at its first parameter, before that parameter's gradient is accumulated
+                self._params_watched.add(model)
+                self._armed_handles.extend(
+                    p.register_hook(watch) for _, p in model.gradients if p.requires_grad
+                )
 
     def _on_backward(self, model: _Model, _gradient) -> None:
-        """A backward pass reached the model's output, before any of its parameters: note their gradients,
-        to save at the pass's end those it changed (a stale gradient is not saved, as in smdebug 1.0)."""
+        """A backward pass reached the model's output (or its first parameter), before any gradient of the
+        model was accumulated: note them, to save at the pass's end those it changed (a stale gradient is
+        not saved, as in smdebug 1.0)."""
         if model in self._backward:
             return  # another of its outputs in the same pass
         grads = [p.grad for _, p in model.gradients]
