@@ -200,28 +200,36 @@ class TwoHeads(nn.Module):
         return {"a": self.a(h), "b": self.b(h), "note": "not a tensor"}
 
 
+def train_gradients(out_dir, model, steps, loss, set_to_none=True, clip=False):
+    """Train with the gradients saved every step: the run, and the gradients torch computed each step
+    (before clipping them, when ``clip``). ``loss(step, output, y)``: the step's loss."""
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"]
+    )
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    computed = []
+    for step in range(steps):
+        x, y = data(step)
+        opt.zero_grad(set_to_none=set_to_none)
+        loss(step, model(x), y).backward()
+        computed.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)  # in place, after the pass
+        opt.step()
+    hook.close()
+    return smd.create_trial(out_dir), computed
+
+
 def test_gradients_are_those_of_the_step_backward_pass_before_clipping(out_dir):
     """Gradients zeroed in place (zero_grad(set_to_none=False)) and clipped after the backward pass: the
     saved gradient is the one the pass computed; a head the pass did not reach has no gradient at that
     step (its zeroed, stale gradient is not saved)."""
-    hook = smd.Hook(
-        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"]
-    )
-    model = TwoHeads()
-    hook.register_module(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    computed = []
-    for step in range(4):
-        x, y = data(step)
-        opt.zero_grad(set_to_none=False)
-        out = model(x)
-        head = "b" if step == 2 else "a"  # step 2 trains head b only: head a's gradient stays zero
-        F.cross_entropy(out[head], y).backward()
-        computed.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)  # in place, after the pass
-        opt.step()
-    hook.close()
-    trial = smd.create_trial(out_dir)
+
+    def loss(step, out, y):  # step 2 trains head b only: head a's gradient stays zero
+        return F.cross_entropy(out["b" if step == 2 else "a"], y)
+
+    trial, computed = train_gradients(out_dir, TwoHeads(), 4, loss, set_to_none=False, clip=True)
     assert trial.tensor("gradient/TwoHeads_a.weight").steps() == [0, 1, 3]
     assert trial.tensor("gradient/TwoHeads_b.weight").steps() == [2]  # at 3, zeroed but not computed
     assert trial.tensor("gradient/TwoHeads_body.weight").steps() == [0, 1, 2, 3]
@@ -245,21 +253,9 @@ class DataclassOutput(MLP):
 
 
 def test_gradients_of_a_model_whose_output_is_an_object(out_dir):
-    hook = smd.Hook(
-        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["gradients"]
+    trial, computed = train_gradients(
+        out_dir, DataclassOutput(), 3, lambda step, out, y: F.cross_entropy(out.logits, y)
     )
-    model = DataclassOutput()
-    hook.register_module(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    computed = []
-    for step in range(3):
-        x, y = data(step)
-        opt.zero_grad()
-        F.cross_entropy(model(x).logits, y).backward()
-        computed.append({n: p.grad.clone() for n, p in model.named_parameters()})
-        opt.step()
-    hook.close()
-    trial = smd.create_trial(out_dir)
     assert len(trial.tensor_names(collection="gradients")) == 4
     for step in range(3):
         for name, grad in computed[step].items():
