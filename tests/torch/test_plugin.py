@@ -349,7 +349,7 @@ def test_idle_steps_run_no_module_or_gradient_callback_and_due_steps_save_everyt
         loss = loss_fn(model(torch.ones(2, 3)), torch.zeros(2, 1))
         callbacks.append(
             any(m._forward_hooks for m in model.modules())
-            or any(p._post_accumulate_grad_hooks for p in model.parameters())
+            or any(p._backward_hooks or p._post_accumulate_grad_hooks for p in model.parameters())
         )
         loss_callbacks.append(bool(loss_fn._forward_hooks or loss_fn._forward_pre_hooks))
         loss.backward()
