@@ -199,11 +199,20 @@ _index_of = operator.attrgetter("index")
 
 def to_host(results: list) -> list[np.ndarray] | np.ndarray | None:
     """The step's results on the host: one transfer per device and dtype for all of them. When all
-    have the same dtype and reductions, a [results, reductions] array (its rows are the results)."""
+    have the same device, dtype and reductions, a [results, reductions] array (its rows are the results)."""
     if set(map(type, results)) != {Row}:
         return None
     found = list(map(_matrix_of, results))
     matrices = dict(zip(map(id, found), found))  # each matrix once, in order
+    if len({(m.device, m.dtype, m.shape[1]) for m in matrices.values()}) == 1:
+        # one [rows, reductions] array of all the matrices: pick the results' rows from it, in their order
+        first, start = {}, 0
+        for key, m in matrices.items():
+            first[key] = start
+            start += m.shape[0]
+        rows = torch.cat(list(matrices.values())).cpu().numpy()
+        where = map(operator.add, map(first.__getitem__, map(id, found)), map(_index_of, results))
+        return rows[np.fromiter(where, dtype=np.intp, count=len(results))]
     groups: dict[tuple, list[torch.Tensor]] = {}
     for m in matrices.values():
         groups.setdefault((m.device, m.dtype), []).append(m)
@@ -214,14 +223,6 @@ def to_host(results: list) -> list[np.ndarray] | np.ndarray | None:
         for m in members:
             host[id(m)] = joined[start : start + m.numel()].reshape(m.shape)
             start += m.numel()
-    if len(groups) == 1 and len({m.shape[1] for m in matrices.values()}) == 1:
-        # the joined matrices are one [rows, reductions] array: pick the results' rows, in their order
-        offsets, start = {}, 0
-        for key, m in matrices.items():
-            offsets[key] = start
-            start += m.shape[0]
-        where = map(operator.add, map(offsets.__getitem__, map(id, found)), map(_index_of, results))
-        return joined.reshape(start, -1)[np.fromiter(where, dtype=np.intp, count=len(results))]
     return [host[id(m)][r.index] for m, r in zip(found, results)]
 
 
