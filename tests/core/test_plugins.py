@@ -328,6 +328,21 @@ def test_complex_values_are_reduced_on_their_magnitude():
     assert plugins.reduce(z, "sum", abs=True) == plugins.reduce(z, "sum") == pytest.approx(8.0)
 
 
+def test_tensors_in_finds_a_nested_outputs_tensors_without_numbering_them(tmp_path):
+    from smdebug_dummy import DummyTensor, Hook
+
+    class TypedHook(Hook):
+        tensor_types = (DummyTensor,)  # what a framework's hook declares: anything else is skipped
+
+    hook = TypedHook(out_dir=str(tmp_path / "run"))
+    a, b, c = DummyTensor([1]), DummyTensor([2]), DummyTensor([3])
+    hook.begin_step()
+    assert list(hook.tensors_in((a, {"x": [b, None, "text"], "y": c}))) == [a, b, c]
+    assert list(hook.tensors_in(a)) == [a] and list(hook.tensors_in("text")) == []
+    assert [n for n, _ in hook.numbered_tensors("out_", (a, b))] == ["out_0", "out_1"]  # numbers untouched
+    hook.close()
+
+
 def test_layer_wanted_asks_the_included_collections_with_a_layers_first_tensor_names(tmp_path):
     hook = BaseHook(out_dir=str(tmp_path / "run"), include_collections=["acts"])
     hook.get_collection("acts").include("^relu1_output_")

@@ -31,7 +31,8 @@ Called by a plugin:
     collections_of(name), layer_wanted(layer)
     save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
                                   collections); save_numbered(prefix, values) for numbered outputs,
-                                  numbered_tensors(prefix, values) to name them and save them later
+                                  numbered_tensors(prefix, values) to name them and save them later,
+                                  tensors_in(values) the tensors of such an output, unnamed
     together()                    a block whose tensors' reductions start in one plugin call at its end
     guard(what), warn_once(...)   never break training: log once, go on
     collections_changed()         collections must be prepared again before the next step
@@ -574,6 +575,11 @@ class BaseHook:
             named = [(f"{prefix}{i}", v) for i, v in enumerate(_leaves(values, self.tensor_types), index)]
         self._numbered[prefix] = index + len(named)
         return named
+
+    def tensors_in(self, values: Any) -> Iterator[Any]:
+        """The tensors (``tensor_types``) of a (nested) tuple, list or dict, in order, or the value itself:
+        what numbered_tensors names, without taking numbers."""
+        return _leaves(values, self.tensor_types)
 
     def save_numbered(self, prefix: str, values: Any) -> None:
         """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>`` (see numbered_tensors)."""

@@ -253,7 +253,7 @@ class Hook(BaseHook):
         with self.guard("watch the gradients"):
             watch = _Callback(self._on_backward, model)
             watched = False
-            for tensor in _tensors(outputs):
+            for tensor in self.tensors_in(outputs):
                 if tensor.requires_grad:
                     watched = True
                     if tensor.grad_fn is not None:  # a pre-hook of the node costs a third of a tensor hook
@@ -348,18 +348,6 @@ def _watch_parameters() -> None:
         _registered[0] = 1
         torch.nn.modules.module.register_module_parameter_registration_hook(_count_registration)
         torch.nn.modules.module.register_module_module_registration_hook(_count_registration)
-
-
-def _tensors(value, depth: int = 3):
-    """The tensors of a forward call's output: itself, or in its tuples, lists and dicts."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif depth and isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors(item, depth - 1)
-    elif depth and isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item, depth - 1)
 
 
 def _remove(handles: list) -> None:
