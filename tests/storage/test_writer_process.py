@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import smdebug
+from smdebug import writer_process
 from smdebug.hook import BaseHook
 from smdebug.trials import create_trial
 from smdebug.writer import RunWriter
@@ -80,6 +81,29 @@ def test_a_local_run_is_written_by_a_process_of_its_own_and_reads_as_the_thread_
     assert process_run["steps"] == list(range(STEPS)) and process_run["ended"]
     assert process_run == thread_run
     assert process_run["values"]["names", 3] == ["a", "bé", "raw"]
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared memory is Linux's memfd")
+@pytest.mark.parametrize("ring_bytes", [64 + 100, 64 + 2048, writer_process.RING_BYTES])
+def test_the_arrays_bytes_reach_the_writer_process_through_shared_memory_or_the_pipe(
+    tmp_path, monkeypatch, ring_bytes
+):
+    """A ring too small for any step's arrays sends them down the pipe; a small one goes round many
+    times; the run is the thread writer's either way."""
+    monkeypatch.setattr(writer_process, "RING_BYTES", ring_bytes)
+    steps = 40
+    hook = train(str(tmp_path / "process"), steps=steps, between=wait_for_the_child)
+    ring = hook._writer._ring
+    assert hook._writer._local is None and ring is not None
+    if ring_bytes == 64 + 100:
+        assert ring.used == 0
+    else:  # the small ring goes round more than twice
+        assert ring.used > (2 * ring.size if ring_bytes == 64 + 2048 else 0)
+    monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", "0")
+    train(str(tmp_path / "threads"), steps=steps)
+    process_run = read(str(tmp_path / "process"))
+    assert process_run["steps"] == list(range(steps))
+    assert process_run == read(str(tmp_path / "threads"))
 
 
 def test_a_short_run_never_starts_a_writer_process(tmp_path):

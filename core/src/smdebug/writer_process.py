@@ -4,7 +4,9 @@ RunWriter's encoding and file publishing is Python. In the training process it h
 training thread waits for it each time it comes back from a kernel or a system call: on a fast step that
 wait costs more than the work itself. Here a child process (``smdebug.writer_process.main``)
 runs the RunWriter on another core. The training thread sends a step's items down a pipe at the step's
-end, in one vectored write: a JSON header, then the arrays' bytes as they are. The child answers flush,
+end: a JSON header, with the arrays' bytes copied into memory shared with the child (one memcpy; the
+child copies them out at once), or after the header in the same vectored write when that memory is full
+or the system has none (memfd_create is Linux's). The child answers flush,
 close and status requests and forwards its log records on a second pipe, read by a thread that sleeps
 until it speaks.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import struct
 import subprocess
@@ -55,10 +58,48 @@ _FRAME = struct.Struct("<II")  # header length, payload length
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fcntl does not name it
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
+RING_BYTES = 8 * 1024 * 1024  # shared with the child for the arrays' bytes: a few steps of a small model
+_RING_READ = struct.Struct("<Q")  # at the ring's start: how many bytes the child has read (it writes it)
+_RING_START = 64  # where the arrays' bytes begin
 
 
 class _Gone(Exception):
     """The child process cannot take more: it exited."""
+
+
+class _Ring:
+    """Memory shared with the child, used in a circle: a message's array bytes go in at one place, after
+    the previous message's, and the child copies them out when it reads the message's header from the
+    pipe, then notes at the start of the ring how far it has read. A message waits for no room: when there
+    is not enough, its bytes follow its header down the pipe instead."""
+
+    def __init__(self, size: int):
+        self.fd = os.memfd_create("smdebug-writer")  # no name in any file system; gone with its last user
+        try:
+            os.ftruncate(self.fd, size)
+            self.map = mmap.mmap(self.fd, size)
+        except OSError:
+            os.close(self.fd)
+            raise
+        self.size = size - _RING_START
+        self.used = 0  # bytes handed out so far (where the next message goes, modulo the size)
+
+    def put(self, buffers: list, nbytes: int) -> list | None:
+        """Copy the buffers in, one after another: [offset, bytes, end] for the child, or None when the
+        child has not read enough of the ring yet."""
+        at = self.used % self.size
+        start = self.used if at + nbytes <= self.size else self.used + self.size - at  # never split
+        end = start + nbytes
+        if end - _RING_READ.unpack_from(self.map)[0] > self.size:
+            return None
+        at = start % self.size
+        position = _RING_START + at
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")
+            self.map[position : position + view.nbytes] = view
+            position += view.nbytes
+        self.used = end
+        return [at, nbytes, end]
 
 
 class ProcessWriter:
@@ -124,6 +165,7 @@ class ProcessWriter:
         self._closed = False
         self._pid = os.getpid()
         self._proc: subprocess.Popen | None = None
+        self._ring: _Ring | None = None
         self._ready = False  # the child said it is ready (set by the reply thread)
         self._gone: str | None = None  # why there is no child (then none is started again)
         self._replies: dict[int, dict] = {}
@@ -145,13 +187,22 @@ class ProcessWriter:
         # this very smdebug, whatever put it on this process's path (looked for after the child's own)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         code = f"import sys; sys.path.append({root!r}); from smdebug.writer_process import main; sys.exit(main())"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # a Ctrl-C meant for training must not stop the child mid-write
-        )
+        try:
+            self._ring = _Ring(RING_BYTES) if hasattr(os, "memfd_create") else None
+        except OSError:  # no shared memory: every byte goes down the pipe
+            self._ring = None
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # a Ctrl-C meant for training must not stop the child mid-write
+                pass_fds=(self._ring.fd,) if self._ring is not None else (),
+            )
+        finally:
+            if self._ring is not None:
+                os.close(self._ring.fd)  # the child has its own; this process keeps the mapping
         self._fd = self._proc.stdin.fileno()
         try:
             fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_BYTES)
@@ -167,6 +218,7 @@ class ProcessWriter:
             "close_timeout": self.close_timeout,
             "claim_token": self._claim_token,  # the claim is this process's writer's, made already
             "log_level": logger.getEffectiveLevel(),
+            "ring": [self._ring.fd, len(self._ring.map)] if self._ring is not None else None,
         }
         self._write_all(_message(["start", start]))
 
@@ -390,7 +442,12 @@ class ProcessWriter:
         try:
             if items:
                 header, buffers = _encode(items, self._names)
-                self._write_all(_message(["items", header], buffers))
+                nbytes = sum(memoryview(b).nbytes for b in buffers)
+                shared = self._ring.put(buffers, nbytes) if self._ring is not None and nbytes else None
+                if shared is not None:
+                    self._write_all(_message(["items", header, shared]))
+                else:
+                    self._write_all(_message(["items", header], buffers))
                 self._sent_steps.update(_steps(items))
                 items = []  # the child has them
             if request is not None:
@@ -717,6 +774,11 @@ def main() -> int:
         uri=uri,
         claim_token=options["claim_token"],
     )
+    ring = None
+    if options.get("ring"):
+        fd, size = options["ring"]
+        ring = mmap.mmap(fd, size)
+        os.close(fd)
     replies.send({"ready": True})
     names: dict[int, list[str]] = {}  # the lists of reduction names by their numbers
     reported = [0]  # written steps the training process was told of
@@ -728,6 +790,12 @@ def main() -> int:
         header, payload = msg
         kind = header[0]
         if kind == "items":
+            if len(header) > 2:  # the arrays' bytes are in the ring: copied out, and their room given back
+                at, nbytes, end = header[2]
+                payload = bytearray(nbytes)
+                with memoryview(ring) as shared:
+                    payload[:] = shared[_RING_START + at : _RING_START + at + nbytes]
+                _RING_READ.pack_into(ring, 0, end)
             _give(writer, header[1], payload, names)
         elif kind == "flush":
             done = writer.flush(header[2])
