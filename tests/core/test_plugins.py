@@ -185,6 +185,56 @@ def test_hook_smdebug_to_host_as_one_array(tmp_path, monkeypatch, writer_process
         assert trial.tensor("t1").reduction_value(step, "max") == max(step, 1.0)
 
 
+class InPlace:
+    """A value in host memory that training changes in place."""
+
+    def __init__(self, data):
+        self.data = data
+
+
+class ViewingPlugin:
+    @hookimpl
+    def smdebug_host_view(self, value):
+        return value.data if isinstance(value, InPlace) else None  # the very memory
+
+    @hookimpl
+    def smdebug_to_numpy(self, value):
+        return value.data.copy() if isinstance(value, InPlace) else None
+
+
+@pytest.mark.parametrize(
+    "writer_process, observed, views",
+    [("1", False, 8), ("0", False, 0), ("1", True, 0)],
+    ids=["process-writer", "thread-writer", "observed"],
+)
+def test_hook_smdebug_host_view(tmp_path, monkeypatch, writer_process, observed, views):
+    """The writer process copies a view before the hook returns; the thread writer, and a plugin that
+    observes saved tensors (smdebug-dummy's smdebug_tensor_saved), get a copy made by to_numpy."""
+    monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", writer_process)
+    if not observed:
+        monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy")
+        plugins.reset()
+    plugins.get_plugin_manager().register(ViewingPlugin(), name="viewing")
+    called = []
+    monkeypatch.setattr(
+        plugins, "host_view", lambda value, real=plugins.host_view: called.append(1) or real(value)
+    )
+    hook = BaseHook(out_dir=str(tmp_path / "run"), save_config=smdebug.SaveConfig(save_interval=1))
+    weights = InPlace(np.zeros((2, 3), np.float32))
+    hook.get_collection("weights").include("^w$")
+    hook.include_collections.append("weights")
+    for step in range(8):
+        hook.begin_step()
+        weights.data[:] = step
+        hook.save_for_step("w", weights)
+        weights.data[:] = -1  # training goes on
+        hook.end_step()
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert [trial.tensor("w").value(step).tolist() for step in range(8)] == [[[s] * 3] * 2 for s in range(8)]
+    assert len(called) == views
+
+
 def test_reductions_saved_together_start_in_one_call(tmp_path, caplog):
     plugin = BatchingPlugin()
     trial = _batched_run(str(tmp_path / "run"), plugin, steps=3, together=True)

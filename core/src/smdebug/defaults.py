@@ -27,6 +27,13 @@ def smdebug_to_numpy(value):
 
 
 @hookimpl(trylast=True)
+def smdebug_host_view(value):
+    import numpy as np
+
+    return value if type(value) is np.ndarray else None
+
+
+@hookimpl(trylast=True)
 def smdebug_reduce(value, reduction, abs):
     import numpy as np
 

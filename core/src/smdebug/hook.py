@@ -71,13 +71,12 @@ from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError,
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
 from smdebug.store import redact
-from smdebug.writer import END_OF_JOB_FILE, RunWriter, at_exit, collections_file_path
+from smdebug.writer import END_OF_JOB_FILE, RESERVE_BYTES, RunWriter, at_exit, collections_file_path
 from smdebug.writer_process import ProcessWriter
 
 logger = logging.getLogger("smdebug")
 
 SCALAR_PREFIX = "scalar/"
-RESERVE_BYTES = 1024 * 1024  # a tensor this large is copied for the writer only once the queue has room
 DEFAULT_WORKER = "worker_0"
 _NOTHING: frozenset = frozenset()
 _active_hook: BaseHook | None = None
@@ -688,6 +687,11 @@ class BaseHook:
                 self._reduce_all(name, value, pairs, names)
             if raw or shape:
                 writer = self._writer or self._get_writer()
+                if raw and not shape and writer.takes_views and not plugins.listens_to_tensors(self):
+                    view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
+                    if view is not None:
+                        self._queue(name, view, view=True)
+                        return
                 reserved = 0
                 if raw and not shape and not isinstance(value, np.ndarray):
                     # the copy for the writer is made only once the queue has room for it
@@ -781,9 +785,19 @@ class BaseHook:
                         plugins.tensor_saved(self, name, np.asarray(result))
             self._saved_any = True
 
-    def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
+    def _queue(
+        self,
+        name: str,
+        array: np.ndarray,
+        wall_time: float | None = None,
+        reserved: int = 0,
+        view: bool = False,
+    ) -> None:
         writer = self._writer or self._get_writer()
-        writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
+        if view:  # a view of the value's memory: the writer copies it before returning
+            writer.write_view(self.step, self.mode, self.mode_step, name, array)
+        else:
+            writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
         self._saved_any = True
         plugins.tensor_saved(self, name, array)
 

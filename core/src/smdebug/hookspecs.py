@@ -78,6 +78,11 @@ def smdebug_to_numpy(value: Any) -> np.ndarray | None:
 
 
 @hookspec(firstresult=True)
+def smdebug_host_view(value: Any) -> np.ndarray | None:
+    """A numpy view of a value held in host memory, read before training goes on (no copy), or None."""
+
+
+@hookspec(firstresult=True)
 def smdebug_reduce(value: Any, reduction: str, abs: bool) -> float | None:
     """Compute one reduction of a value where it lives; a float (a numpy scalar's dtype is stored) or None."""
 

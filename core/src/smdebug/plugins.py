@@ -277,6 +277,10 @@ def to_numpy(value: Any) -> np.ndarray | None:
     return _first("smdebug_to_numpy", value=value)
 
 
+def host_view(value: Any) -> np.ndarray | None:
+    return _first("smdebug_host_view", value=value)
+
+
 def reduce(value: Any, reduction: str, abs: bool = False) -> float | None:
     return _first("smdebug_reduce", value=value, reduction=reduction, abs=abs)
 

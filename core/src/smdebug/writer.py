@@ -52,6 +52,7 @@ DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 DEFAULT_CLOSE_TIMEOUT = 60.0  # seconds close() keeps retrying a failing store before giving up
 DEFAULT_CHECK_TIMEOUT = 5.0  # seconds a new hook waits for the out_dir check before training goes on
 BATCH_BYTES = 1024 * 1024  # a step's tensors reach the encoder thread together below this size
+RESERVE_BYTES = 1024 * 1024  # a tensor this large is copied for the writer only once the queue has room
 SCALAR_BYTES = 256  # what a tensor's reductions count in the queue (encoded: a few small records)
 RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
 CLOSE_RETRY_MAX = 2.0  # backoff cap while close() drains
@@ -319,6 +320,8 @@ class RunWriter:
     ``store`` is a Store, or a callable that opens one (called on the writer's thread: opening a remote
     store may wait on the network). ``claim=(token, released_worker or None)`` makes the writer claim its
     worker name before writing anything."""
+
+    takes_views = False  # write_tensor keeps the array it is given: the caller passes a copy
 
     def __init__(
         self,

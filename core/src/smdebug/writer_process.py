@@ -3,12 +3,12 @@
 RunWriter's encoding and file publishing is Python. In the training process it holds the GIL, and the
 training thread waits for it each time it comes back from a kernel or a system call: on a fast step that
 wait costs more than the work itself. Here a child process (``smdebug.writer_process.main``)
-runs the RunWriter on another core. The training thread sends a step's items down a pipe at the step's
-end: a JSON header, with the arrays' bytes copied into memory shared with the child (one memcpy; the
-child copies them out at once), or after the header in the same vectored write when that memory is full
-or the system has none (memfd_create is Linux's). The child answers flush,
-close and status requests and forwards its log records on a second pipe, read by a thread that sleeps
-until it speaks.
+runs the RunWriter on another core. The training thread copies each array it is given into memory shared
+with the child (write_view: straight from a tensor's own memory, the only copy made), and sends the
+step's items down a pipe at the step's end, as a JSON header; the child copies the arrays out when it
+reads it. Arrays that do not fit, or all of them where there is no memfd_create (Linux's), follow the
+header in the same vectored write. The child answers flush, close and status requests and forwards its
+log records on a second pipe, read by a thread that sleeps until it speaks.
 
 A run starts on a RunWriter in this process, so its first steps are written at once and a short run never
 starts a child; the child takes over once it is ready. Nothing is lost when it cannot start or dies: a
@@ -43,6 +43,7 @@ from smdebug.modes import ModeKeys
 from smdebug.store import Store, redact
 from smdebug.writer import (
     BATCH_BYTES,
+    RESERVE_BYTES,
     RunWriter,
     close_timeout_from_env,
     max_queue_bytes_from_env,
@@ -68,10 +69,9 @@ class _Gone(Exception):
 
 
 class _Ring:
-    """Memory shared with the child, used in a circle: a message's array bytes go in at one place, after
-    the previous message's, and the child copies them out when it reads the message's header from the
-    pipe, then notes at the start of the ring how far it has read. A message waits for no room: when there
-    is not enough, its bytes follow its header down the pipe instead."""
+    """Memory shared with the child, used in a circle: arrays go in one after another, and the child
+    copies them out when it reads the message that describes them from the pipe, then notes at the start
+    of the ring how far it has read. Nothing waits for room: an array that does not fit goes down the pipe."""
 
     def __init__(self, size: int):
         self.fd = os.memfd_create("smdebug-writer")  # no name in any file system; gone with its last user
@@ -81,25 +81,61 @@ class _Ring:
         except OSError:
             os.close(self.fd)
             raise
+        self.bytes = np.frombuffer(self.map, np.uint8)  # for arrays with strides
         self.size = size - _RING_START
-        self.used = 0  # bytes handed out so far (where the next message goes, modulo the size)
+        self.used = 0  # bytes handed out so far (where the next array goes, modulo the size)
+
+    def take(self, nbytes: int) -> int | None:
+        """Where ``nbytes`` go (in one piece, 64-byte aligned), or None when the child has not read enough
+        of the ring yet."""
+        used, size = self.used, self.size
+        at = used % size
+        if at + nbytes > size:  # never split: start again at the beginning
+            used += size - at
+            at = 0
+        end = used + -(-nbytes // 64) * 64
+        if end - _RING_READ.unpack_from(self.map)[0] > size:
+            return None
+        self.used = end
+        return _RING_START + at
 
     def put(self, buffers: list, nbytes: int) -> list | None:
-        """Copy the buffers in, one after another: [offset, bytes, end] for the child, or None when the
-        child has not read enough of the ring yet."""
-        at = self.used % self.size
-        start = self.used if at + nbytes <= self.size else self.used + self.size - at  # never split
-        end = start + nbytes
-        if end - _RING_READ.unpack_from(self.map)[0] > self.size:
+        """Copy the buffers in, one after another: [offset, bytes] for the child, or None."""
+        position = self.take(nbytes)
+        if position is None:
             return None
-        at = start % self.size
-        position = _RING_START + at
+        start = position
         for buffer in buffers:
             view = memoryview(buffer).cast("B")
             self.map[position : position + view.nbytes] = view
             position += view.nbytes
-        self.used = end
-        return [at, nbytes, end]
+        return [start, nbytes]
+
+    def copy_in(self, array: np.ndarray) -> _InRing | None:
+        """Copy one array in, or None when there is no room for it."""
+        nbytes = array.nbytes
+        position = self.take(nbytes)
+        if position is None:
+            return None
+        if array.flags.c_contiguous:
+            self.map[position : position + nbytes] = memoryview(array).cast("B")
+        else:
+            place = self.bytes[position : position + nbytes].view(array.dtype).reshape(array.shape)
+            np.copyto(place, array)
+        return _InRing(position, array.dtype, array.shape, nbytes)
+
+
+class _InRing:
+    """An array copied into the ring, in a step's batch: where it is, its dtype and shape."""
+
+    __slots__ = ("position", "dtype", "shape", "nbytes")
+
+    def __init__(self, position: int, dtype: np.dtype, shape: tuple, nbytes: int):
+        self.position, self.dtype, self.shape, self.nbytes = position, dtype, shape, nbytes
+
+    def copy(self, ring: _Ring) -> np.ndarray:
+        data = ring.bytes[self.position : self.position + self.nbytes]
+        return data.view(self.dtype).reshape(self.shape).copy()
 
 
 class ProcessWriter:
@@ -332,6 +368,27 @@ class ProcessWriter:
         if self._batch_bytes >= BATCH_BYTES:
             self._send()
 
+    takes_views = True
+
+    def write_view(self, step: int, mode: ModeKeys, mode_step: int, name: str, view: np.ndarray) -> None:
+        """write_tensor of a view of memory that training changes once this returns: copied into the
+        ring (the child's copy, in the one copy the training thread makes), or else into an array."""
+        wall_time = time.time()
+        if (
+            self._local is None
+            and self._ring is not None
+            and view.dtype.kind in "biufc"
+            and not self._forked()
+        ):
+            in_ring = self._ring.copy_in(view)
+            if in_ring is not None:
+                self.write_tensor(step, mode, mode_step, name, in_ring, wall_time)
+                return
+        reserved = view.nbytes if view.nbytes >= RESERVE_BYTES else 0
+        if reserved:  # the copy is made once the queue has room for it (as the hook does)
+            self.reserve(reserved)
+        self.write_tensor(step, mode, mode_step, name, view.copy(), wall_time, reserved)
+
     def write_scalars(self, step, mode, mode_step, names, values, wall_time) -> None:
         self._step_has_data = True
         if self._local_takes(step):
@@ -442,12 +499,14 @@ class ProcessWriter:
         try:
             if items:
                 header, buffers = _encode(items, self._names)
-                nbytes = sum(memoryview(b).nbytes for b in buffers)
-                shared = self._ring.put(buffers, nbytes) if self._ring is not None and nbytes else None
-                if shared is not None:
-                    self._write_all(_message(["items", header, shared]))
-                else:
+                ring = self._ring
+                if ring is None:
                     self._write_all(_message(["items", header], buffers))
+                else:  # the child gives back the ring up to all that was put in it so far, once it has read
+                    nbytes = sum(memoryview(b).nbytes for b in buffers)
+                    shared = ring.put(buffers, nbytes) if nbytes else None
+                    message = ["items", header, shared, ring.used]
+                    self._write_all(_message(message) if shared else _message(message, buffers))
                 self._sent_steps.update(_steps(items))
                 items = []  # the child has them
             if request is not None:
@@ -510,7 +569,7 @@ class ProcessWriter:
         self._local.failed_steps.update({**self._failed_steps, **lost})
         self._local.failed_files.update(self._failed_files)
         self._local.written_steps.extend(self._written)
-        items = [*unsent, *self._batch]
+        items = [_owned(item, self._ring) for item in [*unsent, *self._batch]]
         self._batch = []
         _feed(self._local, [item for item in items if item[0] == "file" or item[1] not in lost])
 
@@ -535,6 +594,13 @@ def _message(header: list, buffers: list = ()) -> list:
     head = json.dumps(header, separators=(",", ":")).encode()
     size = sum(b.nbytes if isinstance(b, np.ndarray) else len(b) for b in buffers)
     return [_FRAME.pack(len(head), size), head, *buffers]
+
+
+def _owned(item: tuple, ring: _Ring | None) -> tuple:
+    """A batch item with its array out of the ring, for a writer in this process."""
+    if item[0] == "tensor" and isinstance(item[5], _InRing):
+        return (*item[:5], item[5].copy(ring), *item[6:])
+    return item
 
 
 def _steps(items: list) -> set[int]:
@@ -571,6 +637,10 @@ def _encode(items: list, names_table: _Names) -> tuple[list, list]:
         kind = item[0]
         if kind == "tensor":
             _, step, mode, mode_step, name, array, wall_time = item
+            if isinstance(array, _InRing):  # its bytes are in the ring already
+                where = [array.dtype.str, array.shape, wall_time, array.position]
+                header.append(["t", step, mode.value, mode_step, name, *where])
+                continue
             if array.dtype.kind == "O":
                 described = _strings(array)
                 if described is None:  # what RunWriter says of an element it cannot encode
@@ -715,16 +785,19 @@ def _state(writer: RunWriter, live: bool, reported: list[int]) -> dict:
     }
 
 
-def _give(writer: RunWriter, header: list, payload: bytearray, names: dict) -> None:
+def _give(writer: RunWriter, header: list, payload: bytearray, names: dict, ring: mmap.mmap | None) -> None:
     offset = 0
     for item in header:
         kind = item[0]
         if kind == "t":
-            _, step, mode, mode_step, name, dtype, shape, wall_time = item
+            _, step, mode, mode_step, name, dtype, shape, wall_time, *in_ring = item
             dtype = np.dtype(dtype)
             count = int(np.prod(shape, dtype=np.int64))
-            array = np.frombuffer(payload, dtype, count, offset).reshape(shape)
-            offset += count * dtype.itemsize
+            if in_ring:  # copied out: the training process reuses that room once this message is read
+                array = np.frombuffer(ring, dtype, count, in_ring[0]).reshape(shape).copy()
+            else:
+                array = np.frombuffer(payload, dtype, count, offset).reshape(shape)
+                offset += count * dtype.itemsize
             writer.write_tensor(step, ModeKeys(mode), mode_step, name, array, wall_time)
         elif kind == "o":
             _, step, mode, mode_step, name, shape, kinds, wall_time = item
@@ -790,13 +863,14 @@ def main() -> int:
         header, payload = msg
         kind = header[0]
         if kind == "items":
-            if len(header) > 2:  # the arrays' bytes are in the ring: copied out, and their room given back
-                at, nbytes, end = header[2]
+            if len(header) > 2 and header[2]:  # the rest of the arrays' bytes, in the ring: copied out
+                position, nbytes = header[2]
                 payload = bytearray(nbytes)
                 with memoryview(ring) as shared:
-                    payload[:] = shared[_RING_START + at : _RING_START + at + nbytes]
-                _RING_READ.pack_into(ring, 0, end)
-            _give(writer, header[1], payload, names)
+                    payload[:] = shared[position : position + nbytes]
+            _give(writer, header[1], payload, names, ring)
+            if len(header) > 2:  # everything the training process put in the ring so far is read
+                _RING_READ.pack_into(ring, 0, header[3])
         elif kind == "flush":
             done = writer.flush(header[2])
             replies.send({"id": header[1], "result": done, "state": _state(writer, True, reported)})

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 from smdebug.plugin import Framework, hookimpl
+
+
+def _tensors():
+    # imported on first use, then found in sys.modules: a `from ... import` in each call would cost more
+    # than a small tensor's conversion
+    return sys.modules.get("smdebug_mxnet.tensors") or importlib.import_module("smdebug_mxnet.tensors")
 
 
 def _is_ndarray(value) -> bool:
@@ -28,27 +35,28 @@ def smdebug_framework():
 def smdebug_to_numpy(value):
     if not _is_ndarray(value):
         return None
-    from smdebug_mxnet.tensors import to_numpy
+    return _tensors().to_numpy(value)
 
-    return to_numpy(value)
+
+@hookimpl
+def smdebug_host_view(value):
+    if not _is_ndarray(value):
+        return None
+    return _tensors().host_memory(value)
 
 
 @hookimpl
 def smdebug_reduce(value, reduction, abs):
     if not _is_ndarray(value):
         return None
-    from smdebug_mxnet.tensors import reduce
-
-    return reduce(value, reduction, abs)
+    return _tensors().reduce(value, reduction, abs)
 
 
 @hookimpl
 def smdebug_reductions(values, reductions):
     if not any(_is_ndarray(v) for v in values):
         return None
-    from smdebug_mxnet.tensors import reductions as start
-
-    return start(values, reductions)  # None for the values that are not NDArrays
+    return _tensors().reductions(values, reductions)  # None for the values that are not NDArrays
 
 
 @hookimpl
@@ -57,9 +65,7 @@ def smdebug_to_host(results):
     mx = sys.modules.get("mxnet")
     if mx is None or not any(isinstance(r, mx.nd.NDArray) for r in results):
         return None
-    from smdebug_mxnet.tensors import to_host
-
-    return to_host(results)
+    return _tensors().to_host(results)
 
 
 @hookimpl

@@ -50,6 +50,14 @@ def host_view(value: mx.nd.NDArray) -> np.ndarray:
         return value.asnumpy()
 
 
+def host_memory(value: mx.nd.NDArray) -> np.ndarray | None:
+    """A view of a dense CPU NDArray's memory for the writer to copy at once (asnumpy's copy saved),
+    else None."""
+    if type(value) is NDArray and value.stype == "default" and on_host(value) and 0 not in value.shape:
+        return host_view(value)
+    return None
+
+
 def reduce_on_host(data: np.ndarray, reduction: str):
     if reduction in ("min", "max", "mean", "sum", "prod", "std", "median"):
         return getattr(np, reduction)(data)

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 from smdebug.plugin import Framework, hookimpl
+
+
+def _tensors():
+    # imported on first use, then found in sys.modules: a `from ... import` in each call would cost more
+    # than a small tensor's conversion
+    return sys.modules.get("smdebug_tf.tensors") or importlib.import_module("smdebug_tf.tensors")
 
 
 def _is_tf_value(value) -> bool:
     # nothing can be a TensorFlow value before TensorFlow is imported; the check stays cheap
     if sys.modules.get("tensorflow") is None:
         return False
-    from smdebug_tf.tensors import is_tf_value
-
-    return is_tf_value(value)
+    return _tensors().is_tf_value(value)
 
 
 @hookimpl
@@ -38,27 +43,21 @@ def smdebug_framework():
 def smdebug_to_numpy(value):
     if not _is_tf_value(value):
         return None
-    from smdebug_tf.tensors import to_numpy
-
-    return to_numpy(value)
+    return _tensors().to_numpy(value)
 
 
 @hookimpl
 def smdebug_reduce(value, reduction, abs):
     if not _is_tf_value(value):
         return None
-    from smdebug_tf.tensors import reduce
-
-    return reduce(value, reduction, abs)
+    return _tensors().reduce(value, reduction, abs)
 
 
 @hookimpl
 def smdebug_reductions(values, reductions):
     if sys.modules.get("tensorflow") is None:
         return None
-    from smdebug_tf.tensors import reductions as start
-
-    started = start(values, reductions)
+    started = _tensors().reductions(values, reductions)
     return started if any(s is not None for s in started) else None
 
 
@@ -66,9 +65,7 @@ def smdebug_reductions(values, reductions):
 def smdebug_to_host(results):
     if sys.modules.get("tensorflow") is None:
         return None
-    from smdebug_tf.tensors import to_host
-
-    return to_host(results)
+    return _tensors().to_host(results)
 
 
 @hookimpl

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 from smdebug.plugin import Framework, hookimpl
+
+
+def _tensors():
+    # imported on first use, then found in sys.modules: a `from ... import` in each call would cost more
+    # than a small tensor's conversion
+    return sys.modules.get("smdebug_torch.tensors") or importlib.import_module("smdebug_torch.tensors")
 
 
 def _is_torch_tensor(value) -> bool:
@@ -28,36 +35,35 @@ def smdebug_framework():
 def smdebug_to_numpy(value):
     if not _is_torch_tensor(value):
         return None
-    from smdebug_torch.tensors import to_numpy
+    return _tensors().to_numpy(value)
 
-    return to_numpy(value)
+
+@hookimpl
+def smdebug_host_view(value):
+    if not _is_torch_tensor(value):
+        return None
+    return _tensors().host_view(value)
 
 
 @hookimpl
 def smdebug_reduce(value, reduction, abs):
     if not _is_torch_tensor(value):
         return None
-    from smdebug_torch.tensors import reduce
-
-    return reduce(value, reduction, abs)
+    return _tensors().reduce(value, reduction, abs)
 
 
 @hookimpl
 def smdebug_reductions(values, reductions):
     if not any(_is_torch_tensor(v) for v in values):
         return None
-    from smdebug_torch.tensors import reductions as start
-
-    return start(values, reductions)
+    return _tensors().reductions(values, reductions)
 
 
 @hookimpl
 def smdebug_to_host(results):
     if sys.modules.get("torch") is None:
         return None
-    from smdebug_torch.tensors import to_host
-
-    return to_host(results)
+    return _tensors().to_host(results)
 
 
 @hookimpl

@@ -37,13 +37,21 @@ def to_numpy(value: torch.Tensor) -> np.ndarray:
     if t.dtype in _UPCAST:
         t = t.float()  # a new tensor already
         return t.cpu().numpy()
-    if t.device.type == "cpu":
+    if t.is_cpu:
         # numpy's copy: single-threaded and cheaper than torch's clone (which may start intra-op threads)
         return t.numpy().copy()
     return t.cpu().numpy()
 
 
 _PLAIN_FLOATS = frozenset({torch.float32, torch.float64})
+
+
+def host_view(value: torch.Tensor) -> np.ndarray | None:
+    """A numpy view of a plain CPU float tensor's memory (the writer copies it at once), else None."""
+    if value.dtype in _PLAIN_FLOATS and value.layout == torch.strided and value.is_cpu:
+        if not value.is_neg():  # (a negative view: its memory holds the opposite values)
+            return value.detach().numpy()
+    return None
 
 
 def _prepared(value: torch.Tensor) -> torch.Tensor | None:
