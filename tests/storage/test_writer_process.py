@@ -109,6 +109,32 @@ def test_the_arrays_bytes_reach_the_writer_process_through_shared_memory_or_the_
     assert process_run == read(str(tmp_path / "threads"))
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_copy_of_training_writes_nothing(tmp_path):
+    """A data loader's worker is a fork of the training process: what its copy of the hook saves is
+    dropped, and it writes nothing into the memory shared with the writer process, nor into the pipe."""
+
+    def fork_at_8(hook, step):
+        wait_for_the_child(hook, step)
+        if step != 8:
+            return
+        pid = os.fork()
+        if pid == 0:  # the fork: exit code 0 when nothing reached the writer process
+            ring = hook._writer._ring
+            used = ring.used if ring is not None else None
+            hook.begin_step()
+            hook.save_tensor("w", np.full((3, 4), -7.0, dtype=np.float32))
+            hook.end_step()
+            hook.close()
+            os._exit(0 if ring is None or ring.used == used else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+
+    train(str(tmp_path / "run"), between=fork_at_8)
+    run = read(str(tmp_path / "run"))
+    assert run["steps"] == list(range(STEPS))
+    assert all(-7.0 not in np.ravel(run["values"]["w", step]) for step in range(STEPS))
+
+
 def test_a_short_run_never_starts_a_writer_process(tmp_path):
     hook = train(str(tmp_path / "run"), steps=3)
     assert hook._writer._proc is None

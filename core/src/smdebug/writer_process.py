@@ -64,6 +64,12 @@ _RING_READ = struct.Struct("<Q")  # at the ring's start: how many bytes the chil
 _RING_START = 64  # where the arrays' bytes begin
 
 
+# this process's id, kept up to date in forked children without a system call per saved tensor
+_pid = [os.getpid()]
+if hasattr(os, "register_at_fork"):  # (where it is missing, there is no fork either)
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
 class _Gone(Exception):
     """The child process cannot take more: it exited."""
 
@@ -199,7 +205,7 @@ class ProcessWriter:
         self._sent_steps: set[int] = set()  # steps the child was given items of
         self._names = _Names()
         self._closed = False
-        self._pid = os.getpid()
+        self._pid = _pid[0]
         self._proc: subprocess.Popen | None = None
         self._ring: _Ring | None = None
         self._ready = False  # the child said it is ready (set by the reply thread)
@@ -481,7 +487,7 @@ class ProcessWriter:
     def _forked(self) -> bool:
         """A forked copy of the training process (a data loader's worker): the pipe is its parent's, so
         this copy writes nothing, as a thread writer's copy would (its threads are not in the fork)."""
-        return os.getpid() != self._pid
+        return _pid[0] != self._pid
 
     # -- sending ------------------------------------------------------------------------------------
     def _send(self, request: list | None = None) -> None:
