@@ -37,6 +37,7 @@ def train(out_dir: str, steps: int = STEPS, between=None, **options) -> BaseHook
         buffer = np.arange(12, dtype=np.float32).reshape(3, 4) * step
         hook.save_tensor("w", buffer)
         hook.save_tensor("w_t", buffer.T)  # a strided view
+        hook.save_tensor("empty", np.zeros((0, 3), dtype=np.float32))
         buffer[:] = -1  # training goes on: what was saved is the value it had
         hook.save_tensor("stat", np.linspace(-1, 1, 50) * step, "stats")
         hook.save_tensor("names", np.array(["a", "bé", b"raw"], dtype=object))

@@ -111,10 +111,10 @@ class _Ring:
         if position is None:
             return None
         start = position
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B")
-            self.map[position : position + view.nbytes] = view
-            position += view.nbytes
+        for view in map(memoryview, buffers):
+            if view.nbytes:  # (an empty array's view cannot be cast)
+                self.map[position : position + view.nbytes] = view.cast("B")
+                position += view.nbytes
         return [start, nbytes]
 
     def copy_in(self, array: np.ndarray) -> _InRing | None:
@@ -123,9 +123,9 @@ class _Ring:
         position = self.take(nbytes)
         if position is None:
             return None
-        if array.flags.c_contiguous:
+        if nbytes and array.flags.c_contiguous:
             self.map[position : position + nbytes] = memoryview(array).cast("B")
-        else:
+        elif nbytes:  # strided
             place = self.bytes[position : position + nbytes].view(array.dtype).reshape(array.shape)
             np.copyto(place, array)
         return _InRing(position, array.dtype, array.shape, nbytes)
