@@ -689,7 +689,7 @@ class BaseHook:
                 writer = self._writer or self._get_writer()
                 if raw and not shape and writer.takes_views and not plugins.listens_to_tensors(self):
                     view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
-                    if view is not None:
+                    if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
                         self._queue(name, view, view=True)
                         return
                 reserved = 0
