@@ -96,9 +96,16 @@ def test_the_arrays_bytes_reach_the_writer_process_through_shared_memory_or_the_
     is the thread writer's either way."""
     monkeypatch.setattr(writer_process, "RING_BYTES", ring_bytes)
     steps = 40
-    hook = train(str(tmp_path / "process"), steps=steps, between=wait_for_the_child)
-    ring = hook._writer._ring
+    rings = []
+
+    def keep_the_ring(hook, step):
+        wait_for_the_child(hook, step)
+        rings.append(hook._writer._ring)
+
+    hook = train(str(tmp_path / "process"), steps=steps, between=keep_the_ring)
+    ring = rings[-1]
     assert hook._writer._local is None and ring is not None
+    assert hook._writer._ring is None  # closed: this process no longer maps it
     if ring_bytes == 64 + 100:  # "w" (48 bytes) fits, "stat" (400) never does
         assert 0 < ring.used < steps * 400
     else:  # the small ring goes round more than twice

@@ -459,9 +459,11 @@ class ProcessWriter:
             reply = self._request("close", timeout, end_of_job, wait=timeout + REPLY_GRACE)
             if reply is not None:
                 self._stop_child()
+                self._ring = None  # unmapped here (a process that makes many hooks keeps none of them)
                 return self.failed_steps
             self._take_over()  # gone or hung: this process finishes the run
         self._stop_child()  # started, not yet handed over: it has nothing
+        self._ring = None
         self._local.close(max(0.0, deadline - time.monotonic()), end_of_job)
         return self.failed_steps
 
