@@ -195,6 +195,19 @@ def test_a_closed_hook_does_nothing(out_dir):
     assert smd.create_trial(out_dir).steps() == [0]
 
 
+def test_a_tensor_without_memory_of_its_own_is_copied_not_viewed(caplog):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from smdebug import plugins
+
+    with FakeTensorMode():
+        fake = torch.randn(3)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        assert plugins.host_view(fake) is None  # to_numpy is asked instead, and says why it cannot
+        assert plugins.host_view(torch.ones(2, requires_grad=True)).tolist() == [1.0, 1.0]
+    assert "failed" not in caplog.text
+
+
 def test_a_failing_save_never_breaks_training(out_dir, caplog, monkeypatch):
     from smdebug_torch import tensors
 

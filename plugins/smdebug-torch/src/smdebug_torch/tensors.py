@@ -50,7 +50,10 @@ def host_view(value: torch.Tensor) -> np.ndarray | None:
     """A numpy view of a plain CPU float tensor's memory (the writer copies it at once), else None."""
     if value.dtype in _PLAIN_FLOATS and value.layout == torch.strided and value.is_cpu:
         if not value.is_neg():  # (a negative view: its memory holds the opposite values)
-            return value.detach().numpy()
+            try:
+                return value.detach().numpy()
+            except RuntimeError:  # a tensor subclass with no memory of its own: to_numpy says why
+                return None
     return None
 
 
