@@ -368,13 +368,19 @@ def test_reductions_instead_of_raw_tensors_equal_numpy(out_dir):
                     assert got == pytest.approx(expected, rel=1e-5, abs=1e-30), (name, red, absolute)
 
 
-def test_reduction_runs_on_the_tensor_device_and_only_scalars_reach_the_host(out_dir, monkeypatch):
+def record_conversions(monkeypatch) -> list:
+    """The shapes of the tensors brought to the host: copied (to_numpy), or viewed for the writer to copy."""
     from smdebug_torch import tensors
 
-    converted = []
-    for route in ("to_numpy", "host_view"):  # a copy, or a view the writer copies
+    shapes = []
+    for route in ("to_numpy", "host_view"):
         real = getattr(tensors, route)
-        monkeypatch.setattr(tensors, route, lambda v, real=real: converted.append(tuple(v.shape)) or real(v))
+        monkeypatch.setattr(tensors, route, lambda v, real=real: shapes.append(tuple(v.shape)) or real(v))
+    return shapes
+
+
+def test_reduction_runs_on_the_tensor_device_and_only_scalars_reach_the_host(out_dir, monkeypatch):
+    converted = record_conversions(monkeypatch)
     hook = smd.Hook(
         out_dir=out_dir,
         save_config=smd.SaveConfig(save_interval=1),
@@ -394,12 +400,7 @@ def test_reduction_runs_on_the_tensor_device_and_only_scalars_reach_the_host(out
 
 
 def test_only_due_steps_copy_tensors(out_dir, monkeypatch):
-    from smdebug_torch import tensors
-
-    copies = []
-    for route in ("to_numpy", "host_view"):  # a copy, or a view the writer copies
-        real = getattr(tensors, route)
-        monkeypatch.setattr(tensors, route, lambda v, real=real: copies.append(tuple(v.shape)) or real(v))
+    copies = record_conversions(monkeypatch)
     hook = smd.Hook(
         out_dir=out_dir,
         save_config=smd.SaveConfig(save_steps=[2]),
