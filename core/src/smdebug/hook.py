@@ -690,7 +690,8 @@ class BaseHook:
                 if raw and not shape and writer.takes_views and not plugins.listens_to_tensors(self):
                     view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
                     if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
-                        self._queue(name, view, view=True)
+                        writer.write_view(self.step, self.mode, self.mode_step, name, view)
+                        self._saved_any = True  # (nothing observes saved tensors: checked above)
                         return
                 reserved = 0
                 if raw and not shape and not isinstance(value, np.ndarray):
@@ -785,19 +786,9 @@ class BaseHook:
                         plugins.tensor_saved(self, name, np.asarray(result))
             self._saved_any = True
 
-    def _queue(
-        self,
-        name: str,
-        array: np.ndarray,
-        wall_time: float | None = None,
-        reserved: int = 0,
-        view: bool = False,
-    ) -> None:
+    def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
         writer = self._writer or self._get_writer()
-        if view:  # a view of the value's memory: the writer copies it before returning
-            writer.write_view(self.step, self.mode, self.mode_step, name, array)
-        else:
-            writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
+        writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
         self._saved_any = True
         plugins.tensor_saved(self, name, array)
 
