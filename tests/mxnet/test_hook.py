@@ -48,6 +48,32 @@ def test_default_config_saves_the_losses_only(out_dir):
     np.testing.assert_allclose(trial.tensor(LOSS).value(0), run.seen[0]["loss"], rtol=1e-6)
 
 
+def test_only_blocks_whose_tensors_are_wanted_carry_a_forward_hook(out_dir):
+    """A forward hook is a call at every step: a model's blocks get one once a collection may hold their
+    inputs or outputs, from the next step on."""
+    net, loss_fn = make_net()
+    hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1))
+    run = Run(hook, net, loss_fn)
+    run.train(batches(2))
+    blocks = [net, net[0], net[0].act, net[1], loss_fn]
+    assert [len(b._forward_hooks) for b in blocks] == [1, 0, 0, 0, 1]
+    hook.get_collection("losses").add_block_tensors(net[0], outputs=True)
+    run.train(batches(2))
+    hook.close()
+
+    assert [len(b._forward_hooks) for b in blocks] == [1, 1, 0, 0, 1]
+    trial = create_trial(out_dir)
+    assert sorted(trial.tensor_names()) == ["dense0_output_0", LOSS]
+    assert trial.tensor("dense0_output_0").steps() == [2, 3]
+    for step in (2, 3):
+        hidden = np.maximum(
+            run.seen[step]["input"] @ run.seen[step - 1]["dense0_weight"].T
+            + run.seen[step - 1]["dense0_bias"],
+            0,
+        )
+        np.testing.assert_allclose(trial.tensor("dense0_output_0").value(step), hidden, rtol=1e-5, atol=1e-6)
+
+
 def test_weights_and_gradients_as_of_the_steps_update(out_dir):
     net, loss_fn = make_net()
     colls = ["weights", "biases", "gradients", "losses"]

@@ -73,7 +73,8 @@ class Hook(BaseHook):
         self.deferred: list = []  # (name, engine copy) of the step's block tensors, saved at its end
         self.delayed = None  # (model, calls at its start): a step to begin when its forward is queued
         self.snapshots: dict = {}  # engine copies of parameters without gradients, for a delayed step
-        self.child_names = weakref.WeakKeyDictionary()  # model -> the names of its blocks
+        self.children = weakref.WeakKeyDictionary()  # model -> weak references to its blocks (not itself)
+        self.children_version = None  # the collections_version the children's hooks were chosen at
 
     # -- distributed -------------------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -117,7 +118,8 @@ class Hook(BaseHook):
             return
         self.models.add(block)
         block.register_forward_pre_hook(self.model_forward_pre)
-        block.apply(self.hook_forward)
+        self.hook_forward(block)
+        self.children_version = None  # its blocks get a forward hook when the next step starts
 
     register_hook = register_block  # smdebug 1.0's other name for it
 
@@ -131,6 +133,7 @@ class Hook(BaseHook):
         if (
             self.delayed is None
             and not (self.deferred or self.pending_scalars or self.pending_tensors)
+            and self.children_version == self.collections_version  # (else start_step hooks them)
             and self.next_idle_step()  # the step that ends and the one that begins save nothing
         ):
             if self.last_model is None or self.last_model() is not block:
@@ -153,6 +156,8 @@ class Hook(BaseHook):
         self.last_model = weakref.ref(block)
         self.calls_at_start = calls_at_start
         self.begin_step()
+        if self.children_version != self.collections_version:
+            self.hook_children()
         self.save_pending_tensors()
         if self.layers_wanted():
             self.taps.attach(block)
@@ -166,15 +171,28 @@ class Hook(BaseHook):
         if block is not None:
             self.start_step(block, calls)
 
+    def children_of(self, model) -> list:
+        refs = self.children.get(model)
+        if refs is None:
+            found = []
+            model.apply(found.append)
+            refs = self.children[model] = [weakref.ref(c) for c in found if c is not model]
+        return [child for ref in refs if (child := ref()) is not None]
+
+    def hook_children(self) -> None:
+        """A forward hook on each block of the models whose inputs or outputs an included collection may
+        hold (and only on those: every hook is a call at every step). They are in place before a model's
+        first forward, when a hybridized model builds its graph (smdebug_mxnet.hybrid)."""
+        self.children_version = self.collections_version
+        for model in list(self.models):
+            for child in self.children_of(model):
+                if child not in self.hooked and self.layer_wanted(child.name):
+                    self.hook_forward(child)
+
     def can_delay(self, block) -> bool:
         """Whether no input or output of the model's blocks can be due: nothing of the coming step is then
         saved before the model's forward pass ends, and the step can begin there."""
-        names = self.child_names.get(block)
-        if names is None:
-            children = []
-            block.apply(children.append)
-            names = self.child_names[block] = [c.name for c in children if c is not block]
-        return not any(self.layer_wanted(name) for name in names)
+        return not any(self.layer_wanted(child.name) for child in self.children_of(block))
 
     def snapshot_untrained(self) -> None:
         """Engine copies of the due parameters a forward pass could write (those without gradients),
@@ -254,17 +272,16 @@ class Hook(BaseHook):
 
     def check_hybridized(self, block) -> None:
         """The model ran as one cached graph: its layers' tensors come only from a graph built while
-        the hook was registered."""
+        their blocks had the hook's forward hook (registered, and wanted by a collection)."""
         if id(block) in self.taps.by_block or not self.layers_wanted():
             return
-        children = []
-        block.apply(children.append)
-        if len(children) > 1:
+        if self.children_of(block):
             self.warn_once(
                 f"hybridized:{block.name}",
                 "smdebug: the inputs/outputs of the layers inside hybridized block %s cannot be saved: "
-                "its graph was built before register_block (register it before its first forward, or "
-                "hybridize it again); its parameters, gradients, own inputs/outputs and losses are saved",
+                "its graph was built before register_block or before a collection asked for them (register "
+                "it and configure collections before its first forward, or hybridize it again); its "
+                "parameters, gradients, own inputs/outputs and losses are saved",
                 block.name,
             )
 
