@@ -143,34 +143,6 @@ def test_a_forked_copy_of_training_writes_nothing(tmp_path):
     assert all(-7.0 not in np.ravel(run["values"]["w", step]) for step in range(STEPS))
 
 
-def test_steps_in_quick_succession_go_to_the_writer_process_together(tmp_path, monkeypatch):
-    """A step that ends after a quiet spell goes to the child at once; steps that end within
-    SEND_INTERVAL of the last send wait for the next send (flush sends them)."""
-    monkeypatch.setattr(writer_process, "SEND_INTERVAL", 60.0)
-    out_dir = str(tmp_path / "run")
-
-    def on_disk(step, timeout):
-        deadline = time.monotonic() + timeout
-        while step not in create_trial(out_dir).steps():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True
-
-    def check(hook, step):
-        wait_for_the_child(hook, step)
-        if step == 6:  # the first step the child is given: nothing was sent for a minute (ever)
-            assert hook._writer._local is None
-            assert on_disk(6, timeout=30)
-        elif step == 8:  # 7 and 8 ended within a minute of that send
-            assert not on_disk(7, timeout=1) and not on_disk(8, timeout=0)
-            hook.flush()
-            assert on_disk(8, timeout=0) and on_disk(7, timeout=0)
-
-    train(out_dir, between=check)
-    assert read(out_dir)["steps"] == list(range(STEPS))
-
-
 def test_a_short_run_never_starts_a_writer_process(tmp_path):
     hook = train(str(tmp_path / "run"), steps=3)
     assert hook._writer._proc is None

@@ -60,9 +60,6 @@ _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fcntl does not name it
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
 RING_BYTES = 8 * 1024 * 1024  # shared with the child for the arrays' bytes: a few steps of a small model
-# Finished steps wait this long (s) to go to the child together, or until half the ring waits for them:
-# a send costs the training thread most in cold CPU caches, right after the step's kernels.
-SEND_INTERVAL = 0.05
 _RING_READ = struct.Struct("<Q")  # at the ring's start: how many bytes the child has read (it writes it)
 _RING_START = 64  # where the arrays' bytes begin
 
@@ -205,8 +202,6 @@ class ProcessWriter:
         self._step_has_data = False
         self._batch: list = []  # RunWriter batch items of the step, sent to the child at its end
         self._batch_bytes = 0
-        self._send_after = 0.0  # time.monotonic() from which end_step sends the batch
-        self._ring_sent = 0  # the ring's use at the last send
         self._sent_steps: set[int] = set()  # steps the child was given items of
         self._names = _Names()
         self._closed = False
@@ -426,11 +421,7 @@ class ProcessWriter:
         if self._local is None:
             if wrote:
                 self._batch.append(("end", step))
-            ring = self._ring
-            if time.monotonic() >= self._send_after or (
-                ring is not None and ring.used - self._ring_sent > ring.size // 2
-            ):
-                self._send()
+            self._send()
             return
         self._local.end_step(step)
         if wrote and self._proc is None and self._gone is None and not self._forked():
@@ -507,9 +498,6 @@ class ProcessWriter:
             self._batch, self._batch_bytes = [], 0
             return
         items, self._batch, self._batch_bytes = self._batch, [], 0
-        self._send_after = time.monotonic() + SEND_INTERVAL
-        if self._ring is not None:
-            self._ring_sent = self._ring.used
         if self._local is not None:
             _feed(self._local, items)
             return
