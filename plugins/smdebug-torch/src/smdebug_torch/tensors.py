@@ -221,12 +221,9 @@ def to_host(results: list) -> list[np.ndarray] | np.ndarray | None:
         for key, m in matrices.items():
             first[key] = start
             start += m.shape[0]
-        joined = torch.cat(list(matrices.values())) if len(matrices) > 1 else found[0]
-        rows = joined.numpy() if joined.is_cpu else joined.cpu().numpy()
-        where = list(map(operator.add, map(first.__getitem__, map(id, found)), map(_index_of, results)))
-        # most often the rows are the results in order already (each numpy call counts: the step's
-        # kernels have just pushed numpy's code and data out of the CPU's caches)
-        return rows if start == len(where) and where == list(range(start)) else rows[np.array(where)]
+        rows = torch.cat(list(matrices.values())).cpu().numpy()
+        where = map(operator.add, map(first.__getitem__, map(id, found)), map(_index_of, results))
+        return rows[np.fromiter(where, dtype=np.intp, count=len(results))]
     groups: dict[tuple, list[torch.Tensor]] = {}
     for m in matrices.values():
         groups.setdefault((m.device, m.dtype), []).append(m)
