@@ -74,6 +74,23 @@ def test_only_blocks_whose_tensors_are_wanted_carry_a_forward_hook(out_dir):
         np.testing.assert_allclose(trial.tensor("dense0_output_0").value(step), hidden, rtol=1e-5, atol=1e-6)
 
 
+def test_idle_steps_run_without_forward_hooks(out_dir):
+    """Between steps that save nothing the model and loss blocks carry no forward hook; a step that saves
+    something has them again."""
+    net, loss_fn = make_net()
+    hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_steps=[0, 3]))
+    run = Run(hook, net, loss_fn)
+    run.train(batches(3))
+    assert not net._forward_hooks and not loss_fn._forward_hooks
+    run.train(batches(2, seed=2))
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert trial.tensor_names() == [LOSS] and trial.steps() == [0, 3]
+    for step in (0, 3):
+        np.testing.assert_allclose(trial.tensor(LOSS).value(step), run.seen[step]["loss"], rtol=1e-6)
+
+
 def test_weights_and_gradients_as_of_the_steps_update(out_dir):
     net, loss_fn = make_net()
     colls = ["weights", "biases", "gradients", "losses"]

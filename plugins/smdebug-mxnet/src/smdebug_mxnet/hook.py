@@ -61,7 +61,9 @@ class Hook(BaseHook):
         # through their Trainer a distributed kvstore, which aborts when freed that late) alive.
         self.models = weakref.WeakSet()  # registered blocks whose forward starts a step
         self.registered = weakref.WeakSet()  # every registered block (models and losses)
-        self.hooked = weakref.WeakSet()  # blocks carrying this hook's forward hook
+        self.hooked = weakref.WeakSet()  # the models' blocks carrying this hook's forward hook for good
+        self.armed = True  # whether the registered blocks carry it (not on idle steps: see arm)
+        self.step_hooks: list = []  # their HookHandles
         self.parameters = weakref.WeakKeyDictionary()  # model -> weak references to its Parameters
         self.last_model = None  # a weak reference to the model of the current step
         self.params_saved_step = None  # the step whose parameters were saved already
@@ -113,20 +115,33 @@ class Hook(BaseHook):
             )
             return
         self.registered.add(block)
+        if self.armed and block not in self.hooked:
+            self.step_hooks.append(block.register_forward_hook(self.block_forward))
         if isinstance(block, mx.gluon.loss.Loss):
-            self.hook_forward(block)
             return
         self.models.add(block)
         block.register_forward_pre_hook(self.model_forward_pre)
-        self.hook_forward(block)
         self.children_version = None  # its blocks get a forward hook when the next step starts
 
     register_hook = register_block  # smdebug 1.0's other name for it
 
-    def hook_forward(self, block) -> None:
-        if block not in self.hooked:
-            self.hooked.add(block)
-            block.register_forward_hook(self.block_forward)
+    def arm(self, armed: bool) -> None:
+        """The registered blocks' forward hooks: attached for a step that may save something, removed for
+        an idle one (each is a call into Python at every step). The models' blocks keep theirs: a
+        hybridized block's graph may be built at any step (smdebug_mxnet.hybrid)."""
+        if armed == self.armed:
+            return
+        self.armed = armed
+        if armed:
+            self.step_hooks = [
+                block.register_forward_hook(self.block_forward)
+                for block in self.registered
+                if block not in self.hooked
+            ]
+        else:
+            for handle in self.step_hooks:
+                handle.detach()
+            self.step_hooks = []
 
     # -- MXNet callbacks ---------------------------------------------------------------------------
     def model_forward_pre(self, block, inputs) -> None:
@@ -136,11 +151,14 @@ class Hook(BaseHook):
             and self.children_version == self.collections_version  # (else start_step hooks them)
             and self.next_idle_step()  # the step that ends and the one that begins save nothing
         ):
+            if self.armed:
+                self.arm(False)
             if self.last_model is None or self.last_model() is not block:
                 self.last_model = weakref.ref(block)
             self.calls_at_start = self.ndarray_calls
             return
         with self.guard("start a step"):
+            self.arm(True)
             self.start_delayed()
             if self.in_step and self.anything_due() and self.can_delay(block):  # else nothing to read
                 self.snapshot_untrained()
@@ -186,8 +204,13 @@ class Hook(BaseHook):
         self.children_version = self.collections_version
         for model in list(self.models):
             for child in self.children_of(model):
-                if child not in self.hooked and self.layer_wanted(child.name):
-                    self.hook_forward(child)
+                if (
+                    child not in self.hooked
+                    and child not in self.registered
+                    and self.layer_wanted(child.name)
+                ):
+                    self.hooked.add(child)
+                    child.register_forward_hook(self.block_forward)
 
     def can_delay(self, block) -> bool:
         """Whether no input or output of the model's blocks can be due: nothing of the coming step is then
