@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import smdebug
-from smdebug import modes
+from smdebug import modes, plugins
 from smdebug.config import SaveConfigMode
 from smdebug.exceptions import StopTraining
 from smdebug.hook import BaseHook
+from smdebug.plugin import hookimpl
 from smdebug.rules.actions import LOCAL_SIGNAL_CHECK_SECONDS, write_stop_signal
 from smdebug.trials import create_trial
 
@@ -153,3 +154,40 @@ def test_the_stop_signal_is_seen_between_idle_steps(tmp_path):
     hook.close()
     assert info.value.source == "signal" and info.value.rule_name == "SomeRule"
     assert hook.step == 4  # the step that would have begun after the signal never began
+
+
+class StepEnds:
+    """A plugin that observes step ends."""
+
+    def __init__(self):
+        self.steps = []
+
+    @hookimpl
+    def smdebug_step_end(self, hook, mode, step, mode_step):
+        self.steps.append(step)
+
+
+def test_a_plugin_observing_step_ends_sees_the_idle_ones(tmp_path):
+    observer = StepEnds()
+    plugins.get_plugin_manager().register(observer, name="step-ends")
+    try:
+        train(make_hook(tmp_path, save_config=smdebug.SaveConfig(save_steps=[3])), 8)
+    finally:
+        plugins.get_plugin_manager().unregister(name="step-ends")
+    assert observer.steps == list(range(8))
+    assert saved_steps(tmp_path) == [0, 3]
+
+
+def test_idle_steps_leave_the_rule_runner_only_its_signal_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy")  # it observes step ends: none may, here
+    plugins.reset()
+    hook = make_hook(tmp_path, save_config=smdebug.SaveConfig(save_steps=[3]))
+    judged, checked = [], []
+    step_ended, check_signal = hook.rule_runner.step_ended, hook.rule_runner.check_signal
+    hook.rule_runner.step_ended = lambda step: judged.append(step) or step_ended(step)
+    hook.rule_runner.check_signal = lambda: checked.append(hook.step) or check_signal()
+    train(hook, 8)
+    assert judged == [0, 2, 3, 7]  # the steps ended by end_step: saved ones, the one before 3, the last
+    # each idle step looks for the stop signal (step_ended does too, at most every 50 ms)
+    assert [step for step in checked if step not in judged] == [1, 4, 5, 6]
+    assert saved_steps(tmp_path) == [0, 3]

@@ -353,7 +353,8 @@ class BaseHook:
 
     def next_idle_step(self) -> bool:
         """End this step and begin the next, touching as little as possible, when neither saves anything
-        (most steps of a sparse configuration); step-end observers run as in end_step. False when this
+        (most steps of a sparse configuration); step-end observers run as in end_step (the core's rule
+        runner, which has no new step to judge, only looks for the stop signal). False when this
         is not such a step, or when a stop was requested at its end: the plugin then calls end_step()
         (nothing happens if the step has ended) and begin_step() itself. It does not call a plugin's
         overrides of those two: call it only when they would have nothing to do."""
@@ -367,7 +368,10 @@ class BaseHook:
         ):
             return False
         self._in_step = False
-        plugins.step_end(self)
+        if plugins.listens_to_idle_steps(self):
+            plugins.step_end(self)
+        else:
+            self.rule_runner.check_signal()
         if self.rule_runner.stop is not None and not self.rule_runner.stop_raised:
             return False
         self.step += 1

@@ -319,9 +319,20 @@ def tensor_saved(hook: BaseHook, name: str, value: np.ndarray) -> None:
 
 
 def listens_to_tensors(hook: BaseHook) -> bool:
-    """Whether anything observes saved tensors: a plugin's smdebug_tensor_saved, or the core's own, which
-    only exports to TensorBoard (so the hook skips the call per saved tensor when nobody listens)."""
-    for plugin_name, _ in _implementation_list("smdebug_tensor_saved"):
+    """Whether anything observes saved tensors (so the hook skips the call per saved tensor when nobody
+    listens)."""
+    return _observed("smdebug_tensor_saved", hook)
+
+
+def listens_to_idle_steps(hook: BaseHook) -> bool:
+    """Whether anything observes the end of a step that saved nothing, beyond the core's rule runner
+    (which has only its stop-signal check to do there: the hook calls that itself)."""
+    return _observed("smdebug_step_end", hook)
+
+
+def _observed(spec: str, hook: BaseHook) -> bool:
+    """A plugin implements the observation hook, or the core's own has work for this hook: TensorBoard."""
+    for plugin_name, _ in _implementation_list(spec):
         if plugin_name not in DEFAULT_PLUGINS or getattr(hook, "tensorboard_dir", None) is not None:
             return True
     return False
