@@ -169,11 +169,8 @@ class StepEnds:
 
 def test_a_plugin_observing_step_ends_sees_the_idle_ones(tmp_path):
     observer = StepEnds()
-    plugins.get_plugin_manager().register(observer, name="step-ends")
-    try:
-        train(make_hook(tmp_path, save_config=smdebug.SaveConfig(save_steps=[3])), 8)
-    finally:
-        plugins.get_plugin_manager().unregister(name="step-ends")
+    plugins.get_plugin_manager().register(observer, name="step-ends")  # gone after the test (conftest)
+    train(make_hook(tmp_path, save_config=smdebug.SaveConfig(save_steps=[3])), 8)
     assert observer.steps == list(range(8))
     assert saved_steps(tmp_path) == [0, 3]
 
