@@ -6,13 +6,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
-nox.options.default_venv_backend = "virtualenv"  # pip finds the local CPU torch wheel; uv would not
+# uv: each venv hard-links its packages from one cache (one copy of torch on disk, not one per session).
+# uv reads no pip config: the wheels pip finds through PIP_FIND_LINKS (this machine's CPU torch) it is told of.
+nox.options.default_venv_backend = "uv" if shutil.which("uv") else "virtualenv"
+if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
+    os.environ["UV_FIND_LINKS"] = os.environ["PIP_FIND_LINKS"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 
@@ -53,7 +59,7 @@ SUITES = {
         ["plugins/smdebug-torch"],
         "tests/analysis",
     ),
-    "thirdparty": ([], [], "tests/thirdparty"),
+    "thirdparty": (["pip"], [], "tests/thirdparty"),  # its tests build wheels with pip
     "rules": ([TORCH], ["plugins/smdebug-torch"], "tests/rules"),
     # rules and reads over many runs on a Dask LocalCluster (smdebug-core[dask]), local and on moto's S3
     "dask": (
