@@ -7,6 +7,7 @@ import pytest
 from smdebug import json_config
 from smdebug.config import ReductionConfig, SaveConfig, SaveConfigMode
 from smdebug.exceptions import ConfigError
+from smdebug.hook import BaseHook
 from smdebug.json_config import (
     CONFIG_FILE_PATH_ENV,
     DEFAULT_CONFIG_PATH,
@@ -134,8 +135,22 @@ def test_s3_output_path_only_uses_sagemaker_local_dir():
     config = parse_hook_config({"S3OutputPath": "s3://bucket/prefix"})
     assert config.out_dir == json_config.DEFAULT_SAGEMAKER_OUT_DIR
     assert parse_hook_config({"LocalPath": "/tmp/l", "S3OutputPath": "s3://b/p"}).out_dir == "/tmp/l"
+
+
+def test_no_local_path_defaults_to_sagemaker_tensors_dir(tmp_path, monkeypatch):
+    """As smdebug 1.0: a config without LocalPath (nor S3OutputPath) saves to /opt/ml/output/tensors."""
+    assert parse_hook_config({"HookParameters": {}}).out_dir == "/opt/ml/output/tensors"
+    assert parse_hook_config({"LocalPath": None}).out_dir == "/opt/ml/output/tensors"
     with pytest.raises(ConfigError, match="LocalPath"):
-        parse_hook_config({"HookParameters": {}})
+        parse_hook_config({"LocalPath": ""})
+    # the hook made from such a file resolves it too (a dry run: nothing is written under /opt)
+    path = tmp_path / "debughookconfig.json"
+    path.write_text(json.dumps({"HookParameters": {"dry_run": "true", "save_interval": "2"}}))
+    monkeypatch.setenv(CONFIG_FILE_PATH_ENV, str(path))
+    assert load_hook_config(str(path)).out_dir == "/opt/ml/output/tensors"
+    hook = BaseHook.create_from_json_file()
+    assert hook.out_dir == "/opt/ml/output/tensors" and hook.dry_run
+    hook.close()
 
 
 def test_tensorboard(tmp_path, monkeypatch):

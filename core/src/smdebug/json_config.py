@@ -153,11 +153,9 @@ def _parse(data: Any) -> HookConfig:
         if key not in TOP_LEVEL_KEYS:  # tolerated: SageMaker may add sections we do not use
             logger.warning("smdebug: ignoring unknown key %r in the hook configuration", key)
 
+    # As smdebug 1.0: without LocalPath, SageMaker's local folder (which it uploads to S3OutputPath).
     out_dir = data.get("LocalPath")
-    if out_dir is None:
-        # As smdebug: SageMaker uploads this directory to S3OutputPath. Without either key it is a mistake.
-        if not data.get("S3OutputPath"):
-            raise ConfigError("LocalPath: missing (the directory to save tensors to)")
+    if out_dir is None:  # (null: not given, as for every other key)
         out_dir = DEFAULT_SAGEMAKER_OUT_DIR
     if not isinstance(out_dir, str) or not out_dir.strip():
         raise ConfigError(f"LocalPath: invalid value {out_dir!r} (expected a path)")
