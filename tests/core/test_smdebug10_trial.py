@@ -128,6 +128,20 @@ def test_collection_not_saved_is_a_new_empty_collection(finished):
     assert trial.collection("weights").name == "weights"
 
 
+def test_collection_is_registered_in_the_trial(finished):
+    """As smdebug 1.0: trial.collection(name) registers what it returns, so include() on it persists."""
+    trial = create_trial(finished)
+    custom = trial.collection("custom")
+    assert trial.collection("custom") is custom and "custom" in trial.collections()
+    custom.include("lo")
+    assert trial.tensor_names(collection="custom") == ["loss"]
+    trial.collection("custom").include("^w$")
+    assert trial.tensor_names(collection="custom") == ["loss", "w"]
+    # a saved collection given more patterns keeps them too
+    trial.collection("weights").include("loss")
+    assert trial.tensor_names(collection="weights") == ["loss", "w"]
+
+
 def test_regex_and_collection_together_is_a_value_error(finished):
     trial = create_trial(finished)
     with pytest.raises(ValueError, match="regex or collection"):

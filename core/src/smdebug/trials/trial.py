@@ -487,9 +487,10 @@ class Trial:
         return dict(self._collections.collections)
 
     def collection(self, coll_name: str) -> Collection:
-        """The saved collection; a new empty Collection for one that was not saved (as smdebug 1.0)."""
-        coll = self.collections().get(coll_name)
-        return Collection(coll_name) if coll is None else coll
+        """The saved collection, or a new empty one, registered in the trial (as smdebug 1.0): what is
+        included in it counts for ``tensor_names(collection=...)`` and stays on later calls."""
+        self.maybe_refresh()
+        return self._collections.get(coll_name)
 
     # -- steps the run lost (recorded by our writer at close; smdebug 1.0 has no such record) ------------
     def unsaved(self) -> dict[str, dict[int, str]]:
