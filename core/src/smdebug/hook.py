@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from smdebug import plugins
+from smdebug import open_runs, plugins
 from smdebug.collection import (
     INPUT_SUFFIX,
     OUTPUT_SUFFIX,
@@ -818,6 +818,7 @@ class BaseHook:
                 claim_token=check.token if check is not None else None,
             )
             at_exit(_close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
+            open_runs.register(self.out_dir, self)  # a Trial opened in this process flushes us first
         return self._writer
 
     def _export_collections(self) -> None:

@@ -14,7 +14,7 @@ from enum import Enum
 
 import numpy as np
 
-from smdebug import codec, layout, plugins
+from smdebug import codec, layout, open_runs, plugins
 from smdebug.collection import Collection, CollectionManager
 from smdebug.exceptions import (
     CorruptRunError,
@@ -110,6 +110,7 @@ class Trial:
         self.parallel, self.check, self.index_mode, self.cache = parallel, check, index_mode, cache
         self.dynamic_refresh = True
         self.last_index_token: str | None = None  # the index file of the last complete step (as 1.0)
+        open_runs.flush(self.path)  # a hook of this process writing the run: every step it saved so far
         self.store = plugins.open_store(self.path)
         self._tensors: dict[str, Tensor] = {}
         self._loaded_index: set[str] = set()
