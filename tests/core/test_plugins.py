@@ -6,11 +6,15 @@ installed into this session's venv by nox, so discovery runs through real entry 
 
 import contextlib
 import importlib
+import json
+import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pluggy
 import pytest
 
 import smdebug
@@ -30,10 +34,21 @@ def test_every_hookspec_has_a_test():
     assert not missing, f"hook specifications without a test_hook_<name> test: {missing}"
 
 
-def test_hookspecs_have_one_line_docstrings():
+def test_hookspecs_docstrings_carry_the_whole_contract():
+    """A short first line, then every argument, what to return, and how the answers combine."""
+    import inspect
+
     for name in HOOK_NAMES:
-        doc = getattr(hookspecs, name).__doc__
-        assert doc and "\n" not in doc.strip(), name
+        spec = getattr(hookspecs, name)
+        doc = inspect.getdoc(spec)
+        first, _, rest = doc.partition("\n\n")
+        assert "\n" not in first and len(first) <= 100 and first.endswith("."), name
+        for arg in inspect.signature(spec).parameters:
+            assert f"    {arg}: " in rest, f"{name}: argument {arg} undocumented"
+        assert "Returns:" in rest, name
+        firstresult = spec.smdebug_spec["firstresult"]
+        assert ("firstresult" in rest) == firstresult, f"{name}: firstresult semantics"
+        assert firstresult or "Every" in rest, f"{name}: how the answers combine"
 
 
 def test_defaults_registered_through_the_same_hooks():
@@ -44,7 +59,9 @@ def test_defaults_registered_through_the_same_hooks():
 
 
 def test_plugins_load_lazily():
-    code = "import smdebug, smdebug.plugins as p, sys; print(p._pm is None, 'smdebug_dummy' in sys.modules)"
+    code = (
+        "import smdebug, smdebug.plugins as p, sys; print(not p.host.loaded, 'smdebug_dummy' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False"]
 
@@ -322,6 +339,226 @@ def test_hook_smdebug_add_commands():
     assert done.returncode == 0 and "dummy-hello" in done.stdout
     done = subprocess.run([str(smdebug_cli), "no-such-command"], capture_output=True, text=True)
     assert done.returncode == 2 and "invalid choice: 'no-such-command'" in done.stderr
+
+
+# -- the plugin host: validation, wrappers, monitoring, tracing, `smdebug plugins` -------------------
+class Misspelled:
+    @hookimpl
+    def smdebug_to_numpyy(self, value):
+        return np.zeros(1)
+
+
+def test_a_misspelled_hook_is_a_load_error_naming_the_closest_hook():
+    pm = plugins.get_plugin_manager()
+    with pytest.raises(pluggy.PluginValidationError) as failed:
+        pm.register(Misspelled(), name="typo")
+    message = str(failed.value)
+    assert "'typo'" in message and "'smdebug_to_numpyy'" in message and "'smdebug_to_numpy'" in message
+    assert not pm.has_plugin("typo")  # refused whole: nothing of it registered
+    pm.check_pending()  # what stays registered names real hooks only
+    from smdebug_dummy import DummyTensor
+
+    assert plugins.to_numpy(DummyTensor([1, 2])).tolist() == [1, 2]  # the others keep working
+
+
+class Doubling:
+    """A new-style wrapper on the per-tensor capture hook: it changes every answer."""
+
+    def __init__(self):
+        self.calls = 0
+
+    @hookimpl(wrapper=True)
+    def smdebug_to_numpy(self, value):
+        array = yield
+        self.calls += 1
+        return None if array is None else array * 2
+
+
+class StoreWatcher:
+    """An old-style hookwrapper on a hook called once per run."""
+
+    def __init__(self):
+        self.opened = []
+
+    @hookimpl(hookwrapper=True)
+    def smdebug_open_store(self, uri):
+        outcome = yield
+        self.opened.append((uri, type(outcome.get_result()).__name__))
+
+
+class FailingWrapper:
+    @hookimpl(wrapper=True)
+    def smdebug_to_numpy(self, value):
+        raise RuntimeError("the wrapper breaks before its yield")
+        yield  # a generator
+
+
+def _saved_run(out_dir, values):
+    hook = BaseHook(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), include_regex=["^w$"])
+    for value in values:
+        hook.begin_step()
+        hook.save_for_step("w", value)
+        hook.end_step()
+    hook.close()
+    return create_trial(out_dir)
+
+
+def test_hook_wrappers_are_honoured_on_the_per_step_path_and_elsewhere(tmp_path):
+    doubling, watcher = Doubling(), StoreWatcher()
+    pm = plugins.get_plugin_manager()
+    pm.register(doubling, name="doubling")
+    pm.register(watcher, name="watcher")
+    from smdebug_dummy import DummyTensor
+
+    trial = _saved_run(str(tmp_path / "run"), [DummyTensor([1, 2]), np.array([3.0, 4.0])])
+    assert trial.tensor("w").value(0).tolist() == [2, 4]  # the plugin's answer, through the wrapper
+    assert trial.tensor("w").value(1).tolist() == [6, 8]  # the core's answer, through the wrapper
+    assert doubling.calls >= 2
+    assert (str(tmp_path / "run"), "Store") in watcher.opened
+    pm.unregister(name="doubling")
+    assert plugins.to_numpy(np.array([1.0])).tolist() == [1.0]  # back to the plain loop
+
+
+def test_a_failing_wrapper_is_skipped_and_reported_once(tmp_path, caplog):
+    plugins.get_plugin_manager().register(FailingWrapper(), name="failing-wrapper")
+    trial = _saved_run(str(tmp_path / "run"), [np.array([1.0]), np.array([2.0])])
+    assert [trial.tensor("w").value(s).tolist() for s in (0, 1)] == [[1.0], [2.0]]
+    logged = [r.getMessage() for r in caplog.records if "'failing-wrapper'" in r.getMessage()]
+    assert len(logged) == 1 and "failed in smdebug_to_numpy" in logged[0]
+    assert "the wrapper breaks before its yield" in logged[0]
+
+
+class Raising:
+    @hookimpl(tryfirst=True)
+    def smdebug_to_numpy(self, value):
+        raise ValueError("cannot convert")
+
+    @hookimpl
+    def smdebug_step_end(self, hook, step):
+        raise ValueError(f"fails at step {step}")
+
+
+def test_hookcall_monitoring_sees_the_per_step_calls_and_isolation_holds(tmp_path, caplog):
+    """add_hookcall_monitoring works: every call goes through pluggy while something monitors them,
+    and a raising implementation is still skipped there and reported once."""
+    pm = plugins.get_plugin_manager()
+    pm.register(Raising(), name="raising")
+    seen = []
+    undo = pm.add_hookcall_monitoring(lambda name, impls, kwargs: seen.append(name), lambda *a: None)
+    try:
+        trial = _saved_run(str(tmp_path / "run"), [np.array([1.0]), np.array([2.0]), np.array([3.0])])
+    finally:
+        undo()
+    assert trial.tensor("w").value(2).tolist() == [3.0]
+    assert seen.count("smdebug_step_end") == 3 and seen.count("smdebug_step_begin") == 3
+    assert seen.count("smdebug_to_numpy") >= 3 and "smdebug_open_store" in seen
+    logged = [r.getMessage() for r in caplog.records if "'raising'" in r.getMessage()]
+    assert len(logged) == 2, logged  # once per hook, not per call
+    seen.clear()
+    plugins.to_numpy(np.array([1.0]))
+    assert seen == []  # undone: the plain loop again
+
+
+def test_trace_switch_logs_every_hook_call(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SMDEBUG_TRACE_PLUGINS", "1")
+    plugins.reset()
+    caplog.set_level(logging.INFO, logger="smdebug")
+    trial = _saved_run(str(tmp_path / "run"), [np.array([1.0, 2.0])])
+    assert trial.tensor("w").value(0).tolist() == [1.0, 2.0]
+    traced = [r.getMessage() for r in caplog.records if "plugin trace" in r.getMessage()]
+    for name in ("smdebug_open_store", "smdebug_step_begin", "smdebug_to_numpy", "smdebug_step_end"):
+        assert any(f"{name} [hook]" in m for m in traced), name
+    assert any("finish smdebug_to_numpy -->" in m for m in traced)  # and what each call returned
+
+
+def test_trace_switch_in_a_fresh_process(tmp_path):
+    code = "import numpy as np\nfrom smdebug import plugins\nplugins.to_numpy(np.arange(3))\n"
+    env = {k: v for k, v in os.environ.items() if k != "SMDEBUG_TRACE_PLUGINS"}
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert "smdebug_to_numpy" not in quiet.stderr
+    env["SMDEBUG_TRACE_PLUGINS"] = "1"
+    traced = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    traced_lines = [line for line in traced.stderr.splitlines() if "plugin trace:" in line]
+    assert traced_lines[0].endswith(" smdebug_to_numpy [hook]"), traced.stderr
+    assert "value: [0 1 2]" in traced.stderr and "finish smdebug_to_numpy --> [0 1 2]" in traced_lines[-1]
+
+
+def test_smdebug_plugins_command_lists_plugins_hooks_and_load_errors():
+    smdebug_cli = Path(sys.executable).with_name("smdebug")
+    done = subprocess.run([str(smdebug_cli), "plugins"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    blocks = {b.split()[0]: b for b in done.stdout.split("\n") if b and not b.startswith(" ")}
+    assert blocks["dummy"] == "dummy  (smdebug-dummy 0.1.0)"
+    assert blocks["smdebug.defaults"].startswith("smdebug.defaults  (smdebug-core ")
+    text = done.stdout
+    dummy = text[text.index("dummy  (") :].split("\n")
+    assert dummy[1] == "  entry point: smdebug_dummy.plugin"
+    assert dummy[2].startswith("  hooks: smdebug_activate, smdebug_add_commands, smdebug_framework")
+    assert "broken  (smdebug-broken 0.1.0)" in text
+    assert "  LOAD ERROR: ImportError: smdebug_broken needs a framework that is not installed" in text
+
+    done = subprocess.run([str(smdebug_cli), "plugins", "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    listed = {p["name"]: p for p in json.loads(done.stdout)}
+    assert listed["dummy"]["distribution"] == "smdebug-dummy" and listed["dummy"]["version"] == "0.1.0"
+    assert "smdebug_to_numpy" in listed["dummy"]["hooks"] and listed["dummy"]["error"] is None
+    assert listed["broken"]["error"].startswith("ImportError: ") and listed["broken"]["hooks"] == []
+    assert listed["smdebug.defaults"]["distribution"] == "smdebug-core"
+    assert "smdebug_open_store" in listed["smdebug.defaults"]["hooks"]
+
+
+def test_describe_shows_disabled_and_registered_plugins(monkeypatch):
+    monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy")
+    plugins.reset()
+    plugins.get_plugin_manager().register(StoreWatcher(), name="watcher")
+    found = {info.name: info for info in plugins.describe()}
+    assert found["dummy"].disabled and found["dummy"].hooks == ()
+    assert found["watcher"].distribution is None and found["watcher"].hooks == ("smdebug_open_store",)
+
+
+class ProtocolStore:
+    """A third party's store: no subclass of the core's, it only has the members of smdebug.types.Store
+    (here kept in a local folder by delegation, under its own URI scheme)."""
+
+    def __init__(self, uri, root):
+        from smdebug.store import Store
+
+        self._inner = Store(root)
+        self.uri, self.root, self.is_local = uri, self._inner.root, True
+        self.calls = []
+
+    def __getattr__(self, name):  # path, read_bytes, stage, ...: the members the core calls
+        self.calls.append(name)
+        return getattr(self._inner, name)
+
+
+class ProtocolStorage:
+    def __init__(self, root):
+        self.root = root
+        self.opened = []
+
+    @hookimpl
+    def smdebug_open_store(self, uri):
+        if not uri.startswith("proto://"):
+            return None
+        store = ProtocolStore(uri, str(self.root / uri[len("proto://") :]))
+        self.opened.append(store)
+        return store
+
+
+def test_a_storage_plugin_implements_the_store_protocol_without_subclassing(tmp_path):
+    from smdebug import types
+    from smdebug.store import Store
+
+    assert isinstance(Store(str(tmp_path)), types.Store)  # the core's own satisfies the protocol
+    storage = ProtocolStorage(tmp_path / "proto")
+    plugins.get_plugin_manager().register(storage, name="proto-storage")
+    store = plugins.open_store("proto://run")
+    assert isinstance(store, types.Store) and not isinstance(store, Store)
+    _saved_run(str(tmp_path / "proto" / "run"), [np.array([1.0]), np.array([2.0])])  # written by the core
+    trial = create_trial("proto://run")  # read through the plugin's store
+    assert trial.steps() == [0, 1] and trial.tensor("w").value(1).tolist() == [2.0]
+    assert "read_bytes" in storage.opened[-1].calls or "read_many" in storage.opened[-1].calls
 
 
 # -- alias imports ----------------------------------------------------------------------------------

@@ -281,6 +281,44 @@ def test_broken_plugin_does_not_stop_activation_in_a_subprocess(tmp_path):
     assert done.returncode == 0, done.stderr
     assert create_trial(str(out)).steps() == [0, 1, 2, 3]
     warnings = [line for line in done.stderr.splitlines() if "toybroken" in line]
-    # failed to load; failed in smdebug_framework, smdebug_to_numpy, smdebug_step_end: each said once
-    assert len(warnings) == 4, done.stderr
+    # two failed to load; failed in smdebug_framework, smdebug_to_numpy, smdebug_step_end: each said once
+    assert len(warnings) == 5, done.stderr
     assert any("toybroken fails at the end of step" in w for w in warnings)
+
+
+def test_a_misspelled_hook_refuses_the_plugin_and_names_the_real_hook(caplog):
+    assert "toytypo" not in plugins.frameworks()  # nothing of the plugin is registered
+    assert not plugins.get_plugin_manager().has_plugin("toybroken-typo")
+    error = plugins.load_errors["toybroken-typo"]
+    assert error.startswith("PluginValidationError: plugin 'toybroken-typo' implements 'smdebug_to_numpyy'")
+    assert "did you mean 'smdebug_to_numpy'?" in error
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'toybroken-typo' (smdebug-toybroken) failed to load" in m for m in messages)
+    assert plugins.to_numpy(toyml.Array([1.0, 2.0])).tolist() == [1.0, 2.0]  # the others work
+
+
+def test_smdebug_plugins_lists_third_party_plugins():
+    done = subprocess.run([SMDEBUG_CLI, "plugins", "--json"], capture_output=True, text=True, env=_env())
+    assert done.returncode == 0, done.stderr
+    listed = {p["name"]: p for p in json.loads(done.stdout)}
+    toy = listed["toyml"]
+    assert (toy["distribution"], toy["version"], toy["error"]) == (
+        "smdebug-toyml",
+        metadata.version("smdebug-toyml"),
+        None,
+    )
+    assert {"smdebug_framework", "smdebug_to_numpy", "smdebug_reduce", "smdebug_activate"} <= set(
+        toy["hooks"]
+    )
+    assert listed["toybroken"]["hooks"] == ["smdebug_framework", "smdebug_step_end", "smdebug_to_numpy"]
+    assert listed["toybroken-missing"]["error"].startswith("ModuleNotFoundError: ")
+    assert "smdebug_to_numpyy" in listed["toybroken-typo"]["error"]
+    assert listed["toybroken-typo"]["distribution"] == "smdebug-toybroken"
+
+    done = subprocess.run([SMDEBUG_CLI, "plugins"], capture_output=True, text=True, env=_env())
+    assert done.returncode == 0, done.stderr
+    assert f"toyml  (smdebug-toyml {metadata.version('smdebug-toyml')})" in done.stdout.splitlines()
+    assert (
+        "  LOAD ERROR: PluginValidationError: plugin 'toybroken-typo' implements 'smdebug_to_numpyy'"
+        in done.stdout
+    )

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "smdebug.cli.tensorboard",
     "smdebug.cli.rules",
     "smdebug.cli.run",
+    "smdebug.cli.plugins",
 )
 
 EXIT_ERROR = 2
