@@ -7,15 +7,16 @@ import json
 
 import numpy as np
 
-from smdebug import layout, writer
+from smdebug import layout
 from smdebug.modes import ModeKeys
 from smdebug.store import Store
 from smdebug.trials import create_trial, tensor, trial
+from smdebug.writing import RunWriter, outbox, thread_writer
 
 
 def test_writer_publishes_its_files_where_layout_says(tmp_path):
     out = tmp_path / "run"
-    w = writer.RunWriter(Store(str(out)), "worker_0")
+    w = RunWriter(Store(str(out)), "worker_0")
     w.write_tensor(1005, ModeKeys.TRAIN, 3, "x", np.arange(3, dtype=np.float32))
     w.write_shape(1005, ModeKeys.TRAIN, 3, "y", (2, 5))
     w.end_step(1005)
@@ -35,12 +36,6 @@ def test_writer_publishes_its_files_where_layout_says(tmp_path):
     raw = json.loads(index.read_bytes())
     assert set(raw) == {layout.META, layout.TENSOR_PAYLOAD, layout.SHAPE_PAYLOAD}
     assert set(raw["tensor_payload"][0]) == {"tensorname", "start_idx", "length", "crc32c"}
-
-
-def test_the_writer_names_stay_importable_from_writer():
-    assert writer.END_OF_JOB_FILE == layout.END_OF_JOB_FILE == "training_job_end.ts"
-    assert writer.collections_file_path is layout.collections_file_path
-    assert writer.existing_run is layout.existing_run
 
 
 def test_trial_reads_a_run_laid_out_by_layout_alone(tmp_path):
@@ -86,7 +81,7 @@ def test_tensor_reads_through_the_trials_public_interface():
 
 
 def test_writer_and_trial_hold_no_layout_literals_of_their_own():
-    for module in (writer, trial):
+    for module in (thread_writer, outbox, trial):
         source = inspect.getsource(module)
         for literal in (
             '"training_job_end.ts"',

@@ -16,7 +16,7 @@ from smdebug.exceptions import NoMoreData, StepUnavailable
 from smdebug.modes import ModeKeys
 from smdebug.store import Store
 from smdebug.trials import LocalTrial, S3Trial, StepState, Trial, create_trial
-from smdebug.writer import RunWriter
+from smdebug.writing import RunWriter
 
 
 class Run:

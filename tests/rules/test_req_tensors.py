@@ -14,7 +14,7 @@ from smdebug.rules import Rule, invoke_rule
 from smdebug.rules.req_tensors import RequiredTensors
 from smdebug.store import Store
 from smdebug.trials import create_trial
-from smdebug.writer import RunWriter
+from smdebug.writing import RunWriter
 
 
 def write_run(path, steps, names=("a", "b")):

@@ -13,7 +13,8 @@ from smdebug.hook import BaseHook
 from smdebug.modes import ModeKeys
 from smdebug.store import Store
 from smdebug.trials import create_trial
-from smdebug.writer import DEFAULT_MAX_QUEUE_BYTES, RunWriter
+from smdebug.writing import RunWriter
+from smdebug.writing.settings import DEFAULT_MAX_QUEUE_BYTES
 
 
 class GatedStore(Store):

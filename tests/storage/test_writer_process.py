@@ -15,11 +15,9 @@ import numpy as np
 import pytest
 
 import smdebug
-from smdebug import writer_process
 from smdebug.hook import BaseHook
 from smdebug.trials import create_trial
-from smdebug.writer import RunWriter
-from smdebug.writer_process import ProcessWriter
+from smdebug.writing import ProcessWriter, RunWriter, process_writer
 
 STEPS = 12
 
@@ -88,13 +86,13 @@ def test_a_local_run_is_written_by_a_process_of_its_own_and_reads_as_the_thread_
 
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared memory is Linux's memfd")
-@pytest.mark.parametrize("ring_bytes", [64 + 100, 64 + 2048, writer_process.RING_BYTES])
+@pytest.mark.parametrize("ring_bytes", [64 + 100, 64 + 2048, process_writer.RING_BYTES])
 def test_the_arrays_bytes_reach_the_writer_process_through_shared_memory_or_the_pipe(
     tmp_path, monkeypatch, ring_bytes
 ):
     """An array too large for the ring goes down the pipe; a small ring goes round many times; the run
     is the thread writer's either way."""
-    monkeypatch.setattr(writer_process, "RING_BYTES", ring_bytes)
+    monkeypatch.setattr(process_writer, "RING_BYTES", ring_bytes)
     steps = 40
     rings = []
 

@@ -68,11 +68,13 @@ from smdebug.collection import (
 )
 from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
 from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError, StopTraining
+from smdebug.layout import END_OF_JOB_FILE, collections_file_path
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
 from smdebug.store import redact
-from smdebug.writer import END_OF_JOB_FILE, RESERVE_BYTES, RunWriter, at_exit, collections_file_path
-from smdebug.writer_process import ProcessWriter
+from smdebug.writing import Writer, open_writer
+from smdebug.writing.bounded import at_exit, run_bounded
+from smdebug.writing.settings import RESERVE_BYTES
 
 logger = logging.getLogger("smdebug")
 
@@ -182,7 +184,7 @@ class BaseHook:
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
         self._saved_any = False
         self._collections_exported = False
-        self._writer: RunWriter | ProcessWriter | None = None
+        self._writer: Writer | None = None
         self._store = None
         self._closed = False
         self._warned: set[str] = set()
@@ -618,8 +620,6 @@ class BaseHook:
                     logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.uri, unsaved)
             elif self.shipped and not self.is_copy and not self.dry_run:
                 # only the workers' copies wrote: the run they wrote is finished (within the close timeout)
-                from smdebug.writer import run_bounded
-
                 run_bounded(lambda: plugins.open_store(self.out_dir).write_bytes(END_OF_JOB_FILE, b""))
             if self._writer is None and getattr(self, "_out_dir_check", None) is not None:
                 self._out_dir_check.release_if_unused()  # never wrote: leave nothing behind
@@ -691,7 +691,7 @@ class BaseHook:
                 self._reduce_all(name, value, pairs, names)
             if raw or shape:
                 writer = self._writer or self._get_writer()
-                if raw and not shape and writer.takes_views and not plugins.listens_to_tensors(self):
+                if raw and not shape and not plugins.listens_to_tensors(self):
                     view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
                     if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
                         writer.write_view(self.step, self.mode, self.mode_step, name, view)
@@ -796,7 +796,7 @@ class BaseHook:
         self._saved_any = True
         plugins.tensor_saved(self, name, array)
 
-    def _get_writer(self) -> RunWriter | ProcessWriter:
+    def _get_writer(self) -> Writer:
         if self._writer is None:
             # The store is opened and the run claimed on the writer's threads, never on this one.
             check = getattr(self, "_out_dir_check", None)
@@ -807,13 +807,12 @@ class BaseHook:
             if check is not None:
                 check.in_use = True
             self._store = store
-            # a local run's writer works in a process of its own, off this process's GIL
-            writer_class = ProcessWriter if ProcessWriter.wanted(self.out_dir, store) else RunWriter
-            self._writer = writer_class(
-                store or (lambda: plugins.open_store(self.out_dir)),
+            self._writer = open_writer(
+                self.out_dir,
                 self.worker,
+                store,
+                lambda: plugins.open_store(self.out_dir),
                 self.max_queue_bytes,
-                uri=self.out_dir,
                 claim=claim,
                 claim_token=check.token if check is not None else None,
             )
@@ -837,7 +836,8 @@ class BaseHook:
         (atomically: of two writers starting together one is refused); it runs on a thread of its own
         and is waited for at most SMDEBUG_CHECK_TIMEOUT seconds, so an unreachable store never holds
         training up (the writer then claims the name before it writes anything)."""
-        from smdebug.writer import OutDirCheck, check_timeout_from_env, one_of_many_workers
+        from smdebug.writing.ownership import OutDirCheck
+        from smdebug.writing.settings import check_timeout_from_env, one_of_many_workers
 
         self._out_dir_check = None
         if self.dry_run:
@@ -953,7 +953,7 @@ def _signature(options_class: type[HookConfig]) -> inspect.Signature:
 BaseHook.__signature__ = _signature(HookConfig)
 
 
-def _close_at_exit(ref, writer: RunWriter | None) -> None:
+def _close_at_exit(ref, writer: Writer | None) -> None:
     """Interpreter exit: close the hook (flush, collections, end marker), or at least its writer."""
     hook = ref()
     try:

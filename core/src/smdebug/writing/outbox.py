@@ -1,0 +1,355 @@
+"""The outbox: finished steps and files, published to the store in order, retried while it fails.
+
+A writer hands each finished step (its event file, then its index) or metadata file to the outbox; one
+publisher thread sends them in order, so a live reader never sees step n+1 before step n, nor half a step.
+When the store fails (an S3 outage) the outbox waits, spilled to local disk beyond a small memory budget,
+and retries with backoff while training goes on. At close it drains until its deadline, then records what
+could not be saved (``unsaved_steps/<worker>.json``) before the end-of-job marker, so a run that lost
+steps never looks complete.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+
+from smdebug import layout
+from smdebug.exceptions import OutDirExistsError
+from smdebug.layout import END_OF_JOB_FILE, event_file_path, index_file_path
+from smdebug.store import StagedFile, Store
+from smdebug.writing.ownership import ClaimPublication, release_worker
+from smdebug.writing.settings import CLOSE_RETRY_MAX, RETRY_FIRST, RETRY_MAX
+
+logger = logging.getLogger("smdebug")
+
+
+def format_steps(steps) -> str:
+    return ", ".join(str(s) for s in sorted(steps))
+
+
+def unsaved_report(failed_steps: dict[int, str], failed_files: dict[str, str]) -> str:
+    """Which steps and files could not be saved, and why (steps grouped by reason); empty when none."""
+    by_reason: dict[str, list] = {}
+    for step, why in sorted(failed_steps.items()):
+        by_reason.setdefault(why, []).append(step)
+    parts = []
+    if failed_steps:
+        groups = "; ".join(f"{format_steps(steps)} ({why})" for why, steps in by_reason.items())
+        parts.append(f"{len(failed_steps)} step(s) could not be saved: {groups}")
+    if failed_files:
+        files = ", ".join(f"{f} ({why})" for f, why in sorted(failed_files.items()))
+        parts.append(f"file(s) could not be saved: {files}")
+    return "; ".join(parts)
+
+
+class Publication:
+    """Files to publish in order (a step's event file then its index, or one metadata file)."""
+
+    def __init__(self, step: int | None, parts: list):
+        self.step = step
+        self.parts = parts  # StagedFile, or (relpath, bytes)
+        self.file = None if step is not None else parts[0][0]
+        self.memory = 0  # what it counted for in the outbox's memory budget
+
+    @property
+    def what(self) -> str:
+        return f"step {self.step}" if self.step is not None else f"file {self.file}"
+
+    def publish(self, store: Store) -> None:
+        while self.parts:  # parts already published are not sent again on a retry
+            part = self.parts[0]
+            if isinstance(part, StagedFile):
+                part.commit()
+            else:
+                store.write_bytes(*part)
+            self.parts.pop(0)
+
+    def in_memory(self) -> int:
+        return sum(p.in_memory if isinstance(p, StagedFile) else len(p[1]) for p in self.parts)
+
+    def spill(self) -> None:
+        for p in self.parts:
+            if isinstance(p, StagedFile):
+                p.spill()
+
+    def discard(self) -> None:
+        for p in self.parts:
+            if isinstance(p, StagedFile):
+                p.discard()
+        self.parts = []
+
+
+class Outbox:
+    """The publishing half of a writer (RunWriter): the outbox, its publisher thread and close's drain.
+
+    The writer provides ``store`` (set before ``_store_ready``), ``uri``, ``worker``, ``max_queue_bytes``,
+    ``failed_steps``, ``failed_files``, ``written_steps``, ``refused``, ``_submitted`` and ``_describe``."""
+
+    _end_written = False
+
+    def _start_outbox(self, claim: tuple[str, str | None] | None, claim_token: str | None) -> None:
+        # the publisher's state, guarded by _lock
+        self._lock = threading.Condition()
+        self._outbox: collections.deque = collections.deque()
+        self._outbox_memory = 0
+        self._publishing = None  # the publication being sent right now
+        self._failing = False  # the last attempt failed: the outbox waits for a retry
+        self._retry_at = 0.0
+        self._backoff = RETRY_FIRST
+        self._last_error = ""
+        self._store_ready = threading.Event()
+        self._encoded_all = False  # the encoder has handed over everything queued before close
+        self._drain_deadline: float | None = None
+        self._end_of_job = False
+        self._abandoned = False
+        # the token of this worker's claim in the run, dropped once the end-of-job marker is written
+        self._claim_token = claim[0] if claim is not None else claim_token
+        if claim is not None:
+            self._outbox.append(ClaimPublication(self.worker, *claim))
+        self._publisher = threading.Thread(
+            target=self._publish_loop, name=f"smdebug-publisher-{self.worker}", daemon=True
+        )
+        self._publisher.start()
+
+    @property
+    def pending_steps(self) -> list[int]:
+        """Finished steps waiting for the store to come back."""
+        with self._lock:
+            return [p.step for p in self._outbox if p.step is not None]
+
+    @property
+    def failing(self) -> bool:
+        """Whether the store is failing (steps wait in the outbox for a retry)."""
+        return self._failing
+
+    def _wait_published(self, deadline: float) -> bool:
+        """Wait until the outbox is empty, or waits for a failing store to come back (flush's second half)."""
+        with self._lock:
+            while self._outbox and not (self._failing and self._publishing is None) and not self.refused:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._publisher.is_alive():
+                    return False
+                self._lock.wait(remaining)
+        return True
+
+    def _start_drain(self, deadline: float, timeout: float, end_of_job: bool) -> None:
+        """close(): publish until shortly before ``deadline``, then the record of unsaved steps and the
+        end-of-job marker."""
+        with self._lock:
+            # a short reserve at the end for the record of unsaved steps and the end-of-job marker
+            self._drain_deadline = deadline - min(1.0, timeout / 4)
+            self._end_of_job = end_of_job
+            self._lock.notify_all()
+
+    def unsaved_report(self) -> str:
+        """Which steps and files could not be saved, and why (grouped by reason); empty when all were."""
+        return unsaved_report(self.failed_steps, self.failed_files)
+
+    def _abandon(self, timeout: float) -> None:
+        """close() timed out on a request that does not return: whatever is not confirmed written by now
+        is reported unsaved, and the threads write nothing more."""
+        with self._lock:
+            self._abandoned = True
+            why = f"not written within the close timeout ({timeout:g} s)"
+            if self._last_error:
+                why += f"; last error: {self._last_error}"
+            written = set(self.written_steps)
+            for step in sorted(self._submitted - written):
+                self.failed_steps.setdefault(step, why)
+            for pub in self._outbox:
+                if pub.file is not None:
+                    self.failed_files.setdefault(pub.file, why)
+                if pub is not self._publishing:  # its temp files go now, not at interpreter exit
+                    pub.discard()
+            if self._end_of_job and not self._end_written:
+                self.failed_files.setdefault(END_OF_JOB_FILE, why)
+            self._lock.notify_all()
+        logger.warning("smdebug: %s did not answer within the close timeout (%g s)", self.uri, timeout)
+
+    def _publish(self, pub: Publication) -> None:
+        """Hand a finished step or file to the publisher (in order: a live reader must never see step
+        n+1 before step n)."""
+        if self.refused:
+            self._given_up(pub, self.refused, quiet=True)
+            return
+        memory = pub.in_memory()
+        # Waiting steps go to local disk beyond a small memory budget (spilled before the publisher
+        # can see them, so never while it reads them).
+        if self._outbox_memory + memory > min(self.max_queue_bytes, 64 * 1024 * 1024):
+            pub.spill()
+            memory = pub.in_memory()
+        with self._lock:
+            pub.memory = memory
+            self._outbox_memory += memory
+            self._outbox.append(pub)
+            self._lock.notify_all()
+
+    # -- publisher thread ---------------------------------------------------------------------------
+    def _publish_loop(self) -> None:
+        self._store_ready.wait()
+        while True:
+            pub = self._next()
+            if pub is None:
+                break
+            try:
+                pub.publish(self.store)
+            except Exception as exc:
+                self._attempt_failed(pub, exc)
+            else:
+                self._attempt_succeeded(pub)
+        self._finish_close()
+
+    def _next(self):
+        """The publication to send now (waiting out the backoff of a failing store); None to stop."""
+        with self._lock:
+            while True:
+                if self._abandoned:
+                    return None
+                if self.refused:
+                    self._refuse_outbox()
+                now = time.monotonic()
+                draining = self._drain_deadline is not None and self._encoded_all
+                if draining and (not self._outbox or now >= self._drain_deadline):
+                    return None
+                if self._outbox and (not self._failing or now >= self._retry_at):
+                    self._publishing = self._outbox[0]
+                    return self._publishing
+                timeout = self._retry_at - now if self._outbox else None
+                if self._drain_deadline is not None:
+                    left = self._drain_deadline - now
+                    timeout = left if timeout is None else min(timeout, left)
+                    timeout = max(timeout, 0.01)
+                self._lock.wait(timeout)
+
+    def _transient(self, exc: BaseException) -> bool:
+        """Whether a failed write is worth retrying: anything from a remote store (while a server comes
+        back it may answer "no such bucket" or "access denied" too), nothing from a local disk."""
+        if isinstance(exc, OutDirExistsError):
+            return False
+        return not self.store.is_local and not isinstance(exc, (ValueError, TypeError))
+
+    def _attempt_failed(self, pub, exc: BaseException) -> None:
+        reason = self._describe(exc)
+        with self._lock:
+            self._publishing = None
+            self._last_error = reason
+            if self._abandoned:
+                return
+            if isinstance(exc, OutDirExistsError):
+                self.refused = f"out_dir {self.uri} already holds {exc}"
+                logger.error(
+                    "smdebug: nothing is saved: %s already holds %s; smdebug does not mix two runs in one "
+                    "directory: choose a new out_dir",
+                    self.uri,
+                    exc,
+                )
+                self._refuse_outbox()
+            elif not self._transient(exc):
+                self._pop(pub)
+                self._given_up(pub, reason)
+            else:
+                if not self._failing:
+                    logger.warning(
+                        "smdebug: could not write %s to %s: %s; retrying in the background while training "
+                        "goes on",
+                        pub.what,
+                        self.uri,
+                        reason,
+                    )
+                    self._backoff = RETRY_FIRST
+                else:
+                    cap = CLOSE_RETRY_MAX if self._drain_deadline is not None else RETRY_MAX
+                    self._backoff = min(self._backoff * 2, cap)
+                    logger.debug("smdebug: retry of %s failed: %s", pub.what, reason)
+                self._failing = True
+                self._retry_at = time.monotonic() + self._backoff
+            self._lock.notify_all()
+
+    def _attempt_succeeded(self, pub) -> None:
+        with self._lock:
+            self._publishing = None
+            if self._abandoned and pub.step is not None and pub.step in self.failed_steps:
+                # close() already reported this step unsaved (the request outlived its timeout): take it
+                # out of the run again, so that the run and the report agree
+                undo = True
+            else:
+                undo = False
+                self._pop(pub)
+        if undo:
+            for relpath in (index_file_path(pub.step, self.worker), event_file_path(pub.step, self.worker)):
+                try:
+                    self.store.remove(relpath)
+                except Exception as exc:
+                    logger.debug("smdebug: could not remove %s: %s", relpath, self._describe(exc))
+            return
+        with self._lock:
+            if pub.step is not None:
+                self.written_steps.append(pub.step)
+            if self._failing:
+                self._failing = False
+                self._backoff = RETRY_FIRST
+                logger.warning(
+                    "smdebug: %s is reachable again; writing %d waiting item(s)",
+                    self.uri,
+                    len(self._outbox) + 1,
+                )
+            self._lock.notify_all()
+
+    def _pop(self, pub) -> None:
+        if self._outbox and self._outbox[0] is pub:
+            self._outbox.popleft()
+            self._outbox_memory -= pub.memory
+
+    def _refuse_outbox(self) -> None:
+        while self._outbox:
+            self._given_up(self._outbox.popleft(), self.refused, quiet=True)
+        self._outbox_memory = 0
+
+    def _given_up(self, pub, reason: str, quiet: bool = False) -> None:
+        if not quiet:
+            logger.warning("smdebug: could not save %s to %s: %s", pub.what, self.uri, reason)
+        if pub.step is not None:
+            self.failed_steps[pub.step] = reason
+        elif pub.file is not None:
+            self.failed_files[pub.file] = reason
+        pub.discard()
+
+    def _finish_close(self) -> None:
+        """At close, past the drain: what is still waiting is unsaved; then the record of the unsaved
+        steps and the end-of-job marker, in that order, unless the store is still failing."""
+        with self._lock:
+            if self._abandoned:
+                return
+            why = self._last_error or "not written before the close timeout"
+            while self._outbox:
+                self._given_up(self._outbox.popleft(), why, quiet=True)
+            self._outbox_memory = 0
+            end_of_job, failing, refused = self._end_of_job, self._failing, self.refused
+        if refused or self.store is None:
+            return
+        final = []
+        if self.failed_steps or self.failed_files:
+            record = layout.encode_unsaved(self.worker, self.failed_steps, self.failed_files)
+            final.append((layout.unsaved_steps_path(self.worker), record))
+        if end_of_job:
+            final.append((END_OF_JOB_FILE, b""))
+        for relpath, data in final:
+            if failing:  # the store did not come back: no point waiting on it again
+                self.failed_files[relpath] = why
+                continue
+            try:
+                if self._abandoned:
+                    return
+                self.store.write_bytes(relpath, data)
+                if relpath == END_OF_JOB_FILE:
+                    self._end_written = True
+                    # a finished run is protected by its marker: the claim goes, and the run holds
+                    # exactly smdebug 1.0's files
+                    if self._claim_token:
+                        release_worker(self.store, self.worker, self._claim_token)
+            except Exception as exc:
+                failing = True  # without the record of unsaved steps, the run must not look complete
+                why = self._describe(exc)
+                self.failed_files[relpath] = why

@@ -1,0 +1,154 @@
+"""Run ownership: who may write a worker's files in a run.
+
+A new hook checks its out_dir (an earlier run there, another writer of this worker) and claims its worker
+name (``writers/<worker>.json``, created exclusively), on a thread of its own. A writer whose hook could
+not finish that check publishes the claim before anything else (``ClaimPublication``): a second writer of
+the same worker in one out_dir writes nothing. A finished run drops its claims (its end-of-job marker
+protects it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from smdebug import layout
+from smdebug.exceptions import OutDirExistsError
+from smdebug.layout import existing_run
+from smdebug.store import Store
+from smdebug.writing.bounded import run_bounded
+from smdebug.writing.settings import check_timeout_from_env
+
+logger = logging.getLogger("smdebug")
+
+
+def claim_worker(store: Store, worker: str, token: str) -> str | None:
+    """Claim ``worker`` in the run of ``store``; None when it is ours (now, or by an earlier call with the
+    same token), else what holds it. The claim file is created exclusively, so of two writers starting
+    together exactly one gets it (atomic locally and on S3; see Store.create_exclusive)."""
+    relpath = layout.writer_claim_path(worker)
+    claim = {"worker": worker, "token": token, "host": socket.gethostname(), "pid": os.getpid()}
+    claim["started"] = time.time()
+    try:
+        store.create_exclusive(relpath, json.dumps(claim).encode())
+        return None
+    except FileExistsError:
+        pass
+    try:
+        other = json.loads(store.read_bytes(relpath))
+    except (OSError, ValueError):
+        other = {}  # being written by its owner right now
+    if not isinstance(other, dict):
+        other = {}
+    if other.get("token") == token:
+        return None
+    who = f"host {other.get('host', '?')}, pid {other.get('pid', '?')}"
+    return f"a run being written by another writer of {worker} ({who}: {relpath} is there)"
+
+
+def release_worker(store: Store, worker: str, token: str, prune: tuple[str, ...] = ()) -> None:
+    """Drop our claim of ``worker``: made under a name the process turned out not to have, or no longer
+    needed (the run is finished, and its end-of-job marker protects it). ``prune``: local folders
+    (relative, "" the run itself) to remove too if that left them empty."""
+    relpath = layout.writer_claim_path(worker)
+    try:
+        if json.loads(store.read_bytes(relpath)).get("token") == token:
+            store.remove(relpath)
+    except (OSError, ValueError, AttributeError):
+        pass
+    if store.is_local:
+        for folder in (layout.WRITERS_DIR, *prune):
+            try:
+                os.rmdir(f"{store.root}/{folder}" if folder else store.root)
+            except OSError:  # not empty, or not there
+                pass
+
+
+class OutDirCheck:
+    """The check of an out_dir (an earlier run, another writer of this worker) and the claim of the
+    worker's name, made on a thread of its own when a hook is created: the hook waits for it at most a
+    few seconds, so an unreachable store never holds training up. When it does not finish in time, the
+    writer makes the claim before it writes anything (and writes nothing if the name is taken)."""
+
+    def __init__(self, open_store: Callable[[], Store], worker: str | None, claim: bool):
+        self.worker = worker
+        self.token = uuid.uuid4().hex
+        self.store: Store | None = None
+        self.found: str | None = None  # what the out_dir already holds that refuses this hook
+        self.claimed = False
+        self.in_use = False  # a writer took the claim over
+        self.created_run = False  # the claim created the (local) run folder
+        self.error: BaseException | None = None
+        self._open_store = open_store
+        self._claim = claim and worker is not None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="smdebug-out-dir-check", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.store = self._open_store()
+            self.found = existing_run(self.store, self.worker)
+            if self.found is None and self._claim:
+                self.created_run = self.store.is_local and not os.path.isdir(self.store.root)
+                self.found = claim_worker(self.store, self.worker, self.token)
+                self.claimed = self.found is None
+        except Exception as exc:  # an unreachable location: the writer claims the run when it can
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the check finished within ``timeout`` seconds."""
+        return self._done.wait(timeout)
+
+    def release_if_unused(self) -> None:
+        """A hook that never wrote leaves nothing behind: its claim goes (and the run folder the claim
+        created). Bounded: at most the check timeout."""
+        if not self.claimed or self.in_use or not self._done.is_set():
+            return
+        self.claimed = False
+        prune = ("",) if self.created_run else ()
+        try:
+            run_bounded(
+                lambda: release_worker(self.store, self.worker, self.token, prune), check_timeout_from_env()
+            )
+        except Exception as exc:
+            logger.debug("smdebug: could not release the claim of %s: %s", self.worker, exc)
+
+
+class WorkerClaimed(OutDirExistsError):
+    """Another writer holds this worker's name in the run (found by the writer, after the hook started)."""
+
+
+class ClaimPublication:
+    """The claim of the writer's worker name, published before anything else."""
+
+    step = None
+    file = None
+    memory = 0
+
+    def __init__(self, worker: str, token: str, release: str | None = None):
+        self.worker, self.token, self.release = worker, token, release
+        self.what = f"the claim of {worker}"
+
+    def publish(self, store: Store) -> None:
+        if self.release and self.release != self.worker:
+            release_worker(store, self.release, self.token)
+        found = existing_run(store, self.worker) or claim_worker(store, self.worker, self.token)
+        if found:
+            raise WorkerClaimed(found)
+
+    def in_memory(self) -> int:
+        return 0
+
+    def spill(self) -> None:
+        pass
+
+    def discard(self) -> None:
+        pass

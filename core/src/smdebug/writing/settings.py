@@ -1,0 +1,49 @@
+"""The writers' settings: sizes and timeouts, and the environment variables that change them."""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
+DEFAULT_CLOSE_TIMEOUT = 60.0  # seconds close() keeps retrying a failing store before giving up
+DEFAULT_CHECK_TIMEOUT = 5.0  # seconds a new hook waits for the out_dir check before training goes on
+BATCH_BYTES = 1024 * 1024  # a step's tensors reach the encoder thread together below this size
+RESERVE_BYTES = 1024 * 1024  # a tensor this large is copied for the writer only once the queue has room
+SCALAR_BYTES = 256  # what a tensor's reductions count in the queue (encoded: a few small records)
+RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
+CLOSE_RETRY_MAX = 2.0  # backoff cap while close() drains
+# Environment variables of launchers that start several workers (each then names itself by its rank,
+# possibly only once its framework's distributed setup is done).
+_WORLD_SIZE_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "DMLC_NUM_WORKER")
+WRITER_PROCESS_ENV = "SMDEBUG_WRITER_PROCESS"  # 0 keeps a local run's writer on threads
+
+
+def max_queue_bytes_from_env() -> int:
+    raw = os.environ.get("SMDEBUG_MAX_QUEUE_BYTES")
+    return int(raw) if raw else DEFAULT_MAX_QUEUE_BYTES
+
+
+def close_timeout_from_env() -> float:
+    raw = os.environ.get("SMDEBUG_CLOSE_TIMEOUT")
+    return float(raw) if raw else DEFAULT_CLOSE_TIMEOUT
+
+
+def check_timeout_from_env() -> float:
+    raw = os.environ.get("SMDEBUG_CHECK_TIMEOUT")
+    return float(raw) if raw else DEFAULT_CHECK_TIMEOUT
+
+
+def writer_process_allowed() -> bool:
+    """Whether SMDEBUG_WRITER_PROCESS leaves a local run its writer process (anything but 0/false/no/off)."""
+    return os.environ.get(WRITER_PROCESS_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def one_of_many_workers() -> bool:
+    """Whether a launcher started this process as one of several workers (torchrun, mpirun, ...)."""
+    for name in _WORLD_SIZE_ENV:
+        try:
+            if int(os.environ.get(name, "1")) > 1:
+                return True
+        except ValueError:
+            pass
+    return False

@@ -1,0 +1,396 @@
+"""The thread writer: a worker's steps written in smdebug's layout from background threads.
+
+The training thread only queues host numpy arrays and never waits on storage. The encoder thread turns
+queued arrays into a step's files (staged locally: a temp file beside the destination, or a spooled
+buffer for a remote store) and hands finished steps to the outbox (smdebug.writing.outbox), whose
+publisher thread sends them to the store in order. The queue is bounded in bytes; it drains into local
+staging whatever the store does, so the training thread only waits when it produces faster than encoding
+(nothing is dropped). ``close()`` returns within its timeout whatever the store does.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from smdebug import codec, layout
+from smdebug.layout import event_file_path, index_file_path
+from smdebug.modes import ModeKeys
+from smdebug.store import StagedFile, Store, redact
+from smdebug.writing.outbox import Outbox, Publication
+from smdebug.writing.settings import (
+    BATCH_BYTES,
+    RESERVE_BYTES,
+    SCALAR_BYTES,
+    close_timeout_from_env,
+    max_queue_bytes_from_env,
+)
+
+logger = logging.getLogger("smdebug")
+
+
+@dataclass
+class _OpenStep:
+    step: int
+    mode: ModeKeys
+    mode_step: int
+    staged: StagedFile | None = None
+    tensors: list = field(default_factory=list)
+    shapes: list = field(default_factory=list)
+    failed: bool = False
+
+
+class RunWriter(Outbox):
+    """Writes the steps of one worker to a Store from background threads (a ``Writer``).
+
+    ``store`` is a Store, or a callable that opens one (called on the writer's thread: opening a remote
+    store may wait on the network). ``claim=(token, released_worker or None)`` makes the writer claim its
+    worker name before writing anything."""
+
+    def __init__(
+        self,
+        store: Store | Callable[[], Store],
+        worker: str,
+        max_queue_bytes: int | None = None,
+        close_timeout: float | None = None,
+        *,
+        uri: str | None = None,
+        claim: tuple[str, str | None] | None = None,
+        claim_token: str | None = None,
+    ):
+        self.store: Store | None = store if isinstance(store, Store) else None
+        self._opener = None if self.store is not None else store
+        self.uri = self.store.uri if self.store is not None else redact(uri or "?")
+        self.worker = worker
+        self.max_queue_bytes = max_queue_bytes or max_queue_bytes_from_env()
+        self.close_timeout = close_timeout_from_env() if close_timeout is None else close_timeout
+        self.failed_steps: dict[int, str] = {}  # steps that will never be saved -> why
+        self.failed_files: dict[str, str] = {}
+        self.written_steps: list[int] = []
+        self.refused: str | None = None  # why this writer writes nothing at all
+        self._queue: queue.Queue = queue.Queue()
+        # A step's items go to the encoder thread together at its end (each put wakes that thread, which
+        # then competes with training for the GIL): the batch and what it holds in bytes.
+        self._batch: list = []
+        self._batch_bytes = 0
+        self._queued_bytes = 0
+        self._step_has_data = False  # anything queued for the step that end_step will finish
+        self._submitted: set[int] = set()  # steps the training thread gave data to
+        self._room = threading.Condition()
+        self._open: _OpenStep | None = None
+        self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
+        self._closed = False
+        self._start_outbox(claim, claim_token)
+        self._thread = threading.Thread(target=self._run, name=f"smdebug-writer-{worker}", daemon=True)
+        self._thread.start()
+
+    # -- training thread ----------------------------------------------------------------------------
+    def write_tensor(
+        self,
+        step: int,
+        mode: ModeKeys,
+        mode_step: int,
+        name: str,
+        array: np.ndarray,
+        wall_time=None,
+        reserved: int = 0,
+    ) -> None:
+        """Queue a tensor of a step; wall_time (seconds since the epoch) defaults to now. ``reserved``:
+        bytes the caller already counted in the queue with ``reserve`` (before copying the tensor)."""
+        nbytes = int(array.nbytes)
+        if reserved:
+            with self._room:
+                self._queued_bytes += nbytes - reserved
+        else:
+            self.reserve(nbytes)
+        self._step_has_data = True
+        self._submitted.add(step)
+        wall_time = time.time() if wall_time is None else wall_time
+        self._batch.append(("tensor", step, mode, mode_step, name, array, wall_time, nbytes))
+        self._batch_bytes += nbytes
+        if self._batch_bytes >= BATCH_BYTES:  # large tensors go at once: the encoder overlaps the step
+            self._send_batch()
+
+    def write_scalars(
+        self, step: int, mode: ModeKeys, mode_step: int, names: list[list[str]], values: list, wall_time
+    ) -> None:
+        """Queue a step's reductions as one item: ``values[i]``, a 1-d host array, holds the 0-d tensors
+        named ``names[i]`` (encoded together on the writer's thread)."""
+        nbytes = SCALAR_BYTES * len(values)
+        self.reserve(nbytes)
+        self._step_has_data = True
+        self._submitted.add(step)
+        self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time, nbytes))
+        self._batch_bytes += nbytes
+
+    def reserve(self, nbytes: int) -> None:
+        """Wait until the queue has room for ``nbytes`` more and count them in it (write_tensor does;
+        a caller that copies a tensor for the writer waits before copying, so that the copy is within the
+        bound, then passes ``reserved=nbytes``). One item is always admitted into an empty queue however
+        large it is."""
+        with self._room:
+            while self._queued_bytes and self._queued_bytes + nbytes > self.max_queue_bytes:
+                if self._batch:
+                    self._send_batch()  # the encoder frees room only for what it has been given
+                self._room.wait()
+            self._queued_bytes += nbytes
+
+    def _send_batch(self) -> None:
+        if self._batch:
+            batch, self._batch, self._batch_bytes = self._batch, [], 0
+            self._queue.put(("batch", batch))
+
+    def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
+        self._step_has_data = True
+        self._submitted.add(step)
+        self._batch.append(("shape", step, mode, mode_step, name, list(shape)))
+
+    def end_step(self, step: int) -> None:
+        # A step that saved nothing has nothing to finish: waking the writer thread for it at every
+        # step costs the training thread more than the rest of an idle step's hook work.
+        if self._step_has_data:
+            self._step_has_data = False
+            self._batch.append(("end", step))
+        self._send_batch()
+
+    def write_file(self, relpath: str, data: bytes) -> None:
+        self._send_batch()
+        self._queue.put(("file", relpath, data))
+
+    def write_view(self, step: int, mode: ModeKeys, mode_step: int, name: str, view: np.ndarray) -> None:
+        """write_tensor of a view of memory that training changes once this returns: copied at once (a
+        large one once the queue has room for it)."""
+        write_copy(self, step, mode, mode_step, name, view, time.time())
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far has been handled: written, or waiting for a failing store
+        to come back. Waits at most ``timeout`` seconds (default ``close_timeout``); False if it had to
+        stop waiting."""
+        if self._closed:
+            return True
+        timeout = self.close_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        done = threading.Event()
+        self._send_batch()
+        self._queue.put(("flush", done))
+        while not done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+            if not self._thread.is_alive() or time.monotonic() >= deadline:
+                return False
+        return self._wait_published(deadline)
+
+    def close(
+        self, timeout: float | None = None, end_of_job: bool = False, finish_open_step: bool = True
+    ) -> dict[int, str]:
+        """Write everything queued, retrying a failing store, and stop; returns within ``timeout``
+        seconds (default ``close_timeout``) whatever the store does, with the steps that were not saved.
+        With ``end_of_job`` the run's end-of-job marker is written last, after the record of any steps
+        that could not be saved (and not at all when that record cannot be written). Without
+        ``finish_open_step`` a step whose end was not queued is dropped (its process died mid-step)."""
+        if self._closed:
+            return self.failed_steps
+        self._closed = True
+        timeout = self.close_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        self._start_drain(deadline, timeout, end_of_job)
+        self._send_batch()
+        self._queue.put(("stop", finish_open_step))
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        self._publisher.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive() or self._publisher.is_alive():
+            self._abandon(timeout)  # a request that hangs: stop waiting for it
+        return self.failed_steps
+
+    # -- encoder thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        if self.store is None:
+            try:
+                self.store = self._opener()
+            except Exception as exc:
+                reason = redact(f"{type(exc).__name__}: {exc}")
+                self.refused = f"cannot open {self.uri}: {reason}"
+                logger.warning("smdebug: nothing is saved: %s", self.refused)
+        self._store_ready.set()
+        batch: collections.deque = collections.deque()
+        while True:
+            item = batch.popleft() if batch else self._queue.get()
+            kind = item[0]
+            if kind == "batch":
+                batch.extend(item[1])
+                continue
+            try:
+                if self._abandoned and kind in ("tensor", "scalars", "shape", "end", "file"):
+                    pass  # close() gave up on a store that hangs: nothing more is written
+                elif kind == "tensor":
+                    self._tensor(*item[1:7])
+                elif kind == "scalars":
+                    self._scalars(*item[1:7])
+                elif kind == "shape":
+                    self._shape(*item[1:])
+                elif kind == "end":
+                    self._finish(item[1])
+                elif kind == "file":
+                    self._publish(Publication(None, [(item[1], item[2])]))
+                elif kind == "flush":
+                    item[1].set()
+                elif kind == "stop":
+                    if self._open is not None and item[1]:
+                        self._finish(self._open.step)
+                    elif self._open is not None and self._open.staged is not None:
+                        self._open.staged.discard()
+                    return
+            except Exception as exc:  # the writer thread must survive anything
+                logger.warning("smdebug: writer error: %s", self._describe(exc))
+            finally:
+                if kind in ("tensor", "scalars"):
+                    with self._room:
+                        self._queued_bytes -= item[7]
+                        self._room.notify_all()
+                if kind == "stop":
+                    with self._lock:
+                        self._encoded_all = True
+                        self._lock.notify_all()
+
+    def _describe(self, exc: BaseException) -> str:
+        if self.store is not None:
+            return self.store.describe(exc)
+        return redact(f"{type(exc).__name__}: {exc}")
+
+    def _step(self, step: int, mode: ModeKeys, mode_step: int) -> _OpenStep:
+        if self._open is not None and self._open.step != step:
+            self._finish(self._open.step)
+        if self._open is None:
+            ended = self._ended
+            if ended is not None and ended.step == step and not ended.failed:
+                self._open = self._reopen(ended)
+            else:
+                self._open = _OpenStep(step, mode, mode_step)
+                if self.refused:
+                    self._open.failed = True
+                    self.failed_steps[step] = self.refused
+        return self._open
+
+    def _reopen(self, ended: _OpenStep) -> _OpenStep:
+        """More tensors for a step that already ended (save_scalar after training): the step's files are
+        published again whole, earlier records first, so nothing saved in it before is lost."""
+        st = _OpenStep(ended.step, ended.mode, ended.mode_step, None, list(ended.tensors), list(ended.shapes))
+        if not ended.tensors:
+            return st
+        with self._lock:
+            while True:  # not while the publisher is sending it: wait for that attempt to end
+                waiting = next((p for p in self._outbox if p.step == st.step), None)
+                if waiting is None or waiting is not self._publishing or self._abandoned:
+                    break
+                self._lock.wait(1.0)
+            if waiting is not None and waiting.parts and isinstance(waiting.parts[0], StagedFile):
+                self._outbox.remove(waiting)  # not yet published: append to the staged file itself
+                self._outbox_memory -= waiting.memory
+                st.staged = waiting.parts[0]
+                st.staged.resume()
+                return st
+        try:
+            st.staged = self.store.stage(event_file_path(st.step, self.worker))
+            st.staged.write(self.store.read_bytes(event_file_path(st.step, self.worker)))
+        except Exception as exc:
+            self._fail(st, exc)
+        return st
+
+    def _fail(self, st: _OpenStep, exc: BaseException) -> None:
+        reason = self._describe(exc)
+        if not st.failed:
+            logger.warning("smdebug: could not save step %d to %s: %s", st.step, self.uri, reason)
+        st.failed = True
+        self.failed_steps[st.step] = reason
+        if st.staged is not None:
+            st.staged.discard()
+            st.staged = None
+
+    def _tensor(self, step, mode, mode_step, name, array, wall_time) -> None:
+        st = self._step(step, mode, mode_step)
+        if st.failed:
+            return
+        try:
+            # smdebug 1.0's reader insists on its "no checksum" footer in tensor event files, so the
+            # payload's CRC goes in the index entry instead (smdebug 1.0 ignores keys it does not know).
+            # The record stays in chunks, a large tensor's content a view of the array: no copy of it.
+            event = codec.tensor_event_chunks(name, array, step, wall_time, mode.value, mode_step)
+            record, size, crc = codec.frame_chunks(event, checksum=False)
+        except Exception as exc:  # one unencodable tensor does not lose its step
+            logger.warning("smdebug: could not encode %s at step %d: %s", name, step, self._describe(exc))
+            return
+        offset = self._append(st, record)
+        if offset is not None:
+            st.tensors.append(layout.tensor_entry(name, offset, size, crc))
+
+    def _scalars(self, step, mode, mode_step, names, values, wall_time) -> None:
+        st = self._step(step, mode, mode_step)
+        if st.failed:
+            return
+        try:
+            data, records = codec.scalar_records(names, values, step, wall_time, mode.value, mode_step)
+        except Exception as exc:  # one by one: only what cannot be encoded is lost
+            logger.debug("smdebug: encoding reductions together failed (%s); one by one", exc)
+            for some, array in zip(names, values):
+                for name, value in zip(some, array):
+                    self._tensor(step, mode, mode_step, name, np.asarray(value), wall_time)
+            return
+        offset = self._append(st, [data])
+        if offset is not None:
+            entry = layout.tensor_entry
+            st.tensors.extend(entry(name, offset + start, size, crc) for name, start, size, crc in records)
+
+    def _append(self, st: _OpenStep, chunks: list) -> int | None:
+        """Write chunks at the end of the step's event file: their offset in it, or None when that fails
+        (the step is then recorded as not saved)."""
+        try:
+            if st.staged is None:
+                st.staged = self.store.stage(event_file_path(st.step, self.worker))
+            offset = st.staged.size
+            for chunk in chunks:
+                st.staged.write(chunk)
+        except Exception as exc:
+            self._fail(st, exc)
+            return None
+        return offset
+
+    def _shape(self, step, mode, mode_step, name, shape) -> None:
+        st = self._step(step, mode, mode_step)
+        st.shapes.append(layout.shape_entry(name, shape))
+
+    def _finish(self, step: int) -> None:
+        st = self._open
+        if st is None or st.step != step:
+            return
+        self._open = None
+        self._ended = st
+        if st.failed or not (st.tensors or st.shapes):
+            if st.staged is not None:
+                st.staged.discard()
+            return
+        index = layout.encode_index(
+            st.mode.name, st.mode_step, event_file_path(step, self.worker), st.tensors, st.shapes
+        )
+        parts = [st.staged] if st.staged is not None else []
+        st.staged = None  # the publication owns it now
+        parts.append((index_file_path(step, self.worker), index))
+        self._publish(Publication(step, parts))
+
+
+def write_copy(
+    writer, step: int, mode: ModeKeys, mode_step: int, name: str, view: np.ndarray, wall_time
+) -> None:
+    """Give ``writer`` a copy of ``view``, made once its queue has room for it when it is large."""
+    reserved = view.nbytes if view.nbytes >= RESERVE_BYTES else 0
+    if reserved:
+        writer.reserve(reserved)
+    writer.write_tensor(step, mode, mode_step, name, view.copy(), wall_time, reserved)

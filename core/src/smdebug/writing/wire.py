@@ -1,0 +1,290 @@
+"""The writer process's wire format: what the training process sends its child, and how the child reads it.
+
+A step's items (RunWriter's batch items: tensors, reductions, shapes, its end, files) go down a pipe as one
+message: a frame (header and payload lengths), a JSON header describing the items, then the payload, the
+arrays' bytes in order. Arrays may instead be in memory shared with the child (``Ring``): the header then
+says where. Lists of reduction names, the same objects step after step, are sent once, then by number.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+import struct
+
+import numpy as np
+
+from smdebug.modes import ModeKeys
+from smdebug.writing.protocol import Writer
+
+logger = logging.getLogger("smdebug")
+
+FRAME = struct.Struct("<II")  # header length, payload length
+RING_READ = struct.Struct("<Q")  # at the ring's start: how many bytes the child has read (it writes it)
+_RING_START = 64  # where the arrays' bytes begin
+
+
+class _Gone(Exception):
+    """The child process cannot take more: it exited."""
+
+
+class Ring:
+    """Memory shared with the child, used in a circle: arrays go in one after another, and the child
+    copies them out when it reads the message that describes them from the pipe, then notes at the start
+    of the ring how far it has read. Nothing waits for room: an array that does not fit goes down the pipe."""
+
+    def __init__(self, size: int):
+        self.fd = os.memfd_create("smdebug-writer")  # no name in any file system; gone with its last user
+        try:
+            os.ftruncate(self.fd, size)
+            self.map = mmap.mmap(self.fd, size)
+        except OSError:
+            os.close(self.fd)
+            raise
+        self.bytes = np.frombuffer(self.map, np.uint8)  # for arrays with strides
+        self.size = size - _RING_START
+        self.used = 0  # bytes handed out so far (where the next array goes, modulo the size)
+
+    def take(self, nbytes: int) -> int | None:
+        """Where ``nbytes`` go (in one piece, 64-byte aligned), or None when the child has not read enough
+        of the ring yet."""
+        used, size = self.used, self.size
+        at = used % size
+        if at + nbytes > size:  # never split: start again at the beginning
+            used += size - at
+            at = 0
+        end = used + -(-nbytes // 64) * 64
+        if end - RING_READ.unpack_from(self.map)[0] > size:
+            return None
+        self.used = end
+        return _RING_START + at
+
+    def put(self, buffers: list, nbytes: int) -> list | None:
+        """Copy the buffers in, one after another: [offset, bytes] for the child, or None."""
+        position = self.take(nbytes)
+        if position is None:
+            return None
+        start = position
+        for view in map(memoryview, buffers):
+            if view.nbytes:  # (an empty array's view cannot be cast)
+                self.map[position : position + view.nbytes] = view.cast("B")
+                position += view.nbytes
+        return [start, nbytes]
+
+    def copy_in(self, array: np.ndarray) -> InRing | None:
+        """Copy one array in, or None when there is no room for it."""
+        nbytes = array.nbytes
+        position = self.take(nbytes)
+        if position is None:
+            return None
+        if nbytes and array.flags.c_contiguous:
+            self.map[position : position + nbytes] = memoryview(array).cast("B")
+        elif nbytes:  # strided
+            place = self.bytes[position : position + nbytes].view(array.dtype).reshape(array.shape)
+            np.copyto(place, array)
+        return InRing(position, array.dtype, array.shape, nbytes)
+
+
+class InRing:
+    """An array copied into the ring, in a step's batch: where it is, its dtype and shape."""
+
+    __slots__ = ("position", "dtype", "shape", "nbytes")
+
+    def __init__(self, position: int, dtype: np.dtype, shape: tuple, nbytes: int):
+        self.position, self.dtype, self.shape, self.nbytes = position, dtype, shape, nbytes
+
+    def copy(self, ring: Ring) -> np.ndarray:
+        data = ring.bytes[self.position : self.position + self.nbytes]
+        return data.view(self.dtype).reshape(self.shape).copy()
+
+
+def message(header: list, buffers: list = ()) -> list:
+    head = json.dumps(header, separators=(",", ":")).encode()
+    size = sum(b.nbytes if isinstance(b, np.ndarray) else len(b) for b in buffers)
+    return [FRAME.pack(len(head), size), head, *buffers]
+
+
+def owned(item: tuple, ring: Ring | None) -> tuple:
+    """A batch item with its array out of the ring, for a writer in this process."""
+    if item[0] == "tensor" and isinstance(item[5], InRing):
+        return (*item[:5], item[5].copy(ring), *item[6:])
+    return item
+
+
+def steps_of(items: list) -> set[int]:
+    return {item[1] for item in items if item[0] != "file"}
+
+
+class Names:
+    """Numbers for a tensor's lists of reduction names (the same list objects step after step): each is
+    sent once, then by its number. Holding the lists keeps their ids from being reused."""
+
+    LIMIT = 100_000  # lists remembered before starting over (plans made again as due collections change)
+
+    def __init__(self):
+        self.numbers: dict[int, tuple[list, int]] = {}
+
+    def ids(self, names: list[list[str]]) -> tuple[list[int], list]:
+        """The numbers of these lists, and [number, list] of those the child has not seen yet."""
+        numbers, ids, new = self.numbers, [], []
+        for some in names:
+            known = numbers.get(id(some))
+            if known is None:
+                if len(numbers) >= self.LIMIT:
+                    numbers.clear()
+                known = numbers[id(some)] = (some, len(numbers))
+                new.append([known[1], some])
+            ids.append(known[1])
+        return ids, new
+
+
+def encode(items: list, names_table: Names) -> tuple[list, list]:
+    """RunWriter batch items as JSON-able descriptions and the buffers of their payload, in order."""
+    header, buffers = [], []
+    for item in items:
+        kind = item[0]
+        if kind == "tensor":
+            _, step, mode, mode_step, name, array, wall_time = item
+            if isinstance(array, InRing):  # its bytes are in the ring already
+                where = [array.dtype.str, array.shape, wall_time, array.position]
+                header.append(["t", step, mode.value, mode_step, name, *where])
+                continue
+            if array.dtype.kind == "O":
+                described = strings(array)
+                if described is None:  # what RunWriter says of an element it cannot encode
+                    logger.warning("smdebug: could not encode %s at step %d: not text", name, step)
+                    continue
+                kinds, chunks = described
+                header.append(["o", step, mode.value, mode_step, name, array.shape, kinds, wall_time])
+                buffers.extend(chunks)
+                continue
+            if not array.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+                array = array.copy(order="C")
+            header.append(["t", step, mode.value, mode_step, name, array.dtype.str, array.shape, wall_time])
+            buffers.append(array)
+        elif kind == "scalars":
+            _, step, mode, mode_step, names, values, wall_time = item
+            ids, new = names_table.ids(names)
+            if isinstance(values, np.ndarray) and values.ndim == 2 and values.dtype.kind in "fiub":
+                # a [results, reductions] matrix (smdebug_to_host's bulk answer): already one buffer
+                sizes, dtypes, values = [values.shape[1]] * len(values), values.dtype.str, [values]
+            elif (
+                values
+                and values[0].dtype.kind in "fiub"
+                and all(v.dtype == values[0].dtype and v.ndim == 1 for v in values)
+            ):
+                sizes = [v.size for v in values]
+                dtypes, values = values[0].dtype.str, [np.concatenate(values)]  # rows of a result matrix
+            else:  # results of different dtypes each keep theirs
+                sizes = [v.size for v in values]
+                dtypes = [v.dtype.str for v in values]
+                values = [np.ascontiguousarray(v) for v in values]
+            header.append(["s", step, mode.value, mode_step, ids, new, dtypes, sizes, wall_time])
+            buffers.extend(values)
+        elif kind == "shape":
+            header.append(["h", item[1], item[2].value, item[3], item[4], item[5]])
+        elif kind == "end":
+            header.append(["e", item[1]])
+        else:  # file
+            header.append(["f", item[1], len(item[2])])
+            buffers.append(item[2])
+    return header, buffers
+
+
+def strings(array: np.ndarray) -> tuple[list, list] | None:
+    """An object array of str and bytes elements: their kinds and lengths, and their bytes."""
+    kinds, chunks = [], []
+    for s in array.reshape(-1):
+        if isinstance(s, str):
+            chunk = s.encode("utf-8", "surrogatepass")
+            kinds.append(["s", len(chunk)])
+        elif isinstance(s, bytes):
+            chunk = s
+            kinds.append(["b", len(chunk)])
+        else:
+            return None
+        chunks.append(chunk)
+    return kinds, chunks
+
+
+def feed(writer: Writer, items: list) -> None:
+    for item in items:
+        kind = item[0]
+        if kind == "tensor":
+            writer.write_tensor(*item[1:])
+        elif kind == "scalars":
+            writer.write_scalars(*item[1:])
+        elif kind == "shape":
+            writer.write_shape(*item[1:])
+        elif kind == "end":
+            writer.end_step(item[1])
+        else:
+            writer.write_file(item[1], item[2])
+
+
+def read_exact(fd: int, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        chunk = os.readv(fd, [view[got:]])
+        if chunk == 0:
+            return None
+        got += chunk
+    return buf
+
+
+def read_message(fd: int) -> tuple[list, bytearray] | None:
+    frame = read_exact(fd, FRAME.size)
+    if frame is None:
+        return None
+    head_len, size = FRAME.unpack(frame)
+    head = read_exact(fd, head_len)
+    payload = read_exact(fd, size) if size else bytearray()
+    if head is None or payload is None:
+        return None
+    return json.loads(head), payload
+
+
+def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mmap.mmap | None) -> None:
+    offset = 0
+    for item in header:
+        kind = item[0]
+        if kind == "t":
+            _, step, mode, mode_step, name, dtype, shape, wall_time, *in_ring = item
+            dtype = np.dtype(dtype)
+            count = int(np.prod(shape, dtype=np.int64))
+            if in_ring:  # copied out: the training process reuses that room once this message is read
+                array = np.frombuffer(ring, dtype, count, in_ring[0]).reshape(shape).copy()
+            else:
+                array = np.frombuffer(payload, dtype, count, offset).reshape(shape)
+                offset += count * dtype.itemsize
+            writer.write_tensor(step, ModeKeys(mode), mode_step, name, array, wall_time)
+        elif kind == "o":
+            _, step, mode, mode_step, name, shape, kinds, wall_time = item
+            elements = []
+            for which, size in kinds:
+                chunk = bytes(payload[offset : offset + size])
+                offset += size
+                elements.append(chunk.decode("utf-8", "surrogatepass") if which == "s" else chunk)
+            array = np.empty(len(elements), dtype=object)
+            array[:] = elements
+            writer.write_tensor(step, ModeKeys(mode), mode_step, name, array.reshape(shape), wall_time)
+        elif kind == "s":
+            _, step, mode, mode_step, ids, new, dtypes, sizes, wall_time = item
+            names.update(new)
+            values = []
+            for dtype, size in zip([dtypes] * len(sizes) if isinstance(dtypes, str) else dtypes, sizes):
+                dtype = np.dtype(dtype)
+                values.append(np.frombuffer(payload, dtype, size, offset))
+                offset += size * dtype.itemsize
+            writer.write_scalars(step, ModeKeys(mode), mode_step, [names[i] for i in ids], values, wall_time)
+        elif kind == "h":
+            writer.write_shape(item[1], ModeKeys(item[2]), item[3], item[4], item[5])
+        elif kind == "e":
+            writer.end_step(item[1])
+        elif kind == "f":
+            writer.write_file(item[1], bytes(payload[offset : offset + item[2]]))
+            offset += item[2]
