@@ -221,12 +221,13 @@ class ViewingPlugin:
 
 @pytest.mark.parametrize(
     "writer_process, observed, views",
-    [("1", False, 8), ("0", False, 0), ("1", True, 0)],
+    [("1", False, 8), ("0", False, 8), ("1", True, 0)],
     ids=["process-writer", "thread-writer", "observed"],
 )
 def test_hook_smdebug_host_view(tmp_path, monkeypatch, writer_process, observed, views):
-    """The writer process copies a view before the hook returns; the thread writer, and a plugin that
-    observes saved tensors (smdebug-dummy's smdebug_tensor_saved), get a copy made by to_numpy."""
+    """Either writer copies a view before the hook returns (the writer process into the memory it shares
+    with its child); a plugin that observes saved tensors (smdebug-dummy's smdebug_tensor_saved) gets a
+    copy made by to_numpy."""
     monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", writer_process)
     if not observed:
         monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy")
