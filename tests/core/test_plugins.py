@@ -556,10 +556,12 @@ def test_a_storage_plugin_implements_the_store_protocol_without_subclassing(tmp_
     plugins.get_plugin_manager().register(storage, name="proto-storage")
     store = plugins.open_store("proto://run")
     assert isinstance(store, types.Store) and not isinstance(store, Store)
-    _saved_run(str(tmp_path / "proto" / "run"), [np.array([1.0]), np.array([2.0])])  # written by the core
-    trial = create_trial("proto://run")  # read through the plugin's store
+    trial = _saved_run("proto://run", [np.array([1.0]), np.array([2.0])])  # written and read through it
     assert trial.steps() == [0, 1] and trial.tensor("w").value(1).tolist() == [2.0]
-    assert "read_bytes" in storage.opened[-1].calls or "read_many" in storage.opened[-1].calls
+    assert create_trial(str(tmp_path / "proto" / "run")).tensor("w").value(0).tolist() == [1.0]
+    called = {name for store in storage.opened for name in store.calls}
+    assert {"stage", "write_bytes", "create_exclusive"} <= called, called  # the writer's calls
+    assert {"read_many", "list"} & called, called  # the reader's
 
 
 # -- alias imports ----------------------------------------------------------------------------------

@@ -65,7 +65,9 @@ class RunWriter(Outbox):
         claim: tuple[str, str | None] | None = None,
         claim_token: str | None = None,
     ):
-        self.store: Store | None = store if isinstance(store, Store) else None
+        # a store is any object with the members of smdebug.types.Store (a plugin's need not subclass the
+        # core's); an opener is a function
+        self.store: Store | None = None if callable(store) and not isinstance(store, Store) else store
         self._opener = None if self.store is not None else store
         self.uri = self.store.uri if self.store is not None else redact(uri or "?")
         self.worker = worker
