@@ -94,6 +94,8 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
             session.install(*(str(ROOT / p) for p in DUMMY_PLUGINS))
         if name == "thirdparty":
             session.install(*(str(ROOT / p) for p in THIRDPARTY))
+        if name == "analysis":
+            _ensure_chromium(session)  # the HTML report's tests render it in headless Chromium
         # a framework plugin's session checks the plugin contract too (tests/contract, for every plugin)
         contract = [CONTRACT] if name in PLUGIN_SUITES else []
         # tests-tf has smdebug 1.0.34 read a Keras run (it reads runs without TensorFlow, in its own venv)
@@ -105,6 +107,20 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
 
 for _name, (_requirements, _local, _folder) in SUITES.items():
     globals()[f"tests_{_name}"] = _tests(_name, _requirements, _local, _folder)
+
+
+def _ensure_chromium(session: nox.Session) -> None:
+    """Debian's chromium, installed with apt-get where it is missing and we may (root); else the report's
+    browser tests skip, saying why."""
+    if shutil.which("chromium") or not shutil.which("apt-get") or os.geteuid() != 0:
+        return
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    for args in (["update", "-qq"], ["install", "-y", "-qq", "--no-install-recommends", "chromium"]):
+        try:
+            session.run("apt-get", *args, external=True, env=env, silent=True)
+        except Exception as exc:  # no network or no package: the browser tests skip
+            session.warn(f"chromium could not be installed ({exc}); the report's browser tests will skip")
+            return
 
 
 def smdebug_1034_python(session: nox.Session) -> str:

@@ -22,6 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "smdebug.cli.rules",
     "smdebug.cli.run",
     "smdebug.cli.plugins",
+    "smdebug.cli.diff",
+    "smdebug.cli.report",
 )
 
 EXIT_ERROR = 2

@@ -154,21 +154,10 @@ def _many(args) -> bool:
 
 def _run_one(args) -> int:
     from smdebug.cli._common import reach_trial
-    from smdebug.rules.builtin import builtin_rules, create_rule
     from smdebug.rules.stalled import StalledTrainingRule
 
     trial = _open(args.out, args.watch, args.timeout, lambda path: reach_trial(path, missing_ok=args.watch))
-    states: list[_State] = []
-    if args.rules:
-        for name, params in args.rules:
-            rule = create_rule(name, trial, **params)  # a bad name or parameter is an error
-            states.append(_State(getattr(rule, "name", "") or name, rule))
-    else:
-        for name in builtin_rules():
-            try:
-                states.append(_State(name, create_rule(name, trial)))
-            except (SMDebugError, TypeError, ValueError) as exc:
-                states.append(_State(name, skipped=f"needs parameters: {exc}"))
+    states = rule_states(trial, args.rules)
     active = [s for s in states if s.rule is not None]
     # A rule that watches for stalls waits with a time limit: it goes first so that the others, which
     # wait for the step without one, never keep it from firing.
@@ -183,6 +172,25 @@ def _run_one(args) -> int:
     if any(s.fired for s in states):
         return EXIT_FIRED
     return EXIT_ERROR if any(s.error for s in states) else 0
+
+
+def rule_states(trial, rules=None) -> list[_State]:
+    """One _State per rule: those given as (name, params), else every built-in rule (those that need
+    parameters skipped, saying so). Shared with ``smdebug report``."""
+    from smdebug.rules.builtin import builtin_rules, create_rule
+
+    states: list[_State] = []
+    if rules:
+        for name, params in rules:
+            rule = create_rule(name, trial, **params)  # a bad name or parameter is an error
+            states.append(_State(getattr(rule, "name", "") or name, rule))
+    else:
+        for name in builtin_rules():
+            try:
+                states.append(_State(name, create_rule(name, trial)))
+            except (SMDebugError, TypeError, ValueError) as exc:
+                states.append(_State(name, skipped=f"needs parameters: {exc}"))
+    return states
 
 
 def _open(path: str, watch: bool, timeout: float | None, create_trial):
@@ -221,6 +229,14 @@ def _evaluate_saved(trial, active, args, progress) -> str:
         s for s in trial.steps() if s >= args.start_step and (args.end_step is None or s < args.end_step)
     ]
     task = progress.add_task("steps", total=len(steps))
+    evaluate_steps(active, steps, lambda: progress.advance(task))
+    if not trial.training_ended():
+        return f"the run is still going: evaluated the {len(steps)} steps saved so far (--watch follows it)"
+    return ""
+
+
+def evaluate_steps(active: list[_State], steps: list[int], after_step=None) -> None:
+    """Invoke each rule at each saved step, recording where it fired (shared with ``smdebug report``)."""
     for step in steps:
         for state in active:
             if not state.error:
@@ -228,10 +244,8 @@ def _evaluate_saved(trial, active, args, progress) -> str:
                     _invoke(state, step)
                 except NoMoreData:
                     pass
-        progress.advance(task)
-    if not trial.training_ended():
-        return f"the run is still going: evaluated the {len(steps)} steps saved so far (--watch follows it)"
-    return ""
+        if after_step is not None:
+            after_step()
 
 
 def _watch(trial, active, args, progress) -> str:

@@ -1,0 +1,112 @@
+"""``smdebug diff RUN_A RUN_B`` (or ``smdebug diff RUN --workers W1 W2``): where two runs, or two workers
+of one run, first part.
+
+Prints the first step and tensor that differ beyond ``--rtol``/``--atol``, then each tensor's first
+divergence, and what could not be compared. Exit code: 1 when they differ, 0 when they agree, 2 on an
+error. See ``smdebug.trials.diff``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from smdebug.cli._common import open_trial, table
+from smdebug.exceptions import SMDebugValueError
+
+EXIT_DIFFER = 1
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "diff",
+        help="find where two runs (or two workers of one run) first differ (exit code 1 when they do)",
+        description=__doc__.split("\n\n")[1],
+    )
+    parser.add_argument(
+        "run_a", metavar="RUN_A", help="a run's folder or URI (local, s3://, any fsspec path)"
+    )
+    parser.add_argument(
+        "run_b", metavar="RUN_B", nargs="?", help="the other run (default with --workers: RUN_A itself)"
+    )
+    parser.add_argument(
+        "--workers", nargs=2, metavar=("W1", "W2"), help="compare worker W1 (of RUN_A) with W2 (of RUN_B)"
+    )
+    parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default 1e-8)")
+    parser.add_argument("--collection", help="compare only the tensors of this collection")
+    parser.add_argument("--regex", help="compare only the tensors whose name matches this regex")
+    parser.add_argument("--all", action="store_true", help="list every tensor, not only those that differ")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from smdebug.trials.divergence import AGREES, DIFFERS, compare
+
+    if args.run_b is None and args.workers is None:
+        raise SMDebugValueError("give two runs (RUN_A RUN_B), or one run and --workers W1 W2")
+    trial_a = open_trial(args.run_a)
+    trial_b = trial_a if args.run_b is None else open_trial(args.run_b)
+    result = compare(
+        trial_a,
+        trial_b,
+        rtol=args.rtol,
+        atol=args.atol,
+        workers=tuple(args.workers) if args.workers else None,
+        collection=args.collection,
+        regex=args.regex,
+    )
+    if not result.compared:
+        raise SMDebugValueError(
+            f"nothing both sides saved could be compared ({len(result.rows)} tensor(s); --json says why)"
+        )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return EXIT_DIFFER if result.differs else 0
+    sides = f"{result.a} vs {result.b}" + (
+        f" (workers {args.workers[0]} vs {args.workers[1]})" if args.workers else ""
+    )
+    first = result.first
+    agreed = sum(r.status == AGREES for r in result.rows)
+    if first is None:
+        print(f"{sides}: agree (rtol={args.rtol:g}, atol={args.atol:g}): {agreed} tensor(s) compared")
+    else:
+        mode = f" ({first.mode} step {first.mode_step})" if first.mode not in (None, "GLOBAL") else ""
+        print(f"{sides}: first differ at step {first.step}{mode}, tensor {first.tensor}")
+        print(
+            f"  {first.compared}: a={_text(first.a)} b={_text(first.b)} max |a-b|={_text(first.max_abs_diff)}"
+        )
+        if first.detail:
+            print(f"  {first.detail}")
+    shown = [r for r in result.rows if args.all or r.status == DIFFERS]
+    if shown:
+        rows = [
+            [
+                r.tensor,
+                r.status,
+                "-" if r.step is None else str(r.step),
+                r.mode or "-",
+                r.compared or "-",
+                _text(r.max_abs_diff),
+                str(r.steps_compared),
+            ]
+            for r in sorted(shown, key=lambda r: (r.step is None, r.step or 0))
+        ]
+        print()
+        print(table(rows, ["TENSOR", "STATUS", "FIRST STEP", "MODE", "COMPARED", "MAX |A-B|", "STEPS"]))
+    not_compared = [r for r in result.rows if r.status not in (AGREES, DIFFERS)]
+    partly = [r for r in result.rows if r.status in (AGREES, DIFFERS) and r.not_compared]
+    if not_compared or partly:
+        print()
+        print(f"Not compared ({len(not_compared)} tensor(s)), or compared in part ({len(partly)}):")
+        for r in [*not_compared, *partly]:
+            print(f"  {r.tensor}: {r.status}: {r.not_compared}")
+    if first is None and not args.all:
+        print(f"{agreed} tensor(s) agree; --all lists them")
+    return EXIT_DIFFER if result.differs else 0
+
+
+def _text(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)

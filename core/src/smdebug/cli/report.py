@@ -1,0 +1,95 @@
+"""``smdebug report RUN [-o report.html] [--watch]``: the run as one self-contained HTML page.
+
+Loss and metric curves per mode with rule firings marked, every layer's gradient norm and weight-update
+ratio over steps as heatmaps, the built-in rules' results, the run's workers, collections, tensors and
+unsaved steps. Nothing on the page is fetched from the network. With ``--watch`` the page is regenerated
+while the run is written and reloads itself, until training ends. See ``smdebug.report``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from smdebug.exceptions import SMDebugValueError
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write a run's self-contained HTML report (curves, gradient heatmaps, rules)",
+        description=__doc__.split("\n\n")[1],
+    )
+    parser.add_argument("run", metavar="RUN", help="a run's folder or URI (local, s3://, any fsspec path)")
+    parser.add_argument(
+        "-o", "--output", default="report.html", help="the HTML file to write (default report.html)"
+    )
+    parser.add_argument(
+        "--reduction",
+        default=None,
+        help="what the gradient heatmap shows: a reduction such as l2, abs_max, mean (default: l2 "
+        "where gradients were saved as values or l2 norms, else the reduction they saved)",
+    )
+    parser.add_argument("--no-rules", action="store_true", help="do not evaluate the built-in rules")
+    parser.add_argument("--watch", action="store_true", help="regenerate the page while the run is written")
+    parser.add_argument(
+        "--interval", type=float, default=5.0, help="with --watch: seconds between regenerations (default 5)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="with --watch: stop after this many seconds without a new step (default: until training ends)",
+    )
+    limits = parser.add_argument_group("page size")
+    limits.add_argument("--max-points", type=int, default=2000, help="saved steps per curve (default 2000)")
+    limits.add_argument("--max-steps", type=int, default=400, help="heatmap columns (default 400)")
+    limits.add_argument("--max-cells", type=int, default=400_000, help="cells per heatmap (default 400000)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from smdebug.cli._common import open_trial, reach_trial
+    from smdebug.report import Limits, write_report
+
+    for name in ("interval", "max_points", "max_steps", "max_cells"):
+        if getattr(args, name) <= 0:
+            raise SMDebugValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    limits = Limits(max_points=args.max_points, max_steps=args.max_steps, max_cells=args.max_cells)
+    options = {"reduction": args.reduction, "rules": not args.no_rules, "limits": limits}
+    if not args.watch:
+        path = write_report(open_trial(args.run), args.output, **options)
+        print(f"Report written to {path}")
+        return 0
+    trial = _wait_for_run(reach_trial(args.run, missing_ok=True), args)
+    last_change, seen = time.monotonic(), None
+    while True:
+        trial.maybe_refresh(force=True)
+        ended = trial.training_ended()
+        steps = trial.steps(show_incomplete_steps=True)
+        state = (len(steps), steps[-1] if steps else None, ended)
+        if state != seen:
+            path = write_report(trial, args.output, reload_seconds=0 if ended else args.interval, **options)
+            print(
+                f"{time.strftime('%H:%M:%S')} report written to {path} ({len(steps)} steps)", file=sys.stderr
+            )
+            seen, last_change = state, time.monotonic()
+        if ended:
+            print(f"Training ended; final report written to {path}")
+            return 0
+        if args.timeout is not None and time.monotonic() - last_change > args.timeout:
+            write_report(trial, args.output, **options)  # a page that no longer reloads itself
+            print(f"Stopped watching: no new step for {args.timeout:g} s; report written to {path}")
+            return 0
+        time.sleep(args.interval)
+
+
+def _wait_for_run(trial, args):
+    """A run that has not started yet: wait for its first step (or --timeout)."""
+    start = time.monotonic()
+    while not trial.steps(show_incomplete_steps=True) and not trial.training_ended():
+        if args.timeout is not None and time.monotonic() - start > args.timeout:
+            raise SMDebugValueError(f"{args.run}: no smdebug run appeared within {args.timeout:g} s")
+        time.sleep(min(args.interval, 1.0))
+        trial.refresh()
+    return trial

@@ -1,0 +1,46 @@
+"""A run as one self-contained HTML page: curves with rule firings, per-layer gradient and weight-update
+heatmaps, the built-in rules' results, what the run holds and lost (``smdebug report RUN``).
+
+No plotting library: the page draws its charts with a few kB of inline script (see ``page``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from smdebug.report.data import Limits, collect
+from smdebug.report.page import render
+
+__all__ = ["Limits", "build_report", "write_report"]
+
+
+def build_report(
+    trial,
+    *,
+    reduction: str | None = None,
+    rules: bool = True,
+    limits: Limits | None = None,
+    reload_seconds: float = 0.0,
+) -> str:
+    """The HTML page of ``trial`` (a Trial or a run's path)."""
+    if isinstance(trial, (str, os.PathLike)):
+        from smdebug.trials import create_trial
+
+        trial = create_trial(os.fspath(trial))
+    from smdebug.analysis.utils import no_refresh
+
+    trial.maybe_refresh(force=True)
+    with no_refresh([trial]):  # one consistent snapshot of a live run, not a listing per query
+        data = collect(trial, reduction=reduction, rules=rules, limits=limits)
+    return render(data, reload_seconds)
+
+
+def write_report(trial, output: str, **kwargs) -> str:
+    """Write the page to the local file ``output`` (replaced whole, so a browser never reads half a page)."""
+    page = build_report(trial, **kwargs)
+    output = os.path.abspath(output)
+    tmp = f"{output}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, output)
+    return output

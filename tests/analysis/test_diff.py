@@ -1,0 +1,157 @@
+"""``smdebug diff`` and ``smdebug.trials.diff``: where two real PyTorch runs (or two DDP ranks) part."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import Net
+from torch import nn
+
+from smdebug import plugins
+
+LOSS = "CrossEntropyLoss_output_0"
+DDP_WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
+
+
+def train(out_dir, steps=16, change_at=None, lr=0.1):
+    """Net on seeded data, every step saved; from step ``change_at`` on the data differs."""
+    import smdebug.pytorch as smd
+
+    plugins.reset()
+    torch.manual_seed(0)
+    model, loss_fn = Net(), nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    hook = smd.Hook(
+        out_dir=str(out_dir),
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "biases", "gradients", "losses"],
+    )
+    hook.get_collection("biases").reduction_config = smd.ReductionConfig(norms=["l2"])
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    data = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        x, y = torch.randn(8, 4, generator=data), torch.randint(0, 3, (8,), generator=data)
+        if change_at is not None and step >= change_at:
+            x = x + 0.5
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    hook.close()
+    plugins.reset()
+    return str(out_dir)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("diff")
+    return {
+        "a": train(root / "a"),
+        "same": train(root / "same"),
+        "changed": train(root / "changed", change_at=12),
+    }
+
+
+def test_two_same_seed_runs_agree(runs, cli):
+    result = cli("diff", runs["a"], runs["same"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "agree" in result.stdout.splitlines()[0]
+    from smdebug.trials import diff
+
+    df = diff(runs["a"], runs["same"])
+    assert set(df["status"]) == {"agrees"}
+    assert LOSS in set(df["tensor"]) and "gradient/Net_fc1.weight" in set(df["tensor"])
+    assert df.attrs["first"] is None
+    # biases were saved as l2 norms only: compared as reductions
+    assert df.set_index("tensor").loc["Net_fc1.bias", "compared"] == "l2"
+
+
+def test_a_run_whose_data_changes_at_step_12_differs_first_at_step_12(runs, cli):
+    result = cli("diff", runs["a"], runs["changed"])
+    assert result.returncode == 1, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert "first differ at step 12," in first and first.endswith(f"tensor {LOSS}")
+    assert LOSS in result.stdout and "gradient/Net_fc1.weight" in result.stdout
+
+    data = json.loads(cli("diff", runs["a"], runs["changed"], "--json").stdout)
+    assert data["differ"] is True and data["first"]["step"] == 12
+    by_name = {t["tensor"]: t for t in data["tensors"]}
+    assert by_name[LOSS]["step"] == 12 and by_name["gradient/Net_fc2.bias"]["step"] == 12
+    # the weights saved at step 12 were taken before its update: they part one step later
+    assert by_name["Net_fc1.weight"]["step"] == 13
+    assert by_name["Net_fc1.bias"]["step"] == 13 and by_name["Net_fc1.bias"]["compared"] == "l2"
+
+    from smdebug.trials import diff
+
+    df = diff(runs["a"], runs["changed"])
+    assert df.attrs["first"]["step"] == 12
+    assert (df[df["status"] == "differs"]["step"] >= 12).all()
+    # a tolerance wider than the change: they agree
+    assert cli("diff", runs["a"], runs["changed"], "--regex", "^scalar|Loss", "--atol", "100").returncode == 0
+
+
+def test_what_could_not_be_compared_is_said(runs, tmp_path, cli):
+    short = train(tmp_path / "short", steps=6)
+    result = cli("diff", runs["a"], short, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert all("steps saved by one side only: 10 in a, 0 in b" in t["not_compared"] for t in data["tensors"])
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("ddp") / "run")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, DDP_WORKER, out],
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    for rank, p in enumerate(procs):
+        output = p.communicate(timeout=240)[0]
+        assert p.returncode == 0, f"rank {rank} failed:\n{output}"
+    return out
+
+
+def test_two_ddp_ranks_weights_agree(ddp_run, cli):
+    from smdebug.trials import create_trial, diff
+
+    workers = create_trial(ddp_run).workers()
+    assert len(workers) == 2
+    result = cli("diff", ddp_run, "--workers", *workers, "--collection", "weights")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"workers {workers[0]} vs {workers[1]}" in result.stdout
+    df = diff(ddp_run, workers=tuple(workers), collection="weights")
+    assert len(df) == 2 and set(df["status"]) == {"agrees"} and (df["steps_compared"] == 4).all()
+    # each rank saw its own data: their losses differ from the first step
+    losses = cli("diff", ddp_run, "--workers", *workers, "--collection", "losses")
+    assert losses.returncode == 1 and "first differ at step 0" in losses.stdout
+
+
+def test_diff_errors_are_one_line(runs, tmp_path, cli):
+    for args, fragment in [
+        ((runs["a"],), "give two runs"),
+        ((runs["a"], tmp_path / "missing"), "no such file or directory"),
+        ((runs["a"], "--workers", "worker_0", "worker_9"), "worker 'worker_9'"),
+        ((runs["a"], runs["same"], "--regex", "^nothing$"), "no tensors to compare"),
+        ((runs["a"], runs["same"], "--rtol", "-1"), "rtol"),
+    ]:
+        result = cli("diff", *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("smdebug diff: error:") and fragment in lines[0], lines

@@ -1,0 +1,245 @@
+"""``smdebug report``: a real PyTorch run's page, rendered in headless Chromium (Debian's chromium)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from conftest import Net, train
+from torch import nn
+
+from smdebug import plugins
+
+LOSS = "CrossEntropyLoss_output_0"
+LAYERS = ["Net_fc1.weight", "Net_fc1.bias", "Net_fc2.weight", "Net_fc2.bias"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=5000",
+    "--window-size=1280,2000",
+]
+
+
+def chromium(page, tmp_path, *mode):
+    """Run headless Chromium on a local page with a fresh profile; (stdout, stderr)."""
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("chromium is not installed (nox -s tests-analysis installs it with apt-get where it can)")
+    profile = tmp_path / f"profile-{time.monotonic_ns()}"
+    result = subprocess.run(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, f"file://{page}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    return result.stdout, result.stderr
+
+
+def script_errors(stderr):
+    return [line for line in stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
+
+
+@pytest.fixture(scope="module")
+def report(run_dir, tmp_path_factory):
+    from conftest import smdebug_cli
+
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    result = smdebug_cli("report", run_dir, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert str(out) in result.stdout
+    return out
+
+
+def test_the_page_loads_without_script_errors_and_shows_the_loss_and_every_layer(report, tmp_path):
+    dom, stderr = chromium(report, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == []
+    assert 'data-render="ok"' in dom, dom[:500]
+    # the loss curve: an SVG line with a point per saved TRAIN step, and its EVAL mode
+    svg = re.search(rf'<svg[^>]*aria-label="{LOSS}".*?</svg>', dom, re.S)
+    assert svg is not None
+    points = re.findall(r'<polyline[^>]*points="([^"]*)"', svg.group(0))
+    assert points and len(points[0].split()) >= 3
+    assert "TRAIN" in dom and "EVAL" in dom
+    # every layer of the model, in model order, a row of the gradient heatmap
+    gradients = dom.split('id="heatmap-gradients"', 1)[1].split("</section>", 1)[0]
+    rows = re.findall(r'<div class="layer"[^>]*title="([^"]+)"', gradients)
+    assert rows == LAYERS
+    assert len(dict(Net().named_parameters())) == len(rows)
+    assert "weight-update ratio" in dom
+
+
+def test_the_screenshot_is_not_blank(report, tmp_path):
+    import matplotlib.image
+
+    shot = tmp_path / "shot.png"
+    chromium(report, tmp_path, f"--screenshot={shot}")
+    pixels = matplotlib.image.imread(str(shot))[:, :, :3]
+    colours = np.unique((pixels.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
+    assert len(colours) > 50  # text, curves and a heatmap's colour ramp, not one flat colour
+    assert pixels.std() > 0.05
+
+
+def test_a_script_error_would_be_seen(report, tmp_path):
+    broken = tmp_path / "broken.html"
+    broken.write_text(
+        report.read_text().replace("var D = JSON.parse(", "var D = JSON.parse(undefinedName + ")
+    )
+    dom, stderr = chromium(broken, tmp_path, "--dump-dom")
+    assert script_errors(stderr) or 'data-render="error"' in dom
+    assert 'data-render="ok"' not in dom
+
+
+def test_the_page_is_self_contained(report):
+    html = report.read_text()
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", html, re.I)
+    assert "http://" not in html and "https://" not in html
+    assert "@import" not in html and "url(" not in html
+    assert len(html) < 200_000  # no plotting library inlined
+
+
+def test_panels_rules_contents_and_downsampling_notes(tmp_path, cli):
+    import smdebug.pytorch as smd
+
+    out = tmp_path / "run"
+    plugins.reset()
+    train(out, train_steps=40, eval_steps=0, save_config=smd.SaveConfig(save_interval=1))
+    plugins.reset()
+    page = tmp_path / "small.html"
+    result = cli("report", out, "-o", page, "--max-steps", "5", "--max-points", "10")
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    data = json.loads(
+        re.search(r'id="smdebug-data">(.*?)</script>', html, re.S).group(1).replace("<\\/", "</")
+    )
+    assert len(data["gradients"]["steps"]) == 5
+    assert max(len(s["x"]) for c in data["curves"] for s in c["series"]) <= 10
+    assert "Downsampled" in html and "5 of 40 saved steps" in html
+    assert [r["rule"] for r in data["rules"]]  # the built-in rules, as `smdebug rules` runs them
+    assert {"Rules", "Run contents", "Unsaved steps"} <= set(
+        re.findall(r"Rules|Run contents|Unsaved steps", html)
+    )
+    assert 'id="provenance"' not in html  # the run recorded no non-finite value
+    # many layers: fewer columns, every layer kept (4 layers, 8 cells: 2 steps)
+    result = cli("report", out, "-o", page, "--max-cells", "8", "--no-rules")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(re.search(r'id="smdebug-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    assert data["gradients"]["rows"] == LAYERS and len(data["gradients"]["steps"]) == 2
+    assert data["rules"] is None and "not evaluated" in page.read_text()
+
+
+def test_rule_firings_and_non_finite_gradients_are_marked(tmp_path, cli):
+    """A run whose input explodes at step 6: the rule that fires is marked on the loss curve, the NaN
+    gradients are red cells."""
+    import smdebug.pytorch as smd
+
+    out = tmp_path / "exploding"
+    plugins.reset()
+    torch.manual_seed(0)
+    model, loss_fn = Net(), nn.CrossEntropyLoss()
+    hook = smd.Hook(
+        out_dir=str(out),
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(10):
+        x = torch.randn(8, 4) * (1e38 if step >= 6 else 1.0)
+        opt.zero_grad()
+        loss_fn(model(x * x), torch.randint(0, 3, (8,))).backward()
+        opt.step()
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "exploding.html"
+    result = cli("report", out, "-o", page)
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    data = json.loads(
+        re.search(r'id="smdebug-data">(.*?)</script>', html, re.S).group(1).replace("<\\/", "</")
+    )
+    fired = {r["rule"]: r["steps"] for r in data["rules"] if r["result"] == "fired"}
+    assert fired, data["rules"]
+    loss = next(c for c in data["curves"] if c["name"] == LOSS)
+    assert {m["step"] for m in loss["marks"]} >= {s for steps in fired.values() for s in steps[:1]}
+    assert data["gradients"]["non_finite"] > 0
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom
+    assert '<line class="mark"' in dom
+
+
+def test_provenance_panel_when_the_trial_records_one(run_dir):
+    from smdebug.report import build_report
+    from smdebug.trials import create_trial
+
+    trial = create_trial(run_dir)
+    trial.first_nonfinite = lambda: {"step": 3, "tensor": "gradient/Net_fc1.weight", "value": "nan"}
+    html = build_report(trial, rules=False)
+    panel = html.split('id="provenance"', 1)[1].split("</section>", 1)[0]
+    assert "gradient/Net_fc1.weight" in panel and "First non-finite value" in panel
+    trial.first_nonfinite = lambda: None
+    assert 'id="provenance"' not in build_report(trial, rules=False)
+
+
+def test_watch_regenerates_the_page_while_the_run_is_written(tmp_path, cli):
+    out, page = tmp_path / "live", tmp_path / "live.html"
+    seen = []
+
+    def watch():
+        seen.append(
+            cli("report", out, "-o", page, "--watch", "--interval", "0.5", "--no-rules", "--timeout", "60")
+        )
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    time.sleep(1.0)
+
+    plugins.reset()
+    torch.manual_seed(0)
+    import smdebug.pytorch as smd
+
+    model, loss_fn = Net(), nn.CrossEntropyLoss()
+    hook = smd.Hook(
+        out_dir=str(out),
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["losses", "gradients"],
+    )
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    live_pages = []
+    for step in range(12):
+        loss_fn(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        if step >= 2 and page.exists():
+            live_pages.append(page.read_text())
+        time.sleep(0.3)
+    hook.close()
+    plugins.reset()
+    watcher.join(90)
+    assert seen and seen[0].returncode == 0, seen and seen[0].stderr
+    assert "final report" in seen[0].stdout
+    assert any('"reload_seconds":0.5' in p for p in live_pages)  # a live page reloads itself
+    assert '"reload_seconds":0' in page.read_text() and '"reload_seconds":0.5' not in page.read_text()
+    assert "training ended" in page.read_text()
+
+
+def test_report_errors_are_one_line(tmp_path, cli):
+    result = cli("report", tmp_path / "nothing", "-o", tmp_path / "x.html")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "smdebug report: error:" in result.stderr
+    assert not (tmp_path / "x.html").exists()
+    os.makedirs(tmp_path / "empty")
+    result = cli("report", tmp_path / "empty", "--max-steps", "0")
+    assert result.returncode == 2 and "--max-steps" in result.stderr
