@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from smdebug import __version__, plugins
+from smdebug import __version__
 from smdebug.exceptions import SMDebugError
 
 # The core's own subcommands, one module each.
@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smdebug", description="Inspect and analyse smdebug runs.")
     parser.add_argument("--version", action="version", version=f"smdebug {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # imported here: the submodule smdebug.cli.plugins, once imported, is this package's `plugins`
+    from smdebug import plugins
+
     plugins.add_commands(subparsers)
     return parser
 
