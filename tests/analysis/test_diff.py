@@ -89,6 +89,7 @@ def test_a_run_whose_data_changes_at_step_12_differs_first_at_step_12(runs, cli)
 
     df = diff(runs["a"], runs["changed"])
     assert df.attrs["first"]["step"] == 12
+    assert df.iloc[0]["step"] == 12 and df.iloc[0]["tensor"] == LOSS  # the first divergence first
     assert (df[df["status"] == "differs"]["step"] >= 12).all()
     # a tolerance wider than the change: they agree
     assert cli("diff", runs["a"], runs["changed"], "--regex", "^scalar|Loss", "--atol", "100").returncode == 0

@@ -190,6 +190,7 @@ def test_provenance_panel_when_the_trial_records_one(run_dir):
     html = build_report(trial, rules=False)
     panel = html.split('id="provenance"', 1)[1].split("</section>", 1)[0]
     assert "gradient/Net_fc1.weight" in panel and "First non-finite value" in panel
+    assert '{"step":3,"label":"first non-finite value"}' in html  # marked on the curves too
     trial.first_nonfinite = lambda: None
     assert 'id="provenance"' not in build_report(trial, rules=False)
 

@@ -68,6 +68,9 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
     if data["stop_signal"]:
         signal = data["stop_signal"]
         marks.append({"step": signal.get("step", -1), "label": f"{signal.get('rule')} stopped training"})
+    provenance = data["provenance"]
+    if provenance and isinstance(provenance.get("step"), int):
+        marks.append({"step": provenance["step"], "label": "first non-finite value"})
     data["curves"] = _curves(trial, limits, notes, marks)
     data["gradients"] = _gradient_heatmap(trial, reduction, limits, notes)
     data["update_ratio"] = _update_ratio_heatmap(trial, limits, notes)

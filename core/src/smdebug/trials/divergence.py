@@ -129,22 +129,29 @@ def compare(
             row = _compare_tensor(ta.tensor(name), tb.tensor(name), wa, wb, rtol, atol)
             row.workers = wa if wa == wb else f"{wa} vs {wb}"
             result.rows.append(row)
+    # the first divergence first, then the later ones by step, then what agrees, then what was not compared
+    rank = {DIFFERS: 0, AGREES: 1, NOT_COMPARED: 2}
+    result.rows.sort(key=lambda r: (rank[r.status], r.step if r.step is not None else 0))
     return result
 
 
 def diff(a, b=None, *, rtol: float = 1e-5, atol: float = 1e-8, workers=None, collection=None, regex=None):
     """Where runs ``a`` and ``b`` (or ``workers=(W1, W2)`` of run ``a``) first differ, as a pandas
-    DataFrame: one row per tensor (and pair of workers), in the order the run saved them, with columns
+    DataFrame: one row per tensor (and pair of workers), those that differ first, by the step where they
+    part (``df.iloc[0]`` is the first divergence), then in the order the run saved them, with columns
     ``COLUMNS``: ``status`` ("differs", "agrees" or "not compared"), the first divergent ``step`` (global;
     ``mode`` and ``mode_step`` too), what was ``compared`` ("value" or reductions), ``max_abs_diff`` and
     the two sides ``a``/``b`` there, ``steps_compared``, a ``detail`` (how it differs: shapes, which
     reduction) and ``not_compared`` (what could not be compared, and why). ``df.attrs["first"]`` is the
-    earliest divergence's row (a dict), or None when they agree. Needs pandas (``pip install 'smdebug-core[pandas]'``)."""
+    earliest divergence's row (a dict), or None when they agree. Needs pandas
+    (``pip install 'smdebug-core[pandas]'``)."""
     from smdebug._optional import require
 
     pd = require("pandas", "smdebug.trials.diff")
     result = compare(a, b, rtol=rtol, atol=atol, workers=workers, collection=collection, regex=regex)
     frame = pd.DataFrame([asdict(r) for r in result.rows], columns=COLUMNS)
+    for column in ("step", "mode_step", "steps_compared"):  # integers, missing where a tensor agrees
+        frame[column] = frame[column].astype("Int64")
     frame.attrs.update(json_safe({k: v for k, v in result.to_dict().items() if k != "tensors"}))
     return frame
 
