@@ -183,3 +183,11 @@ class StopTraining(RuleEvaluationConditionMet):
     def __str__(self):
         why = f": {self.reason}" if self.reason else ""
         return f"Training stopped because rule {self.rule_name} fired at step {self.step}{why}"
+
+
+def did_you_mean(name: str, choices) -> str:
+    """``"; did you mean 'weights'?"`` when one of ``choices`` is close to ``name``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

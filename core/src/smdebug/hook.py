@@ -67,7 +67,7 @@ from smdebug.collection import (
     CollectionManager,
 )
 from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
-from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError, StopTraining
+from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError, StopTraining, did_you_mean
 from smdebug.layout import END_OF_JOB_FILE, collections_file_path
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
@@ -501,10 +501,16 @@ class BaseHook:
                 coll.reduction_config = self.reduction_config
         for coll in self._included():
             if coll.name not in self.builtin_collections and not (coll.include_regex or coll.tensor_names):
+                known = [
+                    *self.builtin_collections,
+                    *self.builtin_patterns,
+                    *self.collection_manager.collections,
+                ]
                 self.warn_once(
                     f"empty:{coll.name}",
-                    "smdebug: collection %r has no include_regex or tensor names",
+                    "smdebug: collection %r has no include_regex or tensor names: it saves nothing%s",
                     coll.name,
+                    did_you_mean(coll.name, [n for n in known if n != coll.name]),
                 )
         self._forget_matches()
         self._prepared = True

@@ -35,7 +35,7 @@ def reach_trial(path: str, missing_ok: bool = False):
     if not store.is_local:
         _probe(store, missing_ok)
     try:
-        return create_trial(path)
+        return create_trial(path, missing_ok=True)  # the commands say it themselves
     except SMDebugError:
         raise
     except Exception as exc:  # the storage client's own errors (botocore, aiohttp, ...)

@@ -168,6 +168,10 @@ def _run_one(args) -> int:
             message = _watch(trial, active, args, progress)
         else:
             message = _evaluate_saved(trial, active, args, progress)
+    for state in active:
+        unmatched = getattr(state.rule, "unmatched", None)
+        if not (state.fired or state.error) and unmatched is not None:
+            state.error = unmatched()  # a typo in the tensors to check: not "ok"
     _print_table(states, trial, message)
     if any(s.fired for s in states):
         return EXIT_FIRED

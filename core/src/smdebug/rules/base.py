@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import ClassVar
 
 import numpy as np
 
-from smdebug.exceptions import TensorUnavailable, TensorUnavailableForStep
+from smdebug.exceptions import SMDebugValueError, TensorUnavailable, TensorUnavailableForStep, did_you_mean
 from smdebug.modes import ModeKeys
 from smdebug.rules.rule import Rule
 
@@ -20,6 +21,7 @@ class BuiltinRule(Rule):
     def __init__(self, base_trial, other_trials=None, action_str: str = ""):
         super().__init__(base_trial, action_str=action_str, other_trials=other_trials)
         self.reason = ""
+        self._looked = self._matched = False  # whether _names was asked, and found anything
 
     def _hit(self, reason: str) -> bool:
         self.reason = reason
@@ -30,14 +32,47 @@ class BuiltinRule(Rule):
         """Names saved at ``step``: those in ``collections`` plus those matching ``regexes`` (every name
         when both are empty and ``all_if_empty``)."""
         trial = trial or self.base_trial
+        self._looked = True
         if not collections and not regexes:
-            return trial.tensor_names(step=step) if all_if_empty else []
+            found = trial.tensor_names(step=step) if all_if_empty else []
+            self._matched = self._matched or bool(found)
+            return found
         found: set[str] = set()
         if collections:
+            self._check_collections(collections, trial)
             found.update(trial.tensor_names(step=step, collection=list(collections)))
         if regexes:
             found.update(trial.tensor_names(step=step, regex=list(regexes)))
+        self._matched = self._matched or bool(found)
         return sorted(found)
+
+    def _check_collections(self, collections, trial) -> None:
+        """A collection the user named that the run does not have is a typo: an error that says so."""
+        asked = getattr(self, "collection_names", None) or ()
+        known = trial.collections()
+        for name in collections:
+            if known and name in asked and name not in known:
+                raise SMDebugValueError(
+                    f"{self.rule_name}: parameter collection_names: the run has no collection {name!r}"
+                    f"{did_you_mean(name, known)} (it has {', '.join(sorted(known))})"
+                )
+
+    def unmatched(self) -> str:
+        """Why the rule judged nothing although the user chose its tensors (collection_names,
+        tensor_regex, regex): that choice matched no saved tensor; "" otherwise."""
+        if not self._looked or self._matched:
+            return ""
+        defaults = inspect.signature(type(self).__init__).parameters
+        given = []
+        for param in ("collection_names", "tensor_regex", "regex"):
+            value = getattr(self, param, None)
+            if param in defaults and value and value != _as_list(defaults[param].default):
+                given.append(f"{param}={','.join(value)!r}")
+        if not given:
+            return ""
+        names = sorted(self.base_trial.tensor_names(), key=len)[:3]
+        saved = f" (the run saves e.g. {', '.join(names)})" if names else ""
+        return f"{self.rule_name} checked nothing: {' and '.join(given)} matched no saved tensor{saved}"
 
     def _value(self, name: str, step: int, mode=ModeKeys.GLOBAL, trial=None) -> np.ndarray | None:
         """The saved value, or None when only reductions (or nothing) were saved for it at this step."""
@@ -53,6 +88,13 @@ class BuiltinRule(Rule):
         if value is None or value.size != 1 or value.dtype.kind not in "iuf":
             return None
         return float(value.reshape(-1)[0])
+
+
+def _as_list(value) -> list[str]:
+    if value is None or value is inspect.Parameter.empty:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [str(item).strip() for item in items if str(item).strip()]
 
 
 def numeric(array: np.ndarray) -> np.ndarray | None:

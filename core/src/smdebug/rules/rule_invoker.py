@@ -44,6 +44,9 @@ def invoke_rule(rule_obj, start_step: int = 0, end_step: int | None = None, rais
             break
         step = _next_step(trial, step)
     logger.info("smdebug: ended rule %s at step %d", name, step - 1)
+    unmatched = getattr(rule_obj, "unmatched", None)
+    if not fired and unmatched is not None and unmatched():
+        logger.warning("smdebug: %s", unmatched())
     return fired
 
 

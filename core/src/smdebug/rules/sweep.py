@@ -209,7 +209,7 @@ def _trial(sweep_id: str, path: str, live: bool = False):
     from smdebug.trials import create_trial
 
     if live:
-        return create_trial(path)
+        return create_trial(path, missing_ok=True)  # a run not there is an error row
     cache = getattr(_local, "trials", None)
     if cache is None:
         cache = _local.trials = OrderedDict()
@@ -217,7 +217,7 @@ def _trial(sweep_id: str, path: str, live: bool = False):
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
-    trial = create_trial(path)
+    trial = create_trial(path, missing_ok=True)
     cache[key] = trial
     while len(cache) > _CACHE_SIZE:
         cache.popitem(last=False)
@@ -305,6 +305,9 @@ def evaluate_task(
         pass
     except Exception as exc:  # one broken rule does not stop the others
         out["error"] = _describe(exc)
+    unmatched = getattr(rule, "unmatched", None)
+    if unmatched is not None:
+        out["unmatched"] = unmatched()  # the user's choice of tensors matched none in these steps
     return out
 
 
@@ -646,6 +649,8 @@ def _rows(paths, specs, baselines, results, skipped_rules: dict) -> list[dict]:
             if skipped:  # a default rule that needs parameters: said once, not per run
                 skipped_rules.setdefault(spec.label, skipped)
                 continue
+            if not (fired or error) and all(chunk.get("unmatched") for chunk in chunks):
+                error = chunks[0]["unmatched"]  # a typo in the tensors to check: not "ok"
             status = "fired" if fired else "error" if error else "ok"
             rows.append(_row(path, spec.label, params, status, fired, sorted(tensors), reason, error, note))
     return rows

@@ -88,6 +88,8 @@ class Trial:
     spaces out the re-reads of a live run (0: every query sees what has been written). ``dynamic_refresh``
     turns re-reading off and on (``smdebug.analysis.utils.no_refresh``/``refresh``). ``parallel``,
     ``check``, ``index_mode`` and ``cache`` are smdebug 1.0's options, accepted and without effect here.
+    A local trial opened on nothing (no such folder, no run in it) says so in one warning, unless
+    ``missing_ok`` (a reader started before its run is written).
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class Trial:
         check: bool = False,
         index_mode: bool = True,
         cache: bool = False,
+        missing_ok: bool = False,
     ):
         self.path = path.rstrip("/") if len(path) > 1 else path
         self.name = name or self.path.rstrip("/").split("/")[-1]
@@ -130,6 +133,22 @@ class Trial:
         self.loaded_all_steps = False
         self._last_refresh = 0.0
         self.refresh()
+        if not (missing_ok or self._step_mode or self._collection_files) and self.store.is_local:
+            self._say_empty()
+
+    def _say_empty(self) -> None:
+        """One line when a local trial opens on nothing: most often a mistyped path (a run written
+        later, while the trial waits for it, is read all the same)."""
+        from smdebug.store import redact
+
+        missing = not os.path.isdir(self.store.root)
+        logger.warning(
+            "smdebug: %s: %s: the trial has no steps until a run is written there",
+            redact(self.path),
+            "no such file or directory"
+            if missing
+            else "no smdebug run found (no index or collections files)",
+        )
 
     def __repr__(self):
         return f"<smdebug Trial {self.name!r} path={self.path!r} steps={len(self._step_mode)}>"

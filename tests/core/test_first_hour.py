@@ -1,0 +1,106 @@
+"""A new user's typos are caught: a rule that would check nothing, an unknown collection, a trial on
+nothing. Runs written by the core's own hook (no framework)."""
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import smdebug
+from smdebug.exceptions import SMDebugValueError
+from smdebug.hook import BaseHook
+from smdebug.rules.builtin import create_rule
+from smdebug.rules.rule_invoker import invoke_rule
+from smdebug.trials import create_trial
+
+
+def write_run(out, steps=4):
+    hook = BaseHook(
+        out_dir=out,
+        save_config=smdebug.SaveConfig(save_interval=1),
+        include_collections=["weights", "losses"],
+    )
+    hook.get_collection("weights").include("^weight/")
+    hook.get_collection("losses").include("^loss$")
+    rng = np.random.default_rng(0)
+    for step in range(steps):
+        hook.begin_step()
+        hook.save_for_step("weight/fc", rng.normal(size=(3, 3)).astype(np.float32))
+        hook.save_for_step("loss", np.float32(1.0 / (step + 1)))
+        hook.end_step()
+    hook.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return write_run(str(tmp_path_factory.mktemp("typos") / "run"))
+
+
+def smdebug_cli(*args):
+    exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_rule_with_a_misspelled_collection_is_an_error_naming_the_fix(run):
+    result = smdebug_cli("rules", run, "--rule", "exploding_tensor", "--param", "collection_names=weigths")
+    assert result.returncode == 2, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert "no collection 'weigths'" in out and "did you mean 'weights'" in out
+    assert "ok" not in out.split("weigths")[0].split("exploding_tensor")[-1]
+
+
+def test_cli_rule_whose_regex_matches_nothing_is_not_ok(run):
+    result = smdebug_cli("rules", run, "--rule", "exploding_tensor", "--param", "tensor_regex=wieght/.*")
+    assert result.returncode == 2, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert "checked nothing" in out and "matched no saved tensor" in out
+
+
+def test_cli_rule_whose_selection_matches_still_ok(run):
+    result = smdebug_cli("rules", run, "--rule", "exploding_tensor", "--param", "tensor_regex=weight/.*")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_python_rule_with_a_misspelled_collection_raises(run):
+    rule = create_rule("exploding_tensor", create_trial(run), collection_names="weigths")
+    with pytest.raises(SMDebugValueError, match="did you mean 'weights'"):
+        invoke_rule(rule)
+
+
+def test_invoke_rule_warns_when_the_rule_checked_nothing(run, caplog):
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    rule = create_rule("all_zero", create_trial(run), tensor_regex="nothing_like_this")
+    assert invoke_rule(rule) == []
+    assert "checked nothing" in caplog.text and "tensor_regex='nothing_like_this'" in caplog.text
+
+
+def test_include_collections_typo_warns_with_the_fix(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    hook = BaseHook(out_dir=str(tmp_path / "run"), include_collections=["weigths"])
+    hook.begin_step()
+    hook.end_step()
+    hook.close()
+    assert "'weigths'" in caplog.text and "did you mean 'weights'" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_create_trial_on_nothing_says_so(tmp_path, caplog, kind):
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    path = tmp_path / "runn"
+    if kind == "empty":
+        path.mkdir()
+    trial = create_trial(str(path))
+    assert trial.steps() == []
+    expected = "no such file or directory" if kind == "missing" else "no smdebug run found"
+    assert expected in caplog.text and str(path) in caplog.text
+
+
+def test_create_trial_on_a_run_says_nothing(run, caplog):
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    assert create_trial(run).steps() == [0, 1, 2, 3]
+    assert "no such file" not in caplog.text and "no smdebug run" not in caplog.text
