@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import numbers
 import re
 from contextlib import contextmanager
@@ -64,6 +65,17 @@ def to_int(value: Any, field: str = "value", minimum: int = 0) -> int:
         result = None
     if result is None or result < minimum:
         raise _invalid(field, value, "a positive integer" if minimum == 1 else "a non-negative integer")
+    return result
+
+
+def to_float(value: Any, field: str = "value", minimum: float = 0.0) -> float:
+    """A finite number at least ``minimum``, or a string holding one (bools are refused)."""
+    try:
+        result = None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        result = None
+    if result is None or not math.isfinite(result) or result < minimum:
+        raise _invalid(field, value, f"a number of at least {minimum:g}")
     return result
 
 
@@ -564,7 +576,13 @@ class HookConfig(ConfigModel):
     order), then keyword-only ones. ``create_from_json_file``, pickled copies and plugins build from it; a
     plugin with options of its own subclasses it (its fields follow these, positionally too)."""
 
-    KEYWORD_ONLY: ClassVar[tuple[str, ...]] = ("max_queue_bytes", "collections")
+    KEYWORD_ONLY: ClassVar[tuple[str, ...]] = (
+        "max_queue_bytes",
+        "health",
+        "health_steps",
+        "health_loss_factor",
+        "collections",
+    )
 
     out_dir: str
     export_tensorboard: bool = False
@@ -577,6 +595,10 @@ class HookConfig(ConfigModel):
     save_all: bool = False
     include_workers: Literal["one", "all"] = "one"
     max_queue_bytes: Optional[int] = None  # the writer's bound on queued bytes (SMDEBUG_MAX_QUEUE_BYTES)
+    # every step's l2 and max |x| of weights, gradients and loss in a flight recorder (smdebug.health)
+    health: bool = False
+    health_steps: int = 100  # the recorder's length in steps
+    health_loss_factor: float = 10.0  # a loss over this factor times its recent median is a trigger
     collections: dict[str, CollectionSettings] = Field(default_factory=dict)  # from a JSON configuration
 
     @classmethod
@@ -618,7 +640,7 @@ class HookConfig(ConfigModel):
             raise ConfigError(f"out_dir: invalid value {v!r} (expected a path or URI)")
         return v
 
-    @field_validator("export_tensorboard", "dry_run", "save_all", mode="before")
+    @field_validator("export_tensorboard", "dry_run", "save_all", "health", mode="before")
     @classmethod
     def _bools(cls, v, info):
         return to_bool(v, info.field_name)
@@ -649,3 +671,13 @@ class HookConfig(ConfigModel):
     @classmethod
     def _queue_bytes(cls, v):
         return None if v is None else to_int(v, "max_queue_bytes", minimum=1)
+
+    @field_validator("health_steps", mode="before")
+    @classmethod
+    def _health_steps(cls, v):
+        return to_int(v, "health_steps", minimum=1)
+
+    @field_validator("health_loss_factor", mode="before")
+    @classmethod
+    def _health_loss_factor(cls, v):
+        return to_float(v, "health_loss_factor", minimum=1.0)

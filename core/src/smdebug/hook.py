@@ -195,6 +195,11 @@ class BaseHook:
 
         # rules evaluated at step end (smdebug.defaults' step-end hook runs it), and the stop signal
         self.rule_runner = RuleRunner(self)
+        self.health = None  # the flight recorder and its triggers (smdebug.health), with health=True
+        if options.health and not self.is_copy:
+            from smdebug.health import HealthMonitor
+
+            self.health = HealthMonitor(self, options.health_steps, options.health_loss_factor)
         self.setup()
         _active_hook = self  # closed at interpreter exit once it writes (_get_writer)
         logger.info("smdebug: saving to %s", redact(self.out_dir))
@@ -343,6 +348,7 @@ class BaseHook:
         if not self._in_step:
             return
         self._in_step = False
+        wrote = bool(self._due) or self._saved_now
         self._saved_now = False
         if self._pending:
             self._flush_reductions()
@@ -352,6 +358,8 @@ class BaseHook:
                 if self._saved_any and not self._collections_exported:
                     self._export_collections()
         plugins.step_end(self)
+        if self.health is not None:  # after the rules: one that fired writes the recorder
+            self.health.step_ended(wrote)
 
     def next_idle_step(self) -> bool:
         """End this step and begin the next, touching as little as possible, when neither saves anything
@@ -367,6 +375,7 @@ class BaseHook:
             and self._prepared
             and not (self._due or self._saved_now)
             and self._idle_at(following)
+            and not (self.health is not None and self.health.pending)
         ):
             return False
         self._in_step = False
@@ -614,6 +623,8 @@ class BaseHook:
         self._closed = True
         if self._in_step:
             self.end_step()
+        if self.health is not None:
+            self.health.close()
         with self.guard("close"):
             if self._writer is None and self._closed_at_exit and self.writing and not self.shipped:
                 self._get_writer()  # nothing was saved: the run (collections, end marker) exists all the same

@@ -70,6 +70,9 @@ HOOK_KEYS = (
     *SAVE_CONFIG_KEYS,
     "export_tensorboard",  # smdebug reads these two off SageMaker
     "tensorboard_dir",
+    "health",  # ours: the always-on flight recorder (smdebug.health)
+    "health_steps",
+    "health_loss_factor",
 )
 COLLECTION_KEYS = ("include_regex", "save_histogram", *_REDUCTION_KEYS, *SAVE_CONFIG_KEYS)
 
@@ -167,9 +170,12 @@ def _parse(data: Any) -> HookConfig:
     if any(hook_modes.values()):
         args["save_config"] = SaveConfig({m: SaveConfigMode(**p) for m, p in hook_modes.items()})
     args["reduction_config"] = _reduction_config(hook, "HookParameters")
-    for key in ("dry_run", "save_all", "export_tensorboard"):
+    for key in ("dry_run", "save_all", "export_tensorboard", "health"):
         if key in hook:
             args[key] = to_bool(hook[key], f"HookParameters.{key}")
+    for key in ("health_steps", "health_loss_factor"):
+        if key in hook:
+            args[key] = hook[key]  # checked by HookConfig, the error naming the field
     if "include_regex" in hook:
         args["include_regex"] = to_str_list(hook["include_regex"], "HookParameters.include_regex")
     if "include_workers" in hook:

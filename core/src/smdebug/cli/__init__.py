@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "smdebug.cli.plugins",
     "smdebug.cli.diff",
     "smdebug.cli.report",
+    "smdebug.cli.why",
 )
 
 EXIT_ERROR = 2

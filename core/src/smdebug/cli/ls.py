@@ -50,6 +50,7 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
                     pass
         tensors.append(entry)
     unsaved = trial.unsaved()
+    health = trial.health_records()
     return {
         "path": trial.path,
         "training_ended": trial.loaded_all_steps,
@@ -60,6 +61,8 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
         "modes": modes,
         "collections": collections,
         "tensors": tensors,
+        # health=True runs: where the first non-finite value appeared (None: none), else no key
+        **({"first_nonfinite": trial.first_nonfinite()} if health else {}),
     }
 
 
@@ -82,6 +85,14 @@ def run(args) -> int:
             by_reason.setdefault(why, []).append(int(step))
         for why, group in by_reason.items():
             print(f"Unsaved steps ({worker}): {_ranges(group)} ({why})")
+    if "first_nonfinite" in info:
+        first = info["first_nonfinite"]
+        print(
+            "First non-finite: none"
+            if first is None
+            else f"First non-finite: step {first['step']} ({first['mode']}) on {first['worker']}, "
+            f"{first['direction']} {first['tensor']} (module {first['module']}); `smdebug why` explains"
+        )
     print("Modes:")
     for name, steps in info["modes"].items():
         print(f"  {name:<8} mode steps {compact_steps(steps['mode_steps'])}")

@@ -51,6 +51,11 @@ def add_command(subparsers) -> None:
         help="collections to save, e.g. weights gradients losses (commas work too)",
     )
     parser.add_argument("--save-interval", type=int, metavar="N", help="save every N steps")
+    parser.add_argument(
+        "--health",
+        action="store_true",
+        help="watch every step's weights, gradients and loss (flight recorder, first non-finite value)",
+    )
     # dest is not "command": that is where the top-level parser keeps the subcommand's name
     parser.add_argument(
         "command_args", metavar="COMMAND", nargs=argparse.REMAINDER, help="the command to run, after --"
@@ -125,6 +130,8 @@ def _config(args) -> dict:
         if args.save_interval < 1:
             raise SMDebugValueError(f"--save-interval: expected a positive number, got {args.save_interval}")
         data.setdefault("HookParameters", {})["save_interval"] = str(args.save_interval)
+    if args.health:
+        data.setdefault("HookParameters", {})["health"] = "true"
     if args.collections:
         entries = data.setdefault("CollectionConfigurations", [])
         if not isinstance(entries, list):  # reported by the parser, with the configuration's path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import re
@@ -531,6 +532,32 @@ class Trial:
             if steps:
                 found[worker] = steps
         return found
+
+    # -- health monitoring (hooks with health=True write a record per worker; smdebug 1.0 lists none) --------
+    def health_records(self) -> list[dict]:
+        """Each worker's health record: its first non-finite value (or None), the triggers that wrote its
+        flight recorder, the recorder's size; empty when the run was not watched (health=False)."""
+        from smdebug.health import HEALTH_DIR
+
+        records = []
+        files = [p for p in self.store.list(HEALTH_DIR) if p.endswith(".json")]
+        for relpath, data in sorted(self.store.read_many(files).items()):
+            try:
+                record = json.loads(data)
+            except ValueError as exc:
+                logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def first_nonfinite(self) -> dict | None:
+        """Where the run's first non-finite value appeared: a dict with ``step``, ``mode``, ``mode_step``,
+        ``direction`` ("input", "forward", "loss" or "backward"), ``module``, ``tensor`` and ``worker``;
+        None when no worker saw one (or the run was not watched)."""
+        from smdebug.health import first_nonfinite
+
+        return first_nonfinite(self.health_records())
 
     @property
     def unsaved_steps(self) -> list[int]:

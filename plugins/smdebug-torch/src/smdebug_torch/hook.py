@@ -65,6 +65,11 @@ class Hook(BaseHook):
         # the running backward pass's models: their gradients when it reached their output
         self._backward: dict[_Model, tuple[list, list, list]] = {}
         self._params_watched: set[_Model] = set()  # models whose parameters carry a backward watch
+        self._health = None  # every step's statistics (health=True): smdebug_torch.health
+        if self.health is not None:
+            from smdebug_torch.health import TorchHealth
+
+            self._health = TorchHealth(self)
 
     # -- distributed training ------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -108,6 +113,8 @@ class Hook(BaseHook):
         self._models[starter] = _Model(model_name, module)
         _remove(self._loss_starters)
         self._handles.append(starter.register_forward_pre_hook(_Callback(self._on_model_forward)))
+        if self._health is not None:
+            self._health.watch_model(starter)
         if wrapper is not module:
             self._always_armed = True
         if self._armed:
@@ -127,6 +134,8 @@ class Hook(BaseHook):
         if loss_module in self._loss_modules:
             return
         self._loss_modules.append(loss_module)
+        if self._health is not None:
+            self._health.watch_loss(loss_module)
         if loss_module not in self._module_names:
             self._module_names[loss_module] = loss_module._get_name()
             self._output_modules.append(loss_module)
@@ -166,6 +175,8 @@ class Hook(BaseHook):
                 coll.include(layer_tensor_patterns(name, inputs, outputs))
 
     def close(self) -> None:
+        if self._health is not None and not self.closed:
+            self._health.close()  # the last step recorded before the core writes what a trigger asks
         super().close()
         self._arm(False)
         _remove(self._handles)
@@ -211,6 +222,8 @@ class Hook(BaseHook):
     def _step_starts(self) -> bool:
         """End the last step (StopTraining if a rule asked for it) and begin the next: whether it may
         save something. Between idle steps this costs the least the core offers (next_idle_step)."""
+        if self._health is not None:
+            self._health.step_ending()
         if Collection.modules_version == self._modules_version and self.next_idle_step():
             _prepare_for_compile()
             return False  # and the callbacks stay as they are
@@ -219,7 +232,7 @@ class Hook(BaseHook):
         return self.anything_due()
 
     def _on_model_forward(self, module, inputs) -> None:
-        if self.closed or not self._step_starts():
+        if self.closed or (self._health is not None and self._health.rerunning) or not self._step_starts():
             return
         with self.guard("save the parameters"):
             model = self._models[module]
@@ -237,7 +250,7 @@ class Hook(BaseHook):
             self._step_starts()
 
     def _on_module_output(self, module, inputs, outputs) -> None:
-        if not self.anything_due():
+        if not self.anything_due() or (self._health is not None and self._health.rerunning):
             return
         name = self._module_names.get(module)
         if name is not None:
@@ -248,7 +261,7 @@ class Hook(BaseHook):
         """Watch for the backward passes through the model's output, if its gradients are due: one
         callback per pass, not one per parameter (each costs torch a call into Python)."""
         model = self._models.get(module)
-        if model is None or not self.any_due(model.grad_names):
+        if model is None or not self.any_due(model.grad_names) or (self._health and self._health.rerunning):
             return
         with self.guard("watch the gradients"):
             watch = _Callback(self._on_backward, model)
@@ -294,6 +307,8 @@ class Hook(BaseHook):
                         self.save_for_step(name, grad)
 
     def end_step(self) -> None:
+        if self._health is not None:
+            self._health.step_ending()
         if self._backward:  # a backward pass that raised (or not run by the engine) never ran its callback
             self._end_of_backward()
         super().end_step()

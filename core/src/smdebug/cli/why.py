@@ -1,0 +1,124 @@
+"""``smdebug why RUN``: where a run's first non-finite value came from, and what led to it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from smdebug.cli._common import compact_steps, open_trial
+from smdebug.exceptions import SMDebugError
+
+_WHERE = {
+    "input": "in the input batch ({tensor})",
+    "forward": "in the forward pass: the output of module {module} ({tensor}), from finite inputs",
+    "loss": "in the loss ({tensor}), from finite model outputs",
+    "backward": "in the backward pass: {tensor} (module {module}), the forward pass and the loss being finite",
+}
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "why",
+        help="explain where a run's first non-finite value came from (runs saved with health=True)",
+        description=(
+            "Say where the run's first non-finite value appeared (input batch, a module's forward output, "
+            "the loss or a gradient; step, mode, worker) and what the flight recorder shows of the steps "
+            "before it. RUN is a local path or any fsspec URI."
+        ),
+    )
+    parser.add_argument("out_dir", metavar="RUN", help="the run's output location")
+    parser.add_argument("--json", action="store_true", help="print the first non-finite value as JSON (null)")
+    parser.set_defaults(func=run)
+
+
+def explain(trial) -> str:
+    """The paragraph ``smdebug why`` prints."""
+    records = trial.health_records()
+    first = trial.first_nonfinite()
+    if not records:
+        return (
+            f"Nothing was found in {trial.path}: it holds no health record (train with health=True, or "
+            "`smdebug run --health`, to watch every step)."
+        )
+    triggers = [t for r in records for t in r.get("triggers", []) if isinstance(t, dict)]
+    if first is None:
+        text = (
+            f"Nothing was found: no non-finite value on {', '.join(r.get('worker', '?') for r in records)} "
+            f"(every step watched, saved steps {compact_steps(trial.steps())})."
+        )
+        if triggers:
+            text += " The flight recorder was written for: " + "; ".join(_trigger(t) for t in triggers) + "."
+        return text
+    step = int(first["step"])
+    where = _WHERE.get(first.get("direction"), "at {tensor}").format(
+        tensor=first.get("tensor"), module=first.get("module")
+    )
+    text = (
+        f"The first non-finite value appeared at step {step} ({first.get('mode')} step "
+        f"{first.get('mode_step', step)}) on {first.get('worker')}, {where}."
+    )
+    return f"{text} {_before(trial, step)}"
+
+
+def _trigger(t: dict) -> str:
+    return f"{t.get('reason')} (step {t.get('step')})"
+
+
+def _before(trial, step: int) -> str:
+    """What the recorder shows of the steps up to the bad one: the loss, the largest gradient norm."""
+    l2 = {}
+    for name in trial.tensor_names():
+        tensor = trial.tensor(name)
+        values = {}
+        for s in tensor.steps():
+            if s > step:
+                continue
+            try:
+                values[s] = float(tensor.reduction_value(s, "l2"))
+            except SMDebugError:
+                continue
+        if values:
+            l2[name] = values
+    steps = sorted({s for values in l2.values() for s in values if s < step})
+    if not steps:
+        return "The flight recorder holds no step before it."
+    parts = [f"The flight recorder holds steps {compact_steps(steps)} before it"]
+    losses = [n for n in l2 if "loss" in n.lower()] or [
+        n for n in trial.tensor_names(collection="losses") if n in l2
+    ]
+    if losses:
+        series = [l2[losses[0]][s] for s in steps if s in l2[losses[0]]]
+        if series:
+            parts.append(
+                f"the loss went from {series[0]:.4g} to {series[-1]:.4g} (highest {max(series):.4g})"
+            )
+    grads = {n: v for n, v in l2.items() if n.startswith("gradient/")}
+    if grads:
+        last = steps[-1]
+        top = max(grads, key=lambda n: _finite(grads[n].get(last)))
+        growth = [(_finite(v.get(last)) / v[steps[0]], n) for n, v in grads.items() if v.get(steps[0], 0) > 0]
+        parts.append(
+            f"the largest gradient norm at step {last} was {top}'s, {grads[top].get(last, math.nan):.4g}"
+        )
+        if growth:
+            ratio, name = max(growth)
+            parts.append(f"the fastest-growing was {name}'s, x{ratio:.3g} since step {steps[0]}")
+    bad = [n for n, v in l2.items() if not math.isfinite(v.get(step, 0.0))]
+    text = ": ".join([parts[0], "; ".join(parts[1:])]) if len(parts) > 1 else parts[0]
+    text += "; all were finite." if len(parts) > 1 else "."
+    if bad:
+        text += f" At step {step}, {len(bad)} of {len(l2)} recorded tensors were non-finite."
+    return text
+
+
+def _finite(value) -> float:
+    return value if value is not None and math.isfinite(value) else -1.0
+
+
+def run(args) -> int:
+    trial = open_trial(args.out_dir)
+    if args.json:
+        print(json.dumps(trial.first_nonfinite(), indent=2))
+        return 0
+    print(explain(trial))
+    return 0

@@ -1,0 +1,363 @@
+"""Always-on training health: a flight recorder of every step's statistics, its triggers, and the record
+of the first non-finite value.
+
+A framework plugin computes, at every step, the l2 norm and the max |x| of every tracked tensor (each
+parameter's weight and gradient, the loss) in a few batched device calls, into one row of a ring buffer
+it allocated on the tensors' device (``HealthMonitor.track``). The monitor keeps the rows' steps on the
+host and checks each row (a host copy, possibly a step late) for a non-finite value and for a loss spike.
+Nothing is written while the run is healthy; when a trigger fires (a non-finite value, a loss spike, an
+in-training rule, an uncaught exception, SIGTERM or SIGINT) the recorded rows are written to the run at
+the end of the step as ordinary reductions of their own steps (``smdebug/reductions/l2/<name>`` and
+``smdebug/reductions/abs_max/<name>``), which any reader of smdebug runs reads.
+
+The first non-finite value's provenance (found by the plugin: input batch, a module's forward output, the
+loss, or a parameter's gradient) and the triggers go to ``health/<worker>.json`` in the run, a folder
+smdebug 1.0's reader never lists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from smdebug import plugins
+from smdebug.reductions import reduction_tensor_name
+
+if TYPE_CHECKING:
+    from smdebug.hook import BaseHook
+
+logger = logging.getLogger("smdebug")
+
+HEALTH_DIR = "health"
+DIRECTIONS = ("input", "forward", "loss", "backward")  # the order in which a step computes them
+DEFAULT_STEPS = 100
+DEFAULT_LOSS_FACTOR = 10.0
+MIN_LOSS_HISTORY = 5  # steps of loss seen before a spike can be judged
+LOSS_WINDOW = 50  # the recent steps whose median loss a spike is judged against
+ABSENT = -1.0  # a row's value for a tensor the step did not have (no gradient): norms are never negative
+
+
+def health_record_path(worker: str) -> str:
+    return f"{HEALTH_DIR}/{worker}.json"
+
+
+class HealthMonitor:
+    """One hook's flight recorder and triggers (``hook.health`` when the hook has ``health=True``).
+
+    A plugin calls, at every step: ``track(names, loss_name, make_buffer)`` when the set of tensors it
+    watches changes (the buffer it makes holds ``steps`` rows of ``2 * len(names)`` float32 values: the
+    l2 norms, then the max |x|), ``row()`` for the slot of the current step, then ``check(slot, host)``
+    with the host copy of that row once it has one. ``check`` returns True when the row holds the run's
+    first non-finite value: the plugin then finds where it came from and calls ``found(record)``.
+    """
+
+    def __init__(self, hook: BaseHook, steps: int = DEFAULT_STEPS, loss_factor: float = DEFAULT_LOSS_FACTOR):
+        self.hook = hook
+        self.capacity = int(steps)
+        self.loss_factor = float(loss_factor)
+        self.names: tuple[str, ...] = ()
+        self.buffer: Any = None
+        self._loss_col: int | None = None
+        n = self.capacity
+        self._steps = np.full(n, -1, dtype=np.int64)
+        self._modes: list[Any] = [None] * n
+        self._mode_steps = np.zeros(n, dtype=np.int64)
+        self._written = np.zeros(n, dtype=bool)  # the hook wrote something at that step
+        self._dumped = np.zeros(n, dtype=bool)
+        self._losses = np.full(n, np.nan)
+        self._next = 0
+        self._seen = 0
+        self._last_slot: int | None = None
+        self.first_nonfinite: dict | None = None
+        self._nonfinite_seen = False
+        self.triggers: list[dict] = []
+        self._pending: list[str] = []
+        self._last_spike = -(1 << 62)
+        self._rules_seen = 0
+        self._record_written = False
+        self._installed: dict[int, Any] = {}
+        self._excepthook = None
+        self._install()
+
+    # -- what the plugin calls -------------------------------------------------------------------------
+    def track(self, names: Sequence[str], loss_name: str | None, make_buffer) -> Any:
+        """Watch these tensors from now on (the loss, if any, among them): a new buffer from
+        ``make_buffer(rows, columns)``; the rows recorded so far are written first if a trigger awaits."""
+        names = tuple(names)
+        if names == self.names and self.buffer is not None:
+            return self.buffer
+        self.buffer = make_buffer(self.capacity, 2 * len(names))
+        self.names = names
+        self._loss_col = names.index(loss_name) if loss_name in names else None
+        self._steps[:] = -1
+        self._dumped[:] = False
+        self._l2_names = [reduction_tensor_name(n, "l2", False) for n in names]
+        self._max_names = [reduction_tensor_name(n, "max", True) for n in names]
+        logger.info(
+            "smdebug: health recorder: last %d steps of %d tensors, %s",
+            self.capacity,
+            len(names),
+            self.memory(),
+        )
+        return self.buffer
+
+    def memory(self) -> str:
+        """What the recorder holds where the tensors live (float32 values), as text."""
+        nbytes = self.capacity * 2 * len(self.names) * 4
+        return f"{nbytes / 1024:.0f} KiB" if nbytes < 1 << 20 else f"{nbytes / (1 << 20):.1f} MiB"
+
+    def row(self) -> int:
+        """The ring slot of the hook's current step (the oldest row makes room)."""
+        hook = self.hook
+        slot = self._next
+        self._next = (slot + 1) % self.capacity
+        self._steps[slot] = hook.step
+        self._modes[slot] = hook.mode
+        self._mode_steps[slot] = hook.mode_step
+        self._written[slot] = False
+        self._dumped[slot] = False
+        self._losses[slot] = np.nan
+        self._last_slot = slot
+        return slot
+
+    def check(self, slot: int, host: np.ndarray) -> bool:
+        """Judge a recorded row (its host copy): True when it holds the run's first non-finite value
+        (the plugin then calls ``found``); a loss spike sets a trigger."""
+        n = len(self.names)
+        hook = self.hook
+        if self._steps[slot] == hook.step and hook.anything_due():  # a save step: its statistics too
+            with hook.guard("save the step's health statistics"):
+                self._write_row(slot, host, hook._writer or hook._get_writer(), time.time())
+        maxes = host[n:]
+        if not np.isfinite(maxes).all():
+            if self._nonfinite_seen:
+                return False
+            self._nonfinite_seen = True
+            return True
+        col = self._loss_col
+        if col is not None and host[col] >= 0:
+            loss = float(host[col])
+            step = int(self._steps[slot])
+            history = self._losses[~np.isnan(self._losses)]
+            if len(history) >= MIN_LOSS_HISTORY and step - self._last_spike >= self.capacity:
+                recent = history if len(history) <= LOSS_WINDOW else history[-LOSS_WINDOW:]
+                median = float(np.median(recent))
+                if median > 0 and loss > self.loss_factor * median:
+                    self._last_spike = step
+                    self.trigger(
+                        f"loss spike: {loss:.4g} is {loss / median:.1f}x the median {median:.4g} of the "
+                        f"last {len(recent)} steps",
+                        step=step,
+                    )
+            self._losses[slot] = loss
+        return False
+
+    def nonfinite_names(self, host: np.ndarray) -> list[str]:
+        """The tracked tensors holding a non-finite value in a row, in tracking order."""
+        n = len(self.names)
+        return [self.names[i] for i in np.flatnonzero(~np.isfinite(host[n:]))]
+
+    def found(self, record: dict) -> None:
+        """The provenance of the run's first non-finite value (``step``, ``mode``, ``direction``, ``module``,
+        ``tensor`` at least): recorded, and a trigger."""
+        hook = self.hook
+        record = {"worker": hook.worker, **record}
+        if hasattr(record.get("mode"), "name"):  # a ModeKeys
+            record["mode"] = record["mode"].name
+        self.first_nonfinite = record
+        where = f"{record.get('direction')} {record.get('tensor')}"
+        logger.warning(
+            "smdebug: first non-finite value at step %s (%s) on %s: %s",
+            record.get("step"),
+            record.get("mode"),
+            record.get("worker"),
+            where,
+        )
+        self.trigger(f"non-finite value: {where}", step=record.get("step"))
+
+    def trigger(self, reason: str, step: int | None = None) -> None:
+        """Write the recorder to the run at the end of the current step (now, outside a step)."""
+        hook = self.hook
+        self.triggers.append(
+            {"step": hook.step if step is None else int(step), "mode": hook.mode.name, "reason": reason}
+        )
+        self._pending.append(reason)
+        if not hook.in_step:
+            self.write()
+
+    @property
+    def pending(self) -> bool:
+        """A trigger awaits the end of the step (the plugin must end it through ``end_step``)."""
+        return bool(self._pending)
+
+    # -- what the core hook calls ----------------------------------------------------------------------
+    def step_ended(self, wrote: bool) -> None:
+        """The hook ended its step (and ran its rules): note whether the step wrote anything, see whether
+        a rule fired, and write the recorder if a trigger awaits."""
+        slot = self._last_slot
+        if slot is not None and self._steps[slot] == self.hook.step:
+            self._written[slot] = wrote
+        results = self.hook.rule_runner.results
+        if len(results) > self._rules_seen:
+            fired = results[self._rules_seen :]
+            self._rules_seen = len(results)
+            for result in fired:
+                self.trigger(
+                    f"rule fired: {getattr(result, 'rule', result)}", step=getattr(result, "step", None)
+                )
+        if self._pending:
+            self.write()
+
+    def write(self) -> None:
+        """Write the rows not yet written as reductions of their steps, and the health record."""
+        self._pending.clear()
+        hook = self.hook
+        with hook.guard("write the health recorder"):
+            self._write_rows()
+        with hook.guard("write the health record"):
+            self._write_record()
+
+    def close(self) -> None:
+        """The hook closes: its health record goes to the run; signal handlers are given back."""
+        self._uninstall()
+        if self._pending:
+            self.write()
+        elif not self._record_written:
+            with self.hook.guard("write the health record"):
+                self._write_record()
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def _write_rows(self) -> None:
+        hook = self.hook
+        if self.buffer is None or not hook.writing:
+            return
+        current = hook.step
+        slots = [
+            s
+            for s in np.argsort(self._steps, kind="stable")
+            if self._steps[s] >= 0
+            and not self._dumped[s]
+            # a step the hook wrote has its files: only the one just ended can take more (the writer
+            # reopens it); older ones keep what they saved
+            and (not self._written[s] or self._steps[s] == current)
+        ]
+        if not slots:
+            return
+        # the step just ended first: the writer appends to it before any other step is opened
+        slots.sort(key=lambda s: (self._steps[s] != current, self._steps[s]))
+        host = np.asarray(plugins.to_numpy(self.buffer), dtype=np.float32)
+        writer = hook._writer or hook._get_writer()
+        now = time.time()
+        for slot in slots:
+            self._write_row(slot, host[slot], writer, now)
+            writer.end_step(int(self._steps[slot]))
+
+    def _write_row(self, slot: int, values: np.ndarray, writer, now: float) -> None:
+        """A recorded row as the reductions of its step (the tensors the step had)."""
+        n = len(self.names)
+        present = np.flatnonzero(values[:n] != ABSENT)  # (NaN is present)
+        if len(present):
+            names = [self._l2_names[i] for i in present] + [self._max_names[i] for i in present]
+            data = np.concatenate([values[:n][present], values[n:][present]]).astype(np.float32)
+            step = int(self._steps[slot])
+            writer.write_scalars(step, self._modes[slot], int(self._mode_steps[slot]), [names], [data], now)
+        self._dumped[slot] = True
+
+    def _write_record(self) -> None:
+        hook = self.hook
+        record = {
+            "worker": hook.worker,
+            "first_nonfinite": self.first_nonfinite,
+            "triggers": self.triggers,
+            "recorder": {"steps": self.capacity, "tensors": len(self.names), "memory": self.memory()},
+        }
+        data = json.dumps(record, indent=1).encode()
+        path = health_record_path(hook.worker)
+        if hook.writing:
+            (hook._writer or hook._get_writer()).write_file(path, data)
+        elif not hook.dry_run:  # a worker that saves no tensors still says what went wrong on it
+            from smdebug.writer import run_bounded
+
+            run_bounded(lambda: plugins.open_store(hook.out_dir).write_bytes(path, data))
+        self._record_written = True
+
+    # -- signals and uncaught exceptions ---------------------------------------------------------------
+    def _install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._installed[sig] = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):  # not settable here (an embedded interpreter)
+                pass
+        self._excepthook = sys.excepthook
+        sys.excepthook = self._on_exception
+
+    def _uninstall(self) -> None:
+        for sig, previous in self._installed.items():
+            try:
+                if signal.getsignal(sig) == self._on_signal:
+                    signal.signal(sig, previous)
+            except (ValueError, OSError):
+                pass
+        self._installed = {}
+        if self._excepthook is not None and sys.excepthook == self._on_exception:
+            sys.excepthook = self._excepthook
+        self._excepthook = None
+
+    def _on_signal(self, signum, frame) -> None:
+        previous = self._installed.get(signum, signal.SIG_DFL)
+        name = signal.Signals(signum).name
+        hook = self.hook
+        try:
+            self._pending.append(name)
+            self.triggers.append({"step": hook.step, "mode": hook.mode.name, "reason": f"signal {name}"})
+            if signum == signal.SIGTERM:
+                hook.close()  # the process ends: the run is finished, the recorder in it
+            else:
+                if hook.in_step:
+                    hook.end_step()
+                if self._pending:
+                    self.write()
+                hook.flush()
+        except Exception as exc:  # never stand in the way of the signal
+            logger.warning("smdebug: could not write the health recorder on %s: %s", name, exc)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def _on_exception(self, kind, value, tb) -> None:
+        previous = self._excepthook or sys.__excepthook__
+        try:
+            if not self.hook.closed:
+                self.trigger(f"training raised {kind.__name__}: {value}")
+                self.hook.close()
+        except Exception as exc:
+            logger.warning("smdebug: could not write the health recorder: %s", exc)
+        previous(kind, value, tb)
+
+
+def first_nonfinite(records: Sequence[dict]) -> dict | None:
+    """The earliest first non-finite value of the workers' health records: the lowest step, then the
+    earliest place in a step (input, forward, loss, backward), then the worker."""
+    found = [r["first_nonfinite"] for r in records if isinstance(r.get("first_nonfinite"), dict)]
+    if not found:
+        return None
+
+    def key(rec):
+        direction = rec.get("direction")
+        order = DIRECTIONS.index(direction) if direction in DIRECTIONS else len(DIRECTIONS)
+        return (int(rec.get("step", 0)), order, str(rec.get("worker", "")))
+
+    return dict(min(found, key=key))

@@ -1,0 +1,356 @@
+"""Always-on health for torch (``Hook(health=True)``): every step's statistics into the core's flight
+recorder (smdebug.health), and where the first non-finite value came from.
+
+Once a step, right before the optimizer applies the gradients (a global optimizer step pre-hook; at the
+step's end when no optimizer runs), the l2 norm and the max |x| of every parameter, every gradient and
+the loss are computed in a few batched calls: tensors of one shape are stacked into a buffer kept for
+them and reduced row-wise, the others by foreach kernels; one ``index_copy_`` puts the results into the
+recorder's row, which lives on the parameters' device. On the CPU the row is judged at once; on a GPU its
+host copy is made without waiting and judged at the next step.
+
+When a row holds the run's first non-finite value the step is examined, in the order it computed things:
+the model's input batch, then a re-run of the forward pass (no gradients, the random state and the
+buffers restored, every module's output checked; only while the parameters are still those of the step),
+the model's output, the loss, then the gradients. Nothing of this runs on a healthy step.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from smdebug.plugin import ModeKeys
+
+STACK_NUMEL = 1 << 16  # tensors up to this size are stacked with the others of their shape
+
+
+def _nonfinite(t: Any) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and (t.is_floating_point() or t.is_complex())
+        and not bool(torch.isfinite(t.detach()).all())
+    )
+
+
+class _Plan:
+    """How one set of present tensors is reduced: stacked groups (a buffer each) and foreach singles,
+    and where their results go in the recorder's row."""
+
+    def __init__(self, tensors: list[torch.Tensor], columns: list[int], width: int, device):
+        groups: dict[tuple, list[int]] = {}
+        for i, t in enumerate(tensors):
+            key = (t.device, t.dtype, tuple(t.shape)) if t.numel() <= STACK_NUMEL else i
+            groups.setdefault(key, []).append(i)
+        self.stacks: list[tuple[Any, torch.Tensor, int]] = []
+        singles: list[int] = []
+        order: list[int] = []
+        for members in groups.values():
+            if len(members) > 1:
+                first = tensors[members[0]]
+                buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
+                self.stacks.append((operator.itemgetter(*members), buffer, len(members)))
+                order.extend(members)
+            else:
+                singles.extend(members)
+        order.extend(singles)
+        self.singles = operator.itemgetter(*singles) if singles else None
+        self.one_single = len(singles) == 1
+        self.count = len(tensors)
+        cols = [columns[i] for i in order] + [width + columns[i] for i in order]
+        self.columns = torch.tensor(cols, dtype=torch.long, device=device)
+        self.partial = len(tensors) < width
+
+    def fill(self, tensors: list[torch.Tensor], row: torch.Tensor) -> None:
+        l2s, maxes = [], []
+        for pick, buffer, n in self.stacks:
+            torch.stack(pick(tensors), out=buffer)
+            m = buffer.view(n, -1)
+            l2s.append(torch.linalg.vector_norm(m, 2, dim=1, dtype=torch.float32))
+            maxes.append(m.abs_().amax(1).float())  # the buffer is ours: no copy for |x|
+        if self.singles is not None:
+            singles = self.singles(tensors)
+            if self.one_single:
+                singles = (singles,)
+            singles = [t.detach() for t in singles]
+            l2s.append(torch.stack(torch._foreach_norm(singles, 2, dtype=torch.float32)))
+            maxes.append(torch.stack(torch._foreach_max(torch._foreach_abs(singles))).float())
+        values = torch.cat(l2s + maxes)
+        if values.device != row.device:
+            values = values.to(row.device, non_blocking=True)
+        if self.partial:
+            row.fill_(-1.0)  # absent this step (smdebug.health.ABSENT)
+        row.index_copy_(0, self.columns, values)
+
+
+class TorchHealth:
+    """The torch hook's part of health monitoring (``hook.health`` is the core's HealthMonitor)."""
+
+    def __init__(self, hook):
+        self.hook = hook
+        self.monitor = hook.health
+        self.rerunning = False
+        self._collected = -1  # the step last recorded
+        self._inputs: tuple | None = None  # (step, model, args, kwargs) of the step's first model call
+        self._outputs: tuple | None = None  # (step, model, outputs)
+        self._loss: tuple | None = None  # (step, name, tensor) of the step's first loss call
+        self._layout: tuple | None = None  # (key, weights, grad params, names, loss name)
+        self._plans: dict[tuple, _Plan] = {}
+        self._ring = None
+        self._ring_host = None  # CPU: the ring's numpy view
+        self._lagged: tuple | None = None  # GPU: (slot, host row, event) judged at the next step
+        self._handles: list = []
+        import torch.optim.optimizer as optimizer
+
+        self._handles.append(optimizer.register_optimizer_step_pre_hook(self._on_optimizer_step))
+
+    # -- what the hook tells it ------------------------------------------------------------------------
+    def watch_model(self, starter: torch.nn.Module) -> None:
+        self._handles.append(starter.register_forward_pre_hook(self._on_model_inputs, with_kwargs=True))
+        self._handles.append(starter.register_forward_hook(self._on_model_outputs))
+
+    def watch_loss(self, loss_module: torch.nn.Module) -> None:
+        self._handles.append(loss_module.register_forward_hook(self._on_loss_output))
+
+    def close(self) -> None:
+        self.step_ending()
+        self._judge_lagged()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _on_model_inputs(self, module, args, kwargs) -> None:
+        if not self.rerunning and (self._inputs is None or self._inputs[0] != self.hook.step):
+            self._inputs = (self.hook.step, module, args, kwargs)
+
+    def _on_model_outputs(self, module, inputs, outputs) -> None:
+        if not self.rerunning and (self._outputs is None or self._outputs[0] != self.hook.step):
+            self._outputs = (self.hook.step, module, outputs)
+
+    def _on_loss_output(self, module, inputs, output) -> None:
+        if self._loss is None or self._loss[0] != self.hook.step:
+            if isinstance(output, torch.Tensor):
+                name = self.hook._module_names.get(module, module._get_name())
+                self._loss = (self.hook.step, f"{name}_output_0", output)
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        # the gradients are final and the parameters still those of the step's forward pass
+        if not self.hook.closed and self.hook.in_step:
+            with self.hook.guard("record the step's health"):
+                self.collect(rerun_safe=True)
+
+    def step_ending(self) -> None:
+        """The step ends: record it if no optimizer step did."""
+        hook = self.hook
+        if hook.in_step and self._collected != hook.step and not hook.closed:
+            with hook.guard("record the step's health"):
+                # no optimizer ran: parameters may have changed since the forward pass (a manual
+                # update), except in evaluation
+                self.collect(rerun_safe=hook.mode in (ModeKeys.EVAL, ModeKeys.PREDICT))
+
+    # -- every step ------------------------------------------------------------------------------------
+    def collect(self, rerun_safe: bool) -> None:
+        hook = self.hook
+        if self._collected == hook.step or not hook._models:
+            return
+        self._collected = hook.step
+        self._judge_lagged()
+        key, weights, grad_params, names, loss_name = self._current_layout()
+        grads = [p.grad for p in grad_params]
+        loss = self._loss[2] if self._loss is not None and self._loss[0] == hook.step else None
+        tensors = weights + grads + ([loss] if loss_name is not None else [])
+        ring = self.monitor.track(names, loss_name, self._make_ring)
+        if ring is not self._ring:
+            self._ring, self._plans = ring, {}
+            self._ring_host = ring.numpy() if ring.device.type == "cpu" else None
+        present = None
+        if None in tensors:
+            present = tuple(i for i, t in enumerate(tensors) if t is not None)
+            if not present:
+                return
+        plan_key = (key, present)
+        plan = self._plans.get(plan_key)
+        chosen = tensors if present is None else [tensors[i] for i in present]
+        if plan is None:
+            columns = list(range(len(tensors))) if present is None else list(present)
+            plan = self._plans[plan_key] = _Plan(chosen, columns, len(names), ring.device)
+        slot = self.monitor.row()
+        with torch.no_grad():
+            try:
+                plan.fill(chosen, ring[slot])
+            except RuntimeError:  # shapes, dtypes or devices changed: plan again
+                plan = self._plans[plan_key] = _Plan(
+                    chosen,
+                    list(range(len(tensors))) if present is None else list(present),
+                    len(names),
+                    ring.device,
+                )
+                plan.fill(chosen, ring[slot])
+        if self._ring_host is not None or hook.anything_due():  # (a GPU's save step: waited for)
+            row = self._ring_host[slot] if self._ring_host is not None else ring[slot].cpu().numpy()
+            if self.monitor.check(slot, row):
+                self._first_nonfinite(row, rerun_safe, tensors, names)
+        else:
+            host = torch.empty(ring.shape[1], pin_memory=torch.cuda.is_available())
+            host.copy_(ring[slot], non_blocking=True)
+            event = torch.cuda.Event() if ring.device.type == "cuda" else None
+            if event is not None:
+                event.record()
+            self._lagged = (slot, host, event, hook.step, hook.mode, hook.mode_step)
+
+    def _judge_lagged(self) -> None:
+        """GPU: judge the row whose host copy the last step started."""
+        lagged, self._lagged = self._lagged, None
+        if lagged is None:
+            return
+        slot, host, event, step, mode, mode_step = lagged
+        if event is not None:
+            event.synchronize()
+        row = host.numpy()
+        if self.monitor.check(slot, row):
+            bad = self.monitor.nonfinite_names(row)
+            where = self._from_names(bad, self._layout[4])
+            self.monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
+
+    def _make_ring(self, rows: int, columns: int) -> torch.Tensor:
+        device = torch.device("cpu")
+        for model in self.hook._models.values():
+            for _, p in model.params[:1]:
+                device = p.device if p.device.type != "meta" else device
+        return torch.full((rows, columns), -1.0, dtype=torch.float32, device=device)
+
+    def _current_layout(self) -> tuple:
+        hook = self.hook
+        models = list(hook._models.values())
+        for model in models:
+            if model.stale():
+                model.refresh()
+        loss_name = None
+        if hook._loss_modules:
+            first = hook._loss_modules[0]
+            loss_name = f"{hook._module_names.get(first, first._get_name())}_output_0"
+        key = (tuple(id(m.params) for m in models), loss_name)
+        if self._layout is None or self._layout[0] != key:
+            params = [(n, p) for m in models for n, p in m.params if isinstance(p, torch.Tensor)]
+            params = [
+                (n, p) for n, p in params if not isinstance(p, torch.nn.parameter.UninitializedParameter)
+            ]
+            grads = [(g, p) for m in models for g, p in m.gradients if p.requires_grad]
+            names = [n for n, _ in params] + [g for g, _ in grads] + ([loss_name] if loss_name else [])
+            self._layout = (key, [p for _, p in params], [p for _, p in grads], tuple(names), loss_name)
+            self._plans = {}
+        return self._layout
+
+    # -- the first non-finite value --------------------------------------------------------------------
+    def _first_nonfinite(self, row, rerun_safe: bool, tensors: list, names: tuple) -> None:
+        hook = self.hook
+        bad = self.monitor.nonfinite_names(row)
+        where = None
+        with hook.guard("find where the first non-finite value came from"):
+            where = self._examine(bad, rerun_safe)
+        if where is None:
+            where = self._from_names(bad, self._layout[4])
+        self.monitor.found({"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where})
+        with hook.guard("save the step's tensors"):
+            self._save_step(tensors, names)
+
+    def _examine(self, bad: list[str], rerun_safe: bool) -> dict | None:
+        hook = self.hook
+        step = hook.step
+        inputs = self._inputs if self._inputs is not None and self._inputs[0] == step else None
+        if inputs is not None:
+            _, starter, args, kwargs = inputs
+            name = hook._models[starter].name
+            for i, t in enumerate(hook.tensors_in((args, kwargs))):
+                if _nonfinite(t):
+                    return _where("input", name, f"{name}_input_{i}")
+            if rerun_safe:
+                found = self._rerun(starter, args, kwargs)
+                if found is not None:
+                    return _where("forward", *found)
+        outputs = self._outputs if self._outputs is not None and self._outputs[0] == step else None
+        if outputs is not None:
+            name = hook._models[outputs[1]].name
+            for i, t in enumerate(hook.tensors_in(outputs[2])):
+                if _nonfinite(t):
+                    return _where("forward", name, f"{name}_output_{i}")
+        return None
+
+    def _from_names(self, bad: list[str], loss_name: str | None) -> dict:
+        """Where, from the recorded row alone: the loss, else the gradient nearest the output (the backward
+        pass meets it first), else a weight."""
+        if loss_name in bad:
+            return _where("loss", loss_name[: -len("_output_0")], loss_name)
+        grads = [n for n in bad if n.startswith("gradient/")]
+        if grads:
+            name = grads[-1]
+            return _where("backward", self._owner(name[len("gradient/") :]), name)
+        name = bad[0] if bad else ""
+        return _where("backward", self._owner(name), name)
+
+    def _owner(self, param_name: str) -> str:
+        """The module holding a parameter named ``<Model>_<path>``, by the hook's module names."""
+        for model in self.hook._models.values():
+            prefix = model.name + "_"
+            if param_name.startswith(prefix):
+                path = param_name[len(prefix) :]
+                return path.rsplit(".", 1)[0] if "." in path else model.name
+        return param_name
+
+    def _rerun(self, starter: torch.nn.Module, args, kwargs) -> tuple[str, str] | None:
+        """Run the step's forward pass again, every module's output checked: the first module that
+        returns a non-finite value from finite inputs (its name and its output's tensor name)."""
+        hook = self.hook
+        module = hook._models[starter].module
+        if type(module).__name__ == "DistributedDataParallel":
+            module = module.module  # its forward may broadcast buffers: a collective only this rank enters
+        if any("FullyShard" in type(m).__name__ or "FSDP" in type(m).__name__ for m in module.modules()):
+            return None  # a forward pass gathers parameters from the other ranks: not here
+        names = hook._module_names
+        found: list[tuple[str, str]] = []
+        counts: dict[str, int] = {}
+
+        def check(mod, inputs, outputs):
+            name = names.get(mod)
+            if found or name is None:
+                return
+            outs = list(hook.tensors_in(outputs))
+            index = counts.get(name, 0)
+            counts[name] = index + len(outs)
+            bad = [i for i, t in enumerate(outs) if _nonfinite(t)]
+            if bad and not any(_nonfinite(t) for t in hook.tensors_in(inputs)):
+                found.append((name, f"{name}_output_{index + bad[0]}"))
+
+        handles = [m.register_forward_hook(check) for m in module.modules()]
+        buffers = [(b, b.detach().clone()) for b in module.buffers()]
+        devices = sorted({b.device.index or 0 for b in buffers if b.device.type == "cuda"})
+        devices += sorted({p.device.index or 0 for p in module.parameters() if p.device.type == "cuda"})
+        self.rerunning = True
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=sorted(set(devices))):
+                module(*args, **kwargs)
+        except Exception:  # the first failure may be what the step did too: nothing more to learn
+            pass
+        finally:
+            self.rerunning = False
+            for handle in handles:
+                handle.remove()
+            with torch.no_grad():
+                for buffer, saved in buffers:
+                    buffer.copy_(saved)
+        return found[0] if found else None
+
+    def _save_step(self, tensors: list, names: tuple) -> None:
+        """The triggering step's tensors the user's collections name, saved as those collections save."""
+        hook = self.hook
+        for name, tensor in zip(names, tensors):
+            if tensor is None or hook.is_due(name):
+                continue  # saved by the step already
+            collections = [c.name for c in hook.collections_of(name)]
+            if collections:
+                hook.save_tensor(name, tensor.detach(), collections)
+
+
+def _where(direction: str, module: str, tensor: str) -> dict:
+    return {"direction": direction, "module": module, "tensor": tensor}

@@ -1,0 +1,264 @@
+"""health=True: every step's statistics in a flight recorder, written when something goes wrong, and the
+provenance of the first non-finite value, with faults planted into real torch training."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from scenarios import _free_port
+from torch import nn
+
+import smdebug.pytorch as smd
+from smdebug.cli import main as cli
+from smdebug.exceptions import ConfigError, TensorUnavailableForStep
+
+WORKER = os.path.join(os.path.dirname(__file__), "health_worker.py")
+FAULT = 6
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def train(out_dir, fault=None, steps=10, lr_jump_at=None, **hook_args):
+    """Train Net with health on; a fault planted at step FAULT. Returns (hook, every step's record of
+    what torch computed before the optimizer step)."""
+    torch.manual_seed(0)
+    model = Net()
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook_args.setdefault("save_config", smd.SaveConfig(save_interval=5))
+    hook = smd.Hook(out_dir=out_dir, health=True, **hook_args)
+    hook.register_module(model)
+    hook.register_loss(criterion)
+
+    def plant_forward(module, inputs, output):
+        if fault == "forward" and hook.step == FAULT:
+            output = output.clone()
+            output[0, 1] = float("inf")
+            return output
+        return None
+
+    model.fc1.register_forward_hook(plant_forward)
+    g = torch.Generator().manual_seed(1)
+    xs, ys = torch.randn(steps, 16, 4, generator=g), torch.randint(0, 3, (steps, 16), generator=g)
+    seen = {}
+    for step in range(steps):
+        if step == lr_jump_at:
+            for group in opt.param_groups:
+                group["lr"] = 300.0
+        x = xs[step].clone()
+        if fault == "input" and step == FAULT:
+            x[3, 2] = float("nan")
+        opt.zero_grad()
+        loss = criterion(model(x), ys[step])
+        loss.backward()
+        if fault == "gradient" and step == FAULT:
+            model.fc2.bias.grad[1] = float("nan")
+        seen[step] = {
+            "loss": loss.item(),
+            "gradient/Net_fc1.weight": model.fc1.weight.grad.norm().item(),
+            "Net_fc2.weight": model.fc2.weight.detach().abs().max().item(),
+        }
+        opt.step()
+    hook.close()
+    return hook, seen
+
+
+def why(out_dir, *args):
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    buffer = StringIO()
+    with redirect_stdout(buffer):
+        code = cli(["why", *args, out_dir])
+    assert code == 0
+    return buffer.getvalue()
+
+
+def assert_recorded_before(trial, seen, last):
+    """The recorder's rows of the steps before the fault, as ordinary reductions of their own steps."""
+    for step in range(last):
+        grad = trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")
+        assert grad == pytest.approx(seen[step]["gradient/Net_fc1.weight"], rel=1e-5)
+        weight = trial.tensor("Net_fc2.weight").reduction_value(step, "max", abs=True)
+        assert weight == pytest.approx(seen[step]["Net_fc2.weight"], rel=1e-6)
+        loss = trial.tensor("CrossEntropyLoss_output_0").reduction_value(step, "l2")
+        assert loss == pytest.approx(seen[step]["loss"], rel=1e-6)
+
+
+def test_healthy_run_writes_nothing_between_save_steps(out_dir):
+    _, seen = train(out_dir, steps=12)
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 5, 10]  # no step of its own for the recorder
+    assert trial.first_nonfinite() is None
+    # the save steps carry the health statistics too
+    grad = trial.tensor("gradient/Net_fc1.weight").reduction_value(5, "l2")
+    assert grad == pytest.approx(seen[5]["gradient/Net_fc1.weight"], rel=1e-5)
+    assert "Nothing was found" in why(out_dir)
+    assert json.loads(why(out_dir, "--json")) is None
+    (record,) = trial.health_records()
+    assert record["triggers"] == [] and record["recorder"]["steps"] == 100
+
+
+@pytest.mark.parametrize(
+    "fault, direction, module, tensor",
+    [
+        ("forward", "forward", "fc1", "fc1_output_0"),
+        ("gradient", "backward", "fc2", "gradient/Net_fc2.bias"),
+        ("input", "input", "Net", "Net_input_0"),
+    ],
+)
+def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, module, tensor):
+    _, seen = train(out_dir, fault=fault)
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert first is not None
+    assert {k: first[k] for k in ("step", "mode", "direction", "module", "tensor", "worker")} == {
+        "step": FAULT,
+        "mode": "GLOBAL",
+        "direction": direction,
+        "module": module,
+        "tensor": tensor,
+        "worker": "worker_0",
+    }
+    assert_recorded_before(trial, seen, FAULT)
+    # the bad step's row is there as well (the fault spread: the loss is non-finite at the next steps)
+    assert not np.isfinite(trial.tensor(f"gradient/Net_{'fc2.bias'}").reduction_value(FAULT, "l2"))
+    # the losses collection (the default one) names the loss: its raw value at the bad step is saved
+    trial.tensor("CrossEntropyLoss_output_0").value(FAULT)
+    # nothing after the fault but the save steps
+    assert trial.steps() == [0, 1, 2, 3, 4, 5, 6]
+    text = why(out_dir)
+    assert f"step {FAULT}" in text and tensor in text and "steps 0, 1, 2, 3, 4, 5 before it" in text
+    assert json.loads(why(out_dir, "--json"))["tensor"] == tensor
+
+
+def test_raw_tensors_of_the_triggering_step_follow_the_users_collections(out_dir):
+    train(out_dir, fault="gradient", include_collections=["gradients"])
+    trial = smd.create_trial(out_dir)
+    value = trial.tensor("gradient/Net_fc2.bias").value(FAULT)
+    assert np.isnan(value[1]) and np.isfinite(value[0])
+    with pytest.raises(TensorUnavailableForStep):  # weights were not asked for: their statistics only
+        trial.tensor("Net_fc1.weight").value(FAULT)
+    assert trial.tensor("Net_fc1.weight").reduction_value(FAULT, "l2") > 0
+
+
+def test_loss_spike_from_a_learning_rate_jump(out_dir):
+    _, seen = train(out_dir, steps=14, lr_jump_at=9, health_loss_factor=3)
+    trial = smd.create_trial(out_dir)
+    (record,) = trial.health_records()
+    spikes = [t for t in record["triggers"] if t["reason"].startswith("loss spike")]
+    assert spikes, record
+    spike = spikes[0]["step"]
+    assert spike > 9 and seen[spike]["loss"] > 3 * np.median([seen[s]["loss"] for s in range(9)])
+    assert_recorded_before(trial, seen, spike)
+
+
+def test_health_from_the_json_configuration(tmp_path, monkeypatch):
+    config = tmp_path / "config.json"
+    out = str(tmp_path / "run")
+    config.write_text(
+        json.dumps(
+            {
+                "LocalPath": out,
+                "HookParameters": {"health": "true", "health_steps": "7", "save_interval": "50"},
+            }
+        )
+    )
+    hook = smd.Hook.create_from_json_file(str(config))
+    assert hook.health is not None and hook.health.capacity == 7
+    hook.close()
+    with pytest.raises(ConfigError, match="health_steps"):
+        smd.Hook(out_dir=str(tmp_path / "x"), health=True, health_steps=0)
+
+
+def test_recorder_keeps_only_its_last_steps(out_dir):
+    _, seen = train(out_dir, fault="gradient", health_steps=3, save_config=smd.SaveConfig(save_interval=100))
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 4, 5, 6]  # step 0 saved (the losses), then the recorder's last 3 steps
+    for step in (0, 4, 5):
+        grad = trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")
+        assert grad == pytest.approx(seen[step]["gradient/Net_fc1.weight"], rel=1e-5)
+
+
+def run_worker(out_dir, case, env=None):
+    proc = subprocess.run(
+        [sys.executable, WORKER, out_dir, case, "4"], env=env, capture_output=True, text=True, timeout=240
+    )
+    return proc
+
+
+def read_norms(out_dir, rank=0):
+    with open(f"{out_dir}.norms_{rank}.json") as f:
+        return {int(k): v for k, v in json.load(f).items()}
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_writes_the_recorder(out_dir):
+    proc = run_worker(out_dir, "sigterm")
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    trial = smd.create_trial(out_dir)
+    norms = read_norms(out_dir)
+    for step in (1, 2, 3):
+        value = trial.tensor("gradient/Net_fc2.weight").reduction_value(step, "l2")
+        assert value == pytest.approx(norms[step], rel=1e-5)
+    assert any("SIGTERM" in t["reason"] for t in trial.health_records()[0]["triggers"])
+    assert trial.first_nonfinite() is None
+
+
+@pytest.mark.timeout(120)
+def test_training_that_raises_writes_the_recorder(out_dir):
+    proc = run_worker(out_dir, "raise")
+    assert proc.returncode == 1 and "the data loader broke" in proc.stderr
+    trial = smd.create_trial(out_dir)
+    norms = read_norms(out_dir)
+    assert trial.tensor("gradient/Net_fc2.weight").reduction_value(3, "l2") == pytest.approx(
+        norms[3], rel=1e-5
+    )
+    reasons = [t["reason"] for t in trial.health_records()[0]["triggers"]]
+    assert any("RuntimeError" in r for r in reasons), reasons
+
+
+@pytest.mark.timeout(300)
+def test_fault_on_rank_one_of_two(out_dir):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, out_dir, "rank", "4"],
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    for rank, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{out}"
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["worker"], first["direction"], first["module"], first["tensor"]) == (
+        4,
+        "worker_1",
+        "forward",
+        "fc1",
+        "fc1_output_0",
+    )
+    records = {r["worker"]: r["first_nonfinite"] for r in trial.health_records()}
+    # rank 0 saw it only through the averaged gradients
+    assert records["worker_0"]["direction"] == "backward" and records["worker_0"]["step"] == 4
+    norms = read_norms(out_dir, 1)
+    value = trial.tensor("gradient/Net_fc2.weight").reduction_value(3, "l2", worker="worker_1")
+    assert value == pytest.approx(norms[3], rel=1e-5)
