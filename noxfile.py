@@ -24,10 +24,9 @@ nox.options.error_on_missing_interpreters = False
 
 TORCH = "torch==2.13.0"  # a CPU build on this machine's disk; a bare "torch" pulls a CUDA build
 TEST_DEPS = ["pytest>=8", "pytest-timeout"]
-# xgboost's CPU-only build (6 MB); "xgboost" is 130 MB of CUDA kernels and pulls NVIDIA's NCCL. Plugins in
-# NO_DEPS install without their dependencies, which their row's requirements supply under another name.
-XGBOOST = ["xgboost-cpu", "dask[dataframe]", "distributed", "scikit-learn"]  # + the tests' Dask, sklearn
-NO_DEPS = {"plugins/smdebug-xgb", "plugins/smdebug-tf"}
+# xgboost's CPU-only build (6 MB, the plugin's [cpu] extra); "xgboost" is 130 MB of CUDA kernels and pulls
+# NVIDIA's NCCL.
+XGBOOST = ["dask[dataframe]", "distributed", "scikit-learn"]  # the tests' Dask, sklearn
 # The real smdebug 1.0.34 imports only with these beside it (it forgets some and needs old others). It
 # asks for setuptools<70 elsewhere, but torch 2.13 needs >=77 and smdebug imports fine with it.
 SMDEBUG_1034 = [
@@ -52,7 +51,7 @@ THIRDPARTY = [
 SUITES = {
     "core": ([], [], "tests/core"),
     "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
-    "xgb": (XGBOOST, ["plugins/smdebug-xgb"], "tests/xgb"),
+    "xgb": (XGBOOST, ["plugins/smdebug-xgb[cpu]"], "tests/xgb"),
     "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
     "analysis": (
         [TORCH, "tensorboard", "matplotlib", "pandas", "s3fs", "moto[server]"],
@@ -67,11 +66,22 @@ SUITES = {
         ["plugins/smdebug-torch"],
         "tests/dask",
     ),
-    # Keras 3; installed with --no-deps (NO_DEPS): it asks for "tensorflow", this is its CPU build
-    "tf": (["tensorflow-cpu==2.21.0"], ["plugins/smdebug-tf"], "tests/tf"),
+    # Keras 3, TensorFlow's CPU build (the plugin's [cpu] extra)
+    "tf": (["tensorflow-cpu==2.21.0"], ["plugins/smdebug-tf[cpu]"], "tests/tf"),
 }
 
 nox.options.sessions = [f"tests-{name}" for name in SUITES] + ["compat", "lint"]
+
+
+@nox.session(name="tests-install", python="3.11")  # MXNet's line resolves on Python <= 3.11
+def tests_install(session: nox.Session) -> None:
+    """The README's install lines, each resolved by pip (--dry-run --report): nothing is installed."""
+    session.install(*TEST_DEPS, "pip", "packaging")
+    session.install("-e", str(ROOT / "core"))  # the shared conftest imports smdebug
+    session.run("pytest", str(ROOT / "tests" / "install"), *session.posargs)
+
+
+nox.options.sessions.append("tests-install")
 CONTRACT = "tests/contract"
 PLUGIN_SUITES = {"torch", "xgb", "thirdparty", "tf"}
 
@@ -79,10 +89,7 @@ PLUGIN_SUITES = {"torch", "xgb", "thirdparty", "tf"}
 def _install(session: nox.Session, requirements: list[str], local: list[str]) -> None:
     if requirements:
         session.install(*requirements)
-    with_deps = [p for p in local if p not in NO_DEPS]
-    session.install("-e", str(ROOT / "core"), *(arg for p in with_deps for arg in ("-e", str(ROOT / p))))
-    if no_deps := [p for p in local if p in NO_DEPS]:
-        session.install("--no-deps", *(arg for p in no_deps for arg in ("-e", str(ROOT / p))))
+    session.install("-e", str(ROOT / "core"), *(arg for p in local for arg in ("-e", str(ROOT / p))))
 
 
 def _tests(name: str, requirements: list[str], local: list[str], folder: str):
