@@ -463,13 +463,19 @@ def test_hookcall_monitoring_sees_the_per_step_calls_and_isolation_holds(tmp_pat
 def test_trace_switch_logs_every_hook_call(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("SMDEBUG_TRACE_PLUGINS", "1")
     plugins.reset()
-    caplog.set_level(logging.INFO, logger="smdebug")
+    level = logging.getLogger("smdebug").level
     trial = _saved_run(str(tmp_path / "run"), [np.array([1.0, 2.0])])
     assert trial.tensor("w").value(0).tolist() == [1.0, 2.0]
     traced = [r.getMessage() for r in caplog.records if "plugin trace" in r.getMessage()]
     for name in ("smdebug_open_store", "smdebug_step_begin", "smdebug_to_numpy", "smdebug_step_end"):
         assert any(f"{name} [hook]" in m for m in traced), name
     assert any("finish smdebug_to_numpy -->" in m for m in traced)  # and what each call returned
+    monkeypatch.delenv("SMDEBUG_TRACE_PLUGINS")
+    plugins.reset()
+    assert logging.getLogger("smdebug").level == level  # tracing made its records visible, until now
+    caplog.clear()
+    plugins.to_numpy(np.arange(2))
+    assert "plugin trace" not in caplog.text
 
 
 def test_trace_switch_in_a_fresh_process(tmp_path):

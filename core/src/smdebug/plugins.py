@@ -181,8 +181,10 @@ class PluginHost:
         self._generation = 0
         self._failed: set[tuple[str, str]] = set()  # (plugin, hook) already reported
         self._declared_by: dict[str, str] = {}  # framework alias -> name of the plugin that declared it
-        self._entry_points: dict[str, PluginInfo] = {}  # entry-point plugins, loaded or not, by name
+        # entry-point name -> (entry point, disabled): loaded or not (for describe)
+        self._entry_points: dict[str, tuple[metadata.EntryPoint, bool]] = {}
         self.load_errors: dict[str, str] = {}  # entry-point name -> why it failed to load
+        self._untrace: Callable[[], Any] | None = None
 
     # -- the PluginManager -------------------------------------------------------------------------
     @property
@@ -212,6 +214,9 @@ class PluginHost:
         """Forget the loaded plugins (tests; entry points are read again on next use)."""
         with self._lock:
             self._pm = None
+            if self._untrace is not None:  # the smdebug logger as it was before tracing
+                self._untrace()
+                self._untrace = None
             self._changed()
             self._failed.clear()
             self._declared_by.clear()
@@ -230,7 +235,7 @@ class PluginHost:
             dist_name = dist.metadata["Name"] if dist is not None and disabled else None
             if ep.name in disabled or (dist_name and dist_name in disabled):
                 logger.info("smdebug: plugin %r disabled by SMDEBUG_DISABLE_PLUGINS", ep.name)
-                self._entry_points[ep.name] = self._info(ep, disabled=True)
+                self._entry_points[ep.name] = (ep, True)
                 continue
             if pm.has_plugin(ep.name):
                 continue
@@ -245,18 +250,18 @@ class PluginHost:
                     type(exc).__name__,
                     exc,
                 )
-            self._entry_points[ep.name] = self._info(ep, error=self.load_errors.get(ep.name))
+            self._entry_points[ep.name] = (ep, False)
 
-    @staticmethod
-    def _info(ep: metadata.EntryPoint, **fields: Any) -> PluginInfo:
-        dist = getattr(ep, "dist", None)
+    def _info(self, ep: metadata.EntryPoint, disabled: bool, hooks: tuple[str, ...] = ()) -> PluginInfo:
+        dist = getattr(ep, "dist", None)  # its metadata is read here only, not when plugins load
         return PluginInfo(
             name=ep.name,
             distribution=dist.metadata["Name"] if dist is not None else None,
             version=dist.version if dist is not None else None,
-            hooks=(),
+            hooks=hooks,
             entry_point=ep.value,
-            **fields,
+            error=self.load_errors.get(ep.name),
+            disabled=disabled,
         )
 
     def _adopt(self, pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
@@ -291,14 +296,19 @@ class PluginHost:
                 exc,
             )
 
-    @staticmethod
-    def _trace(pm: _Manager) -> None:
+    def _trace(self, pm: _Manager) -> None:
         """Every hook call and its result, logged by pluggy's own tracing (all calls then go through it)."""
-        smdebug_logger = logging.getLogger("smdebug")
-        if smdebug_logger.getEffectiveLevel() > logging.INFO:
-            smdebug_logger.setLevel(logging.INFO)  # asked for explicitly: make it visible
-        if not smdebug_logger.hasHandlers():
-            smdebug_logger.addHandler(logging.StreamHandler(sys.stderr))
+        level, handlers = logger.level, list(logger.handlers)
+
+        def untrace() -> None:
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
+
+        self._untrace = untrace
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)  # asked for explicitly: make it visible
+        if not logger.hasHandlers():
+            logger.addHandler(logging.StreamHandler(sys.stderr))
 
         def write(message: str) -> None:
             logger.info("smdebug: plugin trace: %s", message.rstrip("\n"))
@@ -316,15 +326,14 @@ class PluginHost:
             if plugin is None:
                 continue
             hooks = tuple(sorted(caller.name for caller in pm.get_hookcallers(plugin) or ()))
-            known = self._entry_points.get(name)
-            if known is not None:
-                found.append(dataclasses.replace(known, hooks=hooks))
+            if name in self._entry_points:
+                found.append(self._info(*self._entry_points[name], hooks=hooks))
             elif name in self.defaults:
                 found.append(PluginInfo(name, "smdebug-core", _dist_version("smdebug-core"), hooks))
             else:
                 found.append(PluginInfo(name, None, None, hooks))
         listed = {info.name for info in found}
-        found += [info for name, info in self._entry_points.items() if name not in listed]
+        found += [self._info(*entry) for name, entry in self._entry_points.items() if name not in listed]
         return found
 
     # -- calling the implementations, each isolated ------------------------------------------------
