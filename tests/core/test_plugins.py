@@ -514,6 +514,14 @@ def test_smdebug_plugins_command_lists_plugins_hooks_and_load_errors():
     assert "smdebug_open_store" in listed["smdebug.defaults"]["hooks"]
 
 
+def test_smdebug_plugins_in_process_twice(capsys):
+    from smdebug import cli
+
+    for _ in range(2):  # the command's module must not shadow smdebug.plugins for the next parser
+        assert cli.main(["plugins", "--json"]) == 0
+        assert "dummy" in {p["name"] for p in json.loads(capsys.readouterr().out)}
+
+
 def test_describe_shows_disabled_and_registered_plugins(monkeypatch):
     monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy")
     plugins.reset()
