@@ -156,3 +156,15 @@ def test_diff_errors_are_one_line(runs, tmp_path, cli):
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("smdebug diff: error:") and fragment in lines[0], lines
+
+
+def test_report_and_diff_read_any_fsspec_uri(tmp_path, capsys):
+    """Both commands read through fsspec: memory:// runs, written and read in this process."""
+    from smdebug.cli import main
+
+    a, b = train("memory://report-diff/a", steps=4), train("memory://report-diff/b", steps=4, change_at=2)
+    assert main(["diff", a, b]) == 1
+    assert "first differ at step 2," in capsys.readouterr().out
+    page = tmp_path / "memory.html"
+    assert main(["report", a, "-o", str(page), "--no-rules"]) == 0
+    assert LOSS in page.read_text() and "memory://report-diff/a" in page.read_text()

@@ -81,6 +81,42 @@ def test_the_page_loads_without_script_errors_and_shows_the_loss_and_every_layer
     assert "weight-update ratio" in dom
 
 
+# Mouse events sent to the rendered page: hovering the loss curve and a heatmap cell, dragging to zoom.
+INTERACT = """<script>
+(function () {
+  var out = {}, tip = document.getElementById("smdebug-tip");
+  function at(el, fx, fy, type, target) {
+    var r = el.getBoundingClientRect();
+    (target || el).dispatchEvent(new MouseEvent(type, {clientX: r.left + r.width * fx, clientY: r.top + r.height * fy, bubbles: true}));
+  }
+  var plot = document.querySelector("#curve-0 .plot");
+  function ticks() { return Array.from(plot.querySelectorAll("text.tick")).map(function (t) { return t.textContent; }); }
+  at(plot, 0.5, 0.5, "mousemove");
+  out.curveTip = tip.hidden ? null : tip.textContent;
+  out.ticks = ticks();
+  at(plot, 0.12, 0.5, "mousedown"); at(plot, 0.5, 0.5, "mousemove", window); at(plot, 0.5, 0.5, "mouseup", window);
+  out.zoomedTicks = ticks();
+  var canvas = document.querySelector("#heatmap-gradients canvas");
+  at(canvas, 0.5, 0.1, "mousemove");
+  out.heatmapTip = tip.hidden ? null : tip.textContent;
+  document.body.setAttribute("data-selftest", JSON.stringify(out));
+})();
+</script></body>"""
+
+
+def test_hover_shows_values_and_dragging_zooms(report, tmp_path):
+    import html as html_module
+
+    page = tmp_path / "interact.html"
+    page.write_text(report.read_text().replace("</body>", INTERACT))
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == []
+    found = json.loads(html_module.unescape(re.search(r'data-selftest="([^"]*)"', dom).group(1)))
+    assert found["curveTip"] and LOSS in found["curveTip"] and "TRAIN step" in found["curveTip"]
+    assert found["zoomedTicks"] != found["ticks"]  # the x axis now spans the dragged steps only
+    assert found["heatmapTip"] and LAYERS[0] in found["heatmapTip"] and "step" in found["heatmapTip"]
+
+
 def test_the_screenshot_is_not_blank(report, tmp_path):
     import matplotlib.image
 
