@@ -51,6 +51,8 @@ THIRDPARTY = [
 SUITES = {
     "core": ([], [], "tests/core"),
     "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
+    # sharded (FSDP2, tensor parallel) and DDP training on 2 gloo CPU ranks: one 2-process job
+    "torch-dist": ([TORCH], ["plugins/smdebug-torch"], "tests/torch_dist"),
     "xgb": (XGBOOST, ["plugins/smdebug-xgb[cpu]"], "tests/xgb"),
     "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
     "analysis": (

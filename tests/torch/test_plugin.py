@@ -301,8 +301,10 @@ def test_lazy_modules_are_saved_once_initialized(out_dir, caplog):
     hook.close()
     assert not caplog.records
     trial = smd.create_trial(out_dir)
-    assert trial.tensor("Sequential_0.weight").steps() == [1, 2]
-    assert trial.tensor("gradient/Sequential_0.weight").steps() == [1, 2]
+    assert trial.tensor("Sequential_0.weight").steps() == [1, 2]  # uninitialized when step 0 began
+    # materialized by step 0's forward pass: its gradients are saved from step 0 on
+    assert trial.tensor("gradient/Sequential_0.weight").steps() == [0, 1, 2]
+    assert trial.tensor("gradient/Sequential_0.weight").value(0).shape == (4, 3)
     assert trial.tensor("gradient/Sequential_2.weight").steps() == [0, 1, 2]
 
 

@@ -34,6 +34,12 @@ Called by a plugin:
                                   numbered_tensors(prefix, values) to name them and save them later,
                                   tensors_in(values) the tensors of such an output, unnamed
     together()                    a block whose tensors' reductions start in one plugin call at its end
+    plan_for(name), save_computed(name, value, reductions)
+                                  a tensor whose saved value or reductions the plugin computes itself (a
+                                  sharded tensor's, combined across the workers: each takes part, writing
+                                  or not); record_placement(name, placement) says where a saved shard lies
+    record_unsaved_tensor(name, reason)
+                                  a tensor that could not be captured (the run's tensor notes list it)
     guard(what), warn_once(...)   never break training: log once, go on
     collections_changed()         collections must be prepared again before the next step
     collections_version           changes whenever collections_of's answers may have: a key for what a
@@ -56,7 +62,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from smdebug import open_runs, plugins
+from smdebug import layout, open_runs, plugins
 from smdebug.collection import (
     INPUT_SUFFIX,
     OUTPUT_SUFFIX,
@@ -188,6 +194,10 @@ class BaseHook:
         self._store = None
         self._closed = False
         self._warned: set[str] = set()
+        # the run's tensor notes (layout.tensor_notes_path): shard placements, tensors not captured
+        self._placements: dict[str, dict] = {}
+        self._unsaved_tensors: dict[str, dict] = {}
+        self._notes_changed = False
         self.worker = DEFAULT_WORKER
         if not self.is_copy:  # a worker's copy writes beside the others in the run its original checked
             self._check_out_dir()
@@ -357,6 +367,8 @@ class BaseHook:
                 self._writer.end_step(self.step)
                 if self._saved_any and not self._collections_exported:
                     self._export_collections()
+            if self._notes_changed:
+                self._export_notes()
         plugins.step_end(self)
         if self.health is not None:  # after the rules: one that fired writes the recorder
             self.health.step_ended(wrote)
@@ -548,6 +560,19 @@ class BaseHook:
         The name is recorded in its collections, so the run's collections file lists it."""
         if not (self._in_step and self._due and self.writing):
             return False
+        plan = self._due_plan(name, value)
+        if plan is None:
+            return False
+        pairs, names, raw, shape = plan
+        if self._gathered is not None and pairs and not (raw or shape):  # reductions only, in a together()
+            self._gathered.append((name, value, pairs, names))  # block: what _reduce_all does, inline
+        else:
+            self._write_planned(name, value, plan)
+        return True
+
+    def _due_plan(self, name: str, value: Any) -> tuple | None:
+        """The plan of a tensor due at this step (cached, see _plan), None when it is not due; a due
+        tensor's name is recorded in its collections."""
         colls = self._colls_of.get(name)
         if colls is None:
             colls = self.collections_of(name)
@@ -555,16 +580,48 @@ class BaseHook:
         plan = self._plans.get(name)
         if plan is None or plan[0] is not colls or plan[1] is not due:
             if due.isdisjoint(colls):
-                return False
+                return None
             plan = self._plans[name] = (colls, due, self._plan(name, value, due.intersection(colls)))
             for coll in colls:
                 coll.add_tensor_name(name)
-        pairs, names, raw, shape = plan[2]
-        if self._gathered is not None and pairs and not (raw or shape):  # reductions only, in a together()
-            self._gathered.append((name, value, pairs, names))  # block: what _reduce_all does, inline
-        else:
-            self._write_planned(name, value, plan[2])
-        return True
+        return plan[2]
+
+    # -- tensors a plugin computes itself (a sharded tensor: its workers compute it together) ------
+    def plan_for(self, name: str) -> tuple[tuple[tuple[str, bool], ...], bool] | None:
+        """(reduction pairs, whether the value is saved) of a numeric tensor of this name due at this
+        step, None when it is not due: asked on every worker, writing or not (include_workers), for the
+        workers of a sharded tensor combine its reductions together and each must take part."""
+        if not (self._in_step and self._due):
+            return None
+        plan = self._due_plan(name, None)
+        return None if plan is None else (plan[0], plan[2] or plan[3])
+
+    def save_computed(
+        self, name: str, value: Any = None, reductions: Mapping[tuple[str, bool], Any] | None = None
+    ) -> None:
+        """Save what the plugin computed itself for a tensor due now (plan_for): its value (None: not
+        saved) and its reductions ``{(reduction, abs): scalar}``. Nothing on a worker that does not write."""
+        if not (self._in_step and self.writing):
+            return
+        if value is not None:
+            self._write_planned(name, value, ((), [], True, False))
+        for (reduction, absolute), result in (reductions or {}).items():
+            self._queue(reduction_tensor_name(name, reduction, absolute), np.asarray(result))
+
+    def record_placement(self, name: str, placement: Mapping[str, Any]) -> None:
+        """Record where this worker's saved value of ``name`` lies in the full tensor it is a shard of
+        (global_shape, offsets, local_shape, mesh_shape, coordinate, placements): the Trial assembles
+        the full tensor from the workers' shards."""
+        placement = dict(placement)
+        if self._placements.get(name) != placement:
+            self._placements[name] = placement
+            self._notes_changed = True
+
+    def record_unsaved_tensor(self, name: str, reason: str) -> None:
+        """Record in the run that a tensor could not be captured (the first step it failed, and why)."""
+        if name not in self._unsaved_tensors:
+            self._unsaved_tensors[name] = {"step": self.step, "reason": reason}
+            self._notes_changed = True
 
     @contextlib.contextmanager
     def together(self) -> Iterator[None]:
@@ -735,9 +792,20 @@ class BaseHook:
                 if raw:
                     self._queue(name, array, reserved=reserved)
         except Exception as exc:  # never break training because of one tensor
-            logger.warning(
-                "smdebug: could not save %s at step %d: %s: %s", name, self.step, type(exc).__name__, exc
-            )
+            self._not_captured(name, "save", exc)
+
+    def _not_captured(self, name: str, what: str, exc: Exception) -> None:
+        """Warn once per tensor (not at every step) and record it in the run's tensor notes."""
+        reason = f"{type(exc).__name__}: {exc}"
+        self.warn_once(
+            f"{what}:{name}",
+            "smdebug: could not %s %s at step %d (recorded in the run, not warned again): %s",
+            what,
+            name,
+            self.step,
+            reason,
+        )
+        self.record_unsaved_tensor(name, f"could not {what}: {reason}")
 
     def _reduce_all(
         self, name: str, value: Any, pairs: tuple[tuple[str, bool], ...], names: list[str] | None = None
@@ -772,13 +840,7 @@ class BaseHook:
                 try:
                     self._reduce_one_by_one(name, value, pairs)
                 except Exception as exc:  # never break training because of one tensor
-                    logger.warning(
-                        "smdebug: could not reduce %s at step %d: %s: %s",
-                        name,
-                        self.step,
-                        type(exc).__name__,
-                        exc,
-                    )
+                    self._not_captured(name, "reduce", exc)
 
     def _reduce_one_by_one(self, name: str, value: Any, pairs: tuple[tuple[str, bool], ...]) -> None:
         for reduction, absolute in pairs:
@@ -845,6 +907,15 @@ class BaseHook:
         data = json.dumps(self.collection_manager.to_json_dict()).encode()
         self._writer.write_file(collections_file_path(self.worker), data)
         self._collections_exported = True
+        self._export_notes()
+
+    def _export_notes(self) -> None:
+        """The run's tensor notes of this worker, when there is anything to note (none in most runs)."""
+        if not (self._placements or self._unsaved_tensors) or not self.writing:
+            return
+        self._notes_changed = False
+        notes = layout.encode_notes(self.worker, self._placements, self._unsaved_tensors)
+        (self._writer or self._get_writer()).write_file(layout.tensor_notes_path(self.worker), notes)
 
     def _check_out_dir(self) -> None:
         """Refuse an out_dir that already holds a run, or that another writer of this worker is writing

@@ -6,6 +6,7 @@
     <run>/training_job_end.ts                                   written when training has ended
     <run>/writers/<worker>.json                                 the worker's claim of its name (ours)
     <run>/unsaved_steps/<worker>.json                           steps the worker could not save (ours)
+    <run>/tensor_notes/<worker>.json                            shard placements, tensors not captured (ours)
 
 An index file is JSON: ``{"meta": {"mode", "mode_step", "event_file_name"}, "tensor_payload": [{"tensorname",
 "start_idx", "length", "crc32c"}], "shape_payload": [{"tensorname", "originalname", "shape"}]}``. ``crc32c``
@@ -16,6 +17,10 @@ An index file is JSON: ``{"meta": {"mode", "mode_step", "event_file_name"}, "ten
 names must not start with "index": on S3 it lists the prefix ``<run>/index`` without a slash).
 An unsaved-steps file is JSON: ``{"worker", "unsaved_steps": [{"step", "reason"}], "unsaved_files":
 [{"file", "reason"}]}``, written at close before the end-of-job file.
+A tensor-notes file (only in runs that have something to note: an unsharded run has none) is JSON:
+``{"worker", "placements": {name: {"global_shape", "offsets", "local_shape", "mesh_shape", "coordinate",
+"placements"}}, "unsaved": {name: {"step", "reason"}}}``: where the worker's saved value of a sharded tensor
+lies in the full tensor, and the tensors it could not capture (the first step, and why).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ INDEX_DIR = "index"
 COLLECTIONS_DIR = "collections"
 WRITERS_DIR = "writers"
 UNSAVED_DIR = "unsaved_steps"
+NOTES_DIR = "tensor_notes"
 STEPS_PER_INDEX_DIR = 1000  # index files are grouped in folders of this many steps
 
 # index schema
@@ -70,6 +76,10 @@ def writer_claim_path(worker: str) -> str:
 
 def unsaved_steps_path(worker: str) -> str:
     return f"{UNSAVED_DIR}/{worker}.json"
+
+
+def tensor_notes_path(worker: str) -> str:
+    return f"{NOTES_DIR}/{worker}.json"
 
 
 def parse_index_file_name(relpath: str) -> tuple[int, str] | None:
@@ -174,6 +184,24 @@ def decode_unsaved(data: bytes) -> dict[int, str]:
     for entry in record.get("unsaved_steps", []):
         out[int(entry["step"])] = str(entry.get("reason", ""))
     return out
+
+
+# -- tensor notes -----------------------------------------------------------------------------------------
+def encode_notes(worker: str, placements: dict[str, dict], unsaved: dict[str, dict]) -> bytes:
+    return json.dumps(
+        {"worker": worker, "placements": placements, "unsaved": unsaved}, sort_keys=True
+    ).encode()
+
+
+def decode_notes(data: bytes) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(placements, unsaved tensors) of a tensor-notes file; ValueError when it is malformed."""
+    record = json.loads(data)
+    if not isinstance(record, dict):
+        raise ValueError("not a tensor-notes record")
+    placements, unsaved = record.get("placements", {}), record.get("unsaved", {})
+    if not isinstance(placements, dict) or not isinstance(unsaved, dict):
+        raise ValueError("not a tensor-notes record")
+    return placements, unsaved
 
 
 # -- what a store holds -----------------------------------------------------------------------------------

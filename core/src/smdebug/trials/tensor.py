@@ -163,10 +163,45 @@ class Tensor:
 
     # -- values -------------------------------------------------------------------------------------
     def value(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> np.ndarray:
+        """The saved value; of a sharded tensor (each worker saved its shard): the full tensor assembled
+        from the shards, or ``worker``'s shard when one is given."""
+        if worker is None and self.trial._placements.get(self.name):
+            full = self._assembled(step_num, mode)
+            if full is not None:
+                return full
         data = self._worker_data(step_num, mode, worker)
         if data.event_file is None:
             raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
         return self.trial.read_value(data, self.name, step_num, mode)
+
+    def _assembled(self, step_num: int, mode) -> np.ndarray | None:
+        """The full tensor from the workers' shards at a step, None when a worker saved it whole."""
+        shards = self.trial._placements[self.name]
+        per_worker = self._step(step_num, mode)
+        saved = {w: d for w, d in per_worker.items() if d.event_file is not None}
+        if not saved or not all(w in shards for w in saved):
+            return None
+        full = covered = None
+        for worker, data in saved.items():
+            placement = shards[worker]
+            part = self.trial.read_value(data, self.name, step_num, mode)
+            local = tuple(placement["local_shape"])
+            if tuple(part.shape) != local:
+                raise CorruptTensorRecord(
+                    self.name,
+                    step_num,
+                    to_mode(mode),
+                    f"{worker}'s shard has shape {part.shape}, not {local}",
+                )
+            if full is None:
+                full = np.empty(tuple(placement["global_shape"]), dtype=part.dtype)
+                covered = np.zeros(full.shape, dtype=bool)
+            where = tuple(slice(o, o + n) for o, n in zip(placement["offsets"], local))
+            full[where] = part
+            covered[where] = True
+        if not covered.all():  # a worker's shard is missing (include_workers="one" saves gathered values)
+            raise TensorUnavailableForStep(self.name, step_num, to_mode(mode))
+        return full
 
     def values(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
         """Every saved value by step; a damaged one is left out (and reported once, with file and offset)."""
@@ -179,6 +214,9 @@ class Tensor:
         return out
 
     def shape(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> tuple:
+        shards = self.trial._placements.get(self.name) if worker is None else None
+        if shards:  # a sharded tensor: the full tensor's shape
+            return tuple(next(iter(shards.values()))["global_shape"])
         data = self._worker_data(step_num, mode, worker)
         if data.shape is not None:
             return data.shape
@@ -199,7 +237,7 @@ class Tensor:
             return stored.reshape(-1)[0] if stored.size == 1 else stored
         if data.location is None:
             raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
-        return numpy_reduction(self._fetch(data.location, step_num, mode), reduction_name, abs)
+        return numpy_reduction(self.value(step_num, mode, worker), reduction_name, abs)
 
     def reduction_values(self, step_num: int, mode=ModeKeys.GLOBAL, worker=None) -> dict:
         data = self._worker_data(step_num, mode, worker)

@@ -131,6 +131,11 @@ class Trial:
         self._fetcher = RecordFetcher(self.store)
         self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
         self._reduction_of: dict[str, tuple | None] = {}  # record name -> parse_reduction_tensor_name's
+        # the workers' tensor notes (layout.tensor_notes_path): name -> worker -> placement of its shard,
+        # and worker -> tensors it could not capture
+        self._placements: dict[str, dict[str, dict]] = {}
+        self._unsaved_tensors: dict[str, dict[str, dict]] = {}
+        self._notes_files: set[str] = set()
         self.loaded_all_steps = False
         self._last_refresh = 0.0
         self.refresh()
@@ -179,6 +184,7 @@ class Trial:
                 if collecting:
                     gc.enable()
         self._load_collections()
+        self._load_notes()
         self._mark_done_index_dirs()
         self.loaded_all_steps = ended
         self._update_last_index_token()
@@ -329,6 +335,35 @@ class Trial:
                 self._collections.meta.get("num_workers", 1), loaded.meta.get("num_workers", 1)
             )
         self._collection_files = set(files)
+
+    def _load_notes(self) -> None:
+        """Shard placements and tensors not captured, of the runs that note any (rewritten while the run
+        goes on, like collections files)."""
+        files = [p for p in self.store.list(layout.NOTES_DIR) if p.endswith(".json")]
+        if not files or (self.loaded_all_steps and set(files) == self._notes_files):
+            return
+        for relpath, data in sorted(self.store.read_many(files).items()):
+            worker = relpath.rsplit("/", 1)[-1][: -len(".json")]
+            try:
+                placements, unsaved = layout.decode_notes(data)
+            except (ValueError, TypeError) as exc:
+                logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
+                continue
+            for name, placement in placements.items():
+                self._placements.setdefault(name, {})[worker] = placement
+            if unsaved:
+                self._unsaved_tensors[worker] = unsaved
+        self._notes_files = set(files)
+
+    def placements(self, tname: str) -> dict[str, dict]:
+        """Per worker, where its saved value of a sharded tensor lies in the full tensor (global_shape,
+        offsets, local_shape, mesh_shape, coordinate, placements); empty for a tensor saved whole."""
+        return dict(self._placements.get(tname, {}))
+
+    def unsaved_tensors(self) -> dict[str, dict[str, dict]]:
+        """Per worker, the tensors it could not capture: name -> {"step": the first, "reason"}."""
+        self.maybe_refresh()
+        return {w: dict(t) for w, t in self._unsaved_tensors.items()}
 
     # -- steps and workers --------------------------------------------------------------------------
     @property

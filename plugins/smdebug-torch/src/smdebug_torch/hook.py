@@ -8,17 +8,22 @@ Names and steps follow smdebug 1.0:
 - every module of the model (the model itself named ``<ModelClass>``, the others by their path in
   ``named_modules()``) and every registered loss (``<LossClass>``) saves its tensors as
   ``<name>_input_<i>`` / ``<name>_output_<i>``, numbered across the calls of one step.
+
+Sharded parameters (DTensor: FSDP2, tensor parallel) keep the same names; every rank captures them and
+their gradients (as each rank holds them after backward), whether it writes or not (smdebug_torch.sharded).
+In a distributed job each rank's gradients are saved as they are accumulated, before DDP averages them.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from smdebug.plugin import BaseHook, CollectionKeys, SMDebugTypeError, layer_tensor_patterns
+from smdebug.plugin import BaseHook, CollectionKeys, HookConfig, SMDebugTypeError, layer_tensor_patterns
+from smdebug_torch import sharded
 from smdebug_torch.collection import (
     BUILTIN_PATTERNS,
     GRADIENT_PREFIX,
@@ -39,8 +44,18 @@ def _compiled_parts(module: torch.nn.Module) -> tuple[torch.nn.Module, bool]:
     return module, False
 
 
+class TorchHookConfig(HookConfig):
+    """The PyTorch hook's options: the common ones, and (keyword only) ``gather_full_tensors``: the full
+    value of a sharded tensor is gathered and saved whole by the writing ranks, instead of each rank's
+    shard (for small models; always so with include_workers="one")."""
+
+    KEYWORD_ONLY: ClassVar[tuple[str, ...]] = (*HookConfig.KEYWORD_ONLY, "gather_full_tensors")
+    gather_full_tensors: bool = False
+
+
 class Hook(BaseHook):
     framework = "pytorch"
+    options_class = TorchHookConfig
     collection_class = Collection
     builtin_patterns = BUILTIN_PATTERNS
     default_include_collections = (CollectionKeys.LOSSES,)
@@ -70,6 +85,8 @@ class Hook(BaseHook):
             from smdebug_torch.health import TorchHealth
 
             self._health = TorchHealth(self)
+        self._shards = sharded.Shards(self)  # sharded tensors captured, saved at the next flush
+        self._grad_hooks: dict[int, Any] = {}  # id(sharded parameter) -> its gradient hook's handle
 
     # -- distributed training ------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -95,7 +112,13 @@ class Hook(BaseHook):
         if module in self._models or wrapper in self._models:
             logger.warning("smdebug: %s is already registered with this hook", module._get_name())
             return
-        model_name = module._get_name()
+        model_name = sharded.class_name(module)
+        if sharded.uses_classic_fsdp(module):
+            logger.warning(
+                "smdebug: %s holds a classic FullyShardedDataParallel: its flat-parameter shards are not "
+                "saved as weights or gradients; use torch.distributed.fsdp.fully_shard (FSDP2) for that",
+                model_name,
+            )
         if fullgraph:
             # No callback can run inside a graph compiled whole: steps start on the compiled wrapper.
             logger.warning(
@@ -111,6 +134,7 @@ class Hook(BaseHook):
                     self._wanted = (-1, [])  # hooked, if wanted, when the model's next forward starts a step
         starter = wrapper if fullgraph else module
         self._models[starter] = _Model(model_name, module)
+        self._hook_sharded_grads(self._models[starter])
         _remove(self._loss_starters)
         self._handles.append(starter.register_forward_pre_hook(_Callback(self._on_model_forward)))
         if self._health is not None:
@@ -181,6 +205,8 @@ class Hook(BaseHook):
         self._arm(False)
         _remove(self._handles)
         _remove(self._loss_starters)
+        _remove(list(self._grad_hooks.values()))
+        self._grad_hooks.clear()
 
     def _arm(self, armed: bool) -> None:
         """Attach the models' module and gradient callbacks for a step that may save something, remove
@@ -199,6 +225,13 @@ class Hook(BaseHook):
             self._armed_handles.extend(
                 m.register_forward_hook(self._on_output_of_model) for m in self._models
             )
+            for model in self._models.values():
+                if model.own_grads:  # each rank's gradient as accumulated, before DDP averages it
+                    self._armed_handles.extend(
+                        p.register_post_accumulate_grad_hook(_Callback(self._on_own_grad, name))
+                        for name, p in model.gradients
+                        if p.requires_grad
+                    )
         else:
             _remove(self._armed_handles)
             self._params_watched.clear()
@@ -229,7 +262,8 @@ class Hook(BaseHook):
             return False  # and the callbacks stay as they are
         self._end_step_or_stop()
         self.begin_step()
-        return self.anything_due()
+        # (a rank that does not write still captures sharded tensors: their reductions need every rank)
+        return bool(self.due_collections)
 
     def _on_model_forward(self, module, inputs) -> None:
         if self.closed or (self._health is not None and self._health.rerunning) or not self._step_starts():
@@ -238,12 +272,52 @@ class Hook(BaseHook):
             model = self._models[module]
             if model.stale():
                 model.refresh()  # like smdebug, the parameters the model has now
+                self._hook_sharded_grads(model)
+            for name, param in model.sharded:  # on every rank, writing or not: they reduce together
+                self._shards.capture(name, param)
             if self.any_due(model.names):
                 # their reductions are computed together at the end of the loop (nothing changes them)
                 with self.together():
                     for name, param in model.params:
                         if not _is_uninitialized(param):
                             self.save_for_step(name, param)
+
+    def _hook_sharded_grads(self, model: _Model) -> None:
+        """A hook on each sharded parameter, called with its gradient shard: by autograd (tensor parallel)
+        or by FSDP2 once its reduce-scatter has given the rank its shard."""
+        for name, param in model.sharded_grads:
+            if id(param) not in self._grad_hooks and param.requires_grad:
+                callback = _Callback(self._on_sharded_grad, name)
+                self._grad_hooks[id(param)] = param.register_post_accumulate_grad_hook(callback)
+
+    def _on_sharded_grad(self, name: str, param) -> None:
+        if not (self.in_step and self.due_collections):
+            return
+        with self.guard("save the gradients"):
+            self._shards.capture(name, param.grad)
+            self._queue_flush()
+
+    def _queue_flush(self) -> None:
+        """Save the captured sharded tensors at the end of the running backward pass (after FSDP2's own
+        end-of-backward work, queued before), where every rank is; else at the step's end."""
+        if not self._shards.flush_queued:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._flush_shards)
+                self._shards.flush_queued = True
+            except Exception:  # not inside a backward pass: flushed when the step ends
+                pass
+
+    def _flush_shards(self) -> None:
+        self._shards.flush_queued = False
+        with self.guard("save the sharded tensors"):
+            self._shards.flush()
+
+    def _on_own_grad(self, name: str, param) -> None:
+        """A distributed job's gradient as this rank accumulated it, before DDP's all-reduce (which
+        overwrites it in place with gradient_as_bucket_view=True): saved at once."""
+        if self.is_due(name) and param.grad is not None:
+            with self.guard("save the gradients"):
+                self.save_for_step(name, param.grad)
 
     def _on_loss_forward(self, module, inputs) -> None:
         if not self._models and not self.closed:  # a loss starts the steps only when no model does
@@ -261,7 +335,12 @@ class Hook(BaseHook):
         """Watch for the backward passes through the model's output, if its gradients are due: one
         callback per pass, not one per parameter (each costs torch a call into Python)."""
         model = self._models.get(module)
-        if model is None or not self.any_due(model.grad_names) or (self._health and self._health.rerunning):
+        if model is None or (self._health and self._health.rerunning):
+            return
+        if model.lazy:  # a lazy module's parameters exist once the first forward has run
+            with self.guard("save the parameters"):
+                model.refresh()
+        if model.own_grads or not self.any_due(model.grad_names):
             return
         with self.guard("watch the gradients"):
             watch = _Callback(self._on_backward, model)
@@ -311,6 +390,8 @@ class Hook(BaseHook):
             self._health.step_ending()
         if self._backward:  # a backward pass that raised (or not run by the engine) never ran its callback
             self._end_of_backward()
+        if self._shards.pending and self.in_step:  # e.g. the weights of a step without backward
+            self._flush_shards()
         super().end_step()
 
     def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
@@ -333,22 +414,32 @@ class _Model:
         self.names: tuple[str, ...] = ()
         self.gradients: list[tuple[str, torch.nn.Parameter]] = []  # (gradient's name, parameter)
         self.grad_names: tuple[str, ...] = ()
+        self.sharded: list[tuple[str, torch.nn.Parameter]] = []  # DTensor parameters (FSDP2, tensor parallel)
+        self.sharded_grads: list[tuple[str, torch.nn.Parameter]] = []
         self.refresh()
 
     def refresh(self) -> None:
         _watch_parameters()
         self.seen = _registered[0]
-        self.params = [(f"{self.name}_{path}", p) for path, p in self.module.named_parameters()]
+        self.cls = type(self.module)  # fully_shard swaps it (and the parameters, unseen by torch's watch)
+        named = [(f"{self.name}_{path}", p) for path, p in sharded.named_parameters(self.module)]
+        self.sharded = [(name, p) for name, p in named if sharded.is_sharded(p)]
+        self.sharded_grads = [(GRADIENT_PREFIX + name, p) for name, p in self.sharded]
+        self.params = [(name, p) for name, p in named if not sharded.is_sharded(p)]
         self.names = tuple(name for name, _ in self.params)
         self.gradients = [(GRADIENT_PREFIX + name, p) for name, p in self.params if not _is_uninitialized(p)]
         self.grad_names = tuple(name for name, _ in self.gradients)
         self.lazy = any(_is_uninitialized(p) for _, p in self.params)
+        dist = torch.distributed
+        # in a distributed job (DDP) each rank's gradient is saved as accumulated, before the all-reduce
+        self.own_grads = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
     def stale(self) -> bool:
         """Whether the model may hold other parameters than at the last refresh: a parameter or a module
         was registered since, in any module (walking a large model's parameters at every step costs more
-        than the step's other hook work), or a lazy one was not yet initialised."""
-        return self.lazy or self.seen != _registered[0]
+        than the step's other hook work), fully_shard swapped its class, or a lazy one was not yet
+        initialised."""
+        return self.lazy or self.seen != _registered[0] or type(self.module) is not self.cls
 
 
 _registered = [0]  # parameters and submodules registered in any module since the watch began

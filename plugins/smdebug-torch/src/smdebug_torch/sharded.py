@@ -1,0 +1,355 @@
+"""Sharded tensors (DTensor: FSDP2's ``fully_shard``, tensor parallel, any DTensor parameter).
+
+A sharded tensor is captured on every rank, whether that rank writes or not (include_workers): its
+reductions are those of the full (logical) tensor, combined from each rank's partial statistics of its
+shard by ONE all_gather per flush, for all the tensors captured since the last flush. The flushes happen
+at points every rank reaches in the same order (the end of a backward pass, the end of a step), and every
+rank captures the same tensors there (save steps and models are the same on every rank): no collective
+that only some ranks enter. Raw values: each writing rank saves its own shard and records its placement in
+the run (the Trial assembles the full tensor), or, with ``gather_full_tensors`` or include_workers="one",
+the full tensor is gathered (one collective per tensor) and saved whole.
+
+The median has no exact partial form: it is not saved for a sharded tensor unless the full tensor is
+gathered; ``trial.tensor(name).reduction_value(step, "median")`` computes it from the saved shards.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from smdebug_torch.tensors import _median_rows, _prepared
+
+if TYPE_CHECKING:
+    from smdebug_torch.hook import Hook
+
+# the partial statistics of a shard, one row per tensor: what every reduction of the full tensor needs
+N, SUM, M2, MIN, MAX, PROD, ASUM, AM2, AMIN, AMAX, APROD, SUMSQ, NONFINITE = range(13)
+_EMPTY = (0.0, 0.0, 0.0, math.inf, -math.inf, 1.0, 0.0, 0.0, math.inf, -math.inf, 1.0, 0.0, 0.0)
+_MEDIAN = "median"
+
+
+def dtensor_class() -> type | None:
+    """torch's DTensor class, once the script has imported it (no sharded tensor exists before)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
+def is_sharded(value: Any) -> bool:
+    cls = dtensor_class()
+    return cls is not None and isinstance(value, cls)
+
+
+def class_name(module: torch.nn.Module) -> str:
+    """The model's own class name: FSDP2 swaps a module's class for ``FSDP<Name>``, names must not follow."""
+    fsdp = _fsdp_module_class()
+    if fsdp is None or not isinstance(module, fsdp):
+        return module._get_name()
+    for cls in type(module).__mro__[1:]:
+        if not issubclass(cls, fsdp):
+            return cls.__name__
+    return module._get_name()
+
+
+def _fsdp_module_class() -> type | None:
+    module = sys.modules.get("torch.distributed.fsdp._fully_shard._fully_shard")
+    return getattr(module, "FSDPModule", None)
+
+
+def uses_classic_fsdp(module: torch.nn.Module) -> bool:
+    """Whether the model holds a classic FullyShardedDataParallel wrapper (flat parameters)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp.fully_sharded_data_parallel")
+    cls = getattr(fsdp, "FullyShardedDataParallel", None)
+    return cls is not None and any(isinstance(m, cls) for m in module.modules())
+
+
+def named_parameters(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """The model's parameters by their names; under FSDP2 the sharded parameters, also while a forward
+    pass has swapped them for the gathered ones (FSDP2's own forward pre-hook runs before any other)."""
+    params = list(module.named_parameters())
+    sharded = _fsdp2_sharded(module)
+    if not sharded:
+        return params
+    out = []
+    for path, param in params:
+        owner_path, _, attr = path.rpartition(".")
+        owner = module.get_submodule(owner_path) if owner_path else module
+        out.append((path, sharded.get((id(owner), attr), param)))
+    return out
+
+
+def _fsdp2_sharded(module: torch.nn.Module) -> dict[tuple[int, str], torch.nn.Parameter]:
+    """(id(owning module), attribute) -> FSDP2's sharded parameter, for the modules ``fully_shard`` manages
+    (through FSDP2's state: torch keeps no public map of it)."""
+    fsdp = _fsdp_module_class()
+    if fsdp is None:
+        return {}
+    found = {}
+    for sub in module.modules():
+        if not isinstance(sub, fsdp):
+            continue
+        try:
+            group = sub._get_fsdp_state()._fsdp_param_group
+            for fsdp_param in group.fsdp_params if group is not None else ():
+                info = fsdp_param._module_info
+                found[(id(info.module), info.param_name)] = fsdp_param.sharded_param
+        except AttributeError:  # another torch's FSDP2 internals: the module's own parameters then
+            continue
+    return found
+
+
+def _plain_placements(dt) -> bool:
+    """Whether every placement is a plain Shard or a Replicate (after Partial was resolved): then each
+    rank's local tensor is one block of the full tensor at offsets this module computes."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    return all(type(p) is Shard or type(p) is Replicate for p in dt.placements)
+
+
+def _resolved(dt):
+    """The DTensor with Partial placements reduced to Replicate (a collective on its mesh, which every
+    rank enters: every rank captures the same tensors at the same point)."""
+    if any(p.is_partial() for p in dt.placements):
+        from torch.distributed.tensor import Replicate
+
+        dt = dt.redistribute(dt.device_mesh, [Replicate() if p.is_partial() else p for p in dt.placements])
+    return dt
+
+
+def placement(dt) -> dict | None:
+    """Where this rank's local tensor lies in the full tensor (torch.chunk's split of each sharded
+    dimension, as DTensor shards), None when this rank holds no part of it."""
+    mesh = dt.device_mesh
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:
+        return None
+    shape = list(dt.shape)
+    offsets, sizes = [0] * len(shape), list(shape)
+    for mesh_dim, p in enumerate(dt.placements):
+        if p.is_shard():
+            d = p.dim if p.dim >= 0 else p.dim + len(shape)
+            chunk = -(-sizes[d] // mesh.size(mesh_dim)) if sizes[d] else 0
+            start = min(coordinate[mesh_dim] * chunk, sizes[d])
+            offsets[d] += start
+            sizes[d] = min(start + chunk, sizes[d]) - start
+    return {
+        "global_shape": shape,
+        "offsets": offsets,
+        "local_shape": sizes,
+        "mesh_shape": list(mesh.shape),
+        "coordinate": list(coordinate),
+        "placements": [repr(p) for p in dt.placements],
+    }
+
+
+def _contributes(dt) -> bool:
+    """Whether this rank's shard counts in the full tensor's statistics: replicas count once (the rank at
+    coordinate 0 of each replicated mesh dimension)."""
+    coordinate = dt.device_mesh.get_coordinate()
+    if coordinate is None:
+        return False
+    return all(c == 0 for c, p in zip(coordinate, dt.placements) if p.is_replicate())
+
+
+def partials(local: torch.Tensor) -> torch.Tensor:
+    """The partial statistics of one shard (a row of 13 float64 values), computed where it lives."""
+    t = _prepared(local.detach())
+    if t is None:
+        return torch.tensor(_EMPTY, dtype=torch.float64)
+    n = t.numel()
+    a = t.abs()
+    total, asum = t.sum(), a.sum()
+    row = [
+        torch.tensor(float(n), dtype=t.dtype, device=t.device),
+        total,
+        ((t - total / n) ** 2).sum(),
+        t.amin(),
+        t.amax(),
+        t.prod(),
+        asum,
+        ((a - asum / n) ** 2).sum(),
+        a.amin(),
+        a.amax(),
+        a.prod(),
+        (t * t).sum(),
+        (~torch.isfinite(t)).sum().to(t.dtype),
+    ]
+    return torch.stack(row).double().cpu()
+
+
+def combine(rows: np.ndarray) -> dict[tuple[str, bool], float] | None:
+    """Every reduction but the median of the full tensor, from its shards' partial statistics (rows);
+    None when the full tensor is empty."""
+    rows = rows[rows[:, N] > 0]
+    n = rows[:, N].sum()
+    if not n:
+        return None
+    out = {}
+    for absolute, (s, m2, lo, hi, prod) in (
+        (False, (SUM, M2, MIN, MAX, PROD)),
+        (True, (ASUM, AM2, AMIN, AMAX, APROD)),
+    ):
+        total = rows[:, s].sum()
+        mean = total / n
+        # Chan et al.'s pairwise update: each shard's squared deviations moved to the full mean
+        variance = (rows[:, m2] + rows[:, N] * (rows[:, s] / rows[:, N] - mean) ** 2).sum() / n
+        out.update(
+            {
+                ("min", absolute): rows[:, lo].min(),
+                ("max", absolute): rows[:, hi].max(),
+                ("mean", absolute): mean,
+                ("sum", absolute): total,
+                ("prod", absolute): np.prod(rows[:, prod]),
+                ("variance", absolute): variance,
+                ("std", absolute): math.sqrt(variance) if variance >= 0 else math.nan,
+                ("l1", absolute): rows[:, ASUM].sum(),
+                ("l2", absolute): math.sqrt(rows[:, SUMSQ].sum()),
+            }
+        )
+    return out
+
+
+class _Item:
+    __slots__ = ("name", "value", "pairs", "raw")
+
+    def __init__(self, name, value, pairs, raw):
+        self.name, self.value, self.pairs, self.raw = name, value, pairs, raw
+
+
+class Shards:
+    """A hook's sharded tensors captured since the last flush, and the flush that saves them."""
+
+    def __init__(self, hook: Hook):
+        self.hook = hook
+        self.pending: dict[str, _Item] = {}
+        self.flush_queued = False
+
+    def capture(self, name: str, value) -> None:
+        """Note a sharded tensor due now (on every rank, writing or not); saved at the next flush."""
+        plan = self.hook.plan_for(name)
+        if plan is not None and value is not None:
+            self.pending[name] = _Item(name, value, plan[0], plan[1])
+
+    def flush(self) -> None:
+        """Save what was captured: one all_gather of every tensor's partial statistics, then each rank
+        writes the full tensors' reductions, its shards (or the gathered tensors)."""
+        if not self.pending:
+            return
+        hook = self.hook
+        pending, self.pending = self.pending, {}
+        items = [pending[name] for name in sorted(pending)]  # the same order on every rank
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            for item in items:
+                hook.record_unsaved_tensor(item.name, "the process group was destroyed before it was saved")
+            hook.warn_once("shards:nogroup", "smdebug: sharded tensors not saved: no process group any more")
+            return
+        world = dist.get_world_size()
+        gather = hook.options.gather_full_tensors or hook.include_workers == "one"
+        with torch.no_grad():
+            for item in items:
+                item.value = _resolved(item.value)
+            reduced = [i for i in items if i.pairs and i.value.device_mesh.size() == world]
+            for item in items:
+                if item.pairs and item not in reduced:
+                    hook.warn_once(
+                        f"shards:mesh:{item.name}",
+                        "smdebug: %s is sharded over a mesh that is not the whole job: its reductions are "
+                        "not saved (save its raw value instead)",
+                        item.name,
+                    )
+                    hook.record_unsaved_tensor(
+                        item.name, "reductions of a tensor sharded over part of the job"
+                    )
+            combined = self._combined(reduced, world)
+            for item in items:
+                self._save(item, combined.get(item.name), gather)
+
+    def _combined(self, items: list[_Item], world: int) -> dict[str, dict | None]:
+        if not items:
+            return {}
+        dist = torch.distributed
+        header = [float(len(items)), float(zlib.crc32("\n".join(i.name for i in items).encode()))]
+        rows = [torch.tensor([header + [0.0] * (len(_EMPTY) - 2)], dtype=torch.float64)]
+        for item in items:
+            if _contributes(item.value):
+                rows.append(partials(item.value.to_local()).reshape(1, -1))
+            else:
+                rows.append(torch.tensor([_EMPTY], dtype=torch.float64))
+        mine = torch.cat(rows)
+        everyone = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(everyone, mine)
+        gathered = torch.stack(everyone).numpy()  # [rank, 1 + tensors, statistics]
+        if not (gathered[:, 0, :2] == gathered[0, 0, :2]).all():
+            self.hook.warn_once(
+                "shards:mismatch",
+                "smdebug: the ranks captured different sharded tensors; their reductions are not saved",
+            )
+            return {}
+        return {item.name: combine(gathered[:, i + 1]) for i, item in enumerate(items)}
+
+    def _save(self, item: _Item, results: dict | None, gather: bool) -> None:
+        hook, dt = self.hook, item.value
+        full = None
+        if item.raw or (gather and any(r == _MEDIAN for r, _ in item.pairs)):
+            if gather or not _plain_placements(dt):
+                full = dt.full_tensor()  # a collective of the tensor's mesh: every rank is here
+        reductions = {}
+        if results is not None:
+            dtype = _result_dtype(dt)
+            for pair in item.pairs:
+                if pair[0] == _MEDIAN:
+                    median = _median(full, pair[1]) if full is not None else None
+                    if median is not None:
+                        reductions[pair] = median
+                    elif full is None and hook.writing:
+                        hook.warn_once(
+                            "shards:median",
+                            "smdebug: the median of a sharded tensor (%s, and any other) is not saved: it has "
+                            "no exact partial form; the Trial computes it from saved shards, or use "
+                            "gather_full_tensors=True",
+                            item.name,
+                        )
+                    continue
+                reductions[pair] = dtype.type(results[pair])
+        if not hook.writing:
+            return
+        value = None
+        if item.raw:
+            if full is not None:
+                value = full
+            else:
+                where = placement(dt)
+                value = dt.to_local()
+                if where is not None and list(value.shape) == where["local_shape"]:
+                    hook.record_placement(item.name, where)
+                else:
+                    hook.warn_once(
+                        f"shards:placement:{item.name}",
+                        "smdebug: the shard of %s has no known place in the full tensor: saved as it is",
+                        item.name,
+                    )
+        hook.save_computed(item.name, value, reductions)
+
+
+def _result_dtype(dt) -> np.dtype:
+    """The dtype a reduction of this tensor is stored in (as the unsharded reductions: float32 for
+    float32 and lower precisions, float64 otherwise)."""
+    return (
+        np.dtype(np.float32)
+        if dt.dtype in (torch.float32, torch.float16, torch.bfloat16)
+        else np.dtype(np.float64)
+    )
+
+
+def _median(full: torch.Tensor, absolute: bool):
+    t = _prepared(full.detach())
+    if t is None:
+        return None
+    t = t.abs() if absolute else t
+    return _median_rows(t.reshape(1, -1))[0].cpu().numpy()

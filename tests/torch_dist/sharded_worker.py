@@ -1,0 +1,98 @@
+"""One rank of a real 2-process gloo job on 127.0.0.1, started by torch.multiprocessing (test_sharded.py).
+
+Runs every scenario one after the other in one process group: FSDP2 (fully_shard) and tensor-parallel
+models with the hook, and DDP with gradient_as_bucket_view=True (each rank's own gradients recorded to
+<run>.expected_<rank>.json for the test to compare with the saved run).
+"""
+
+import copy
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from sharded_models import batch, hook, make, train
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+DDP_STEPS = 20
+
+
+def fsdp_mlp(rank, out_dir, register_first=True, **options):
+    model = make("mlp")
+    h = hook(out_dir, **options)
+    if register_first:  # the hook must follow the parameters fully_shard puts in place
+        h.register_module(model)
+    fully_shard(model.fc1)
+    fully_shard(model)
+    if not register_first:
+        h.register_module(model)
+    train(model, h, lambda step: batch("mlp", rank, step))
+
+
+def fsdp_block(rank, out_dir):
+    model = make("block")
+    fully_shard(model.attn)
+    fully_shard(model.mlp)
+    fully_shard(model)
+    h = hook(out_dir, include_workers="all")
+    h.register_module(model)  # after fully_shard: the class is FSDPBlock, the names stay Block_...
+    train(model, h, lambda step: batch("block", rank, step))
+
+
+def tensor_parallel(rank, out_dir, **options):
+    mesh = init_device_mesh("cpu", (2,))
+    model = make("tp")
+    h = hook(out_dir, **options)
+    h.register_module(model)  # before parallelize_module, which replaces the parameters
+    parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    train(model, h, lambda step: batch("tp", rank, step))
+
+
+def ddp_bucket_view(rank, out_dir):
+    model = make("mlp")
+    h = hook(out_dir, include_workers="all")
+    h.register_module(model)
+    criterion = nn.CrossEntropyLoss()
+    h.register_loss(criterion)
+    ddp = nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    expected = []
+    for step in range(DDP_STEPS):
+        x, y = batch("mlp", rank, step)
+        local = copy.deepcopy(model)  # this rank's own gradient, before DDP averages it
+        criterion(local(x), y).backward()
+        expected.append({name: p.grad.tolist() for name, p in local.named_parameters()})
+        opt.zero_grad()
+        criterion(ddp(x), y).backward()
+        opt.step()
+    h.close()
+    with open(f"{out_dir}.expected_{rank}.json", "w") as f:
+        json.dump(expected, f)
+
+
+SCENARIOS = {
+    "fsdp_mlp": lambda rank, d: fsdp_mlp(rank, d, include_workers="all"),
+    "fsdp_mlp_after": lambda rank, d: fsdp_mlp(rank, d, register_first=False, include_workers="all"),
+    "fsdp_mlp_one": lambda rank, d: fsdp_mlp(rank, d, include_workers="one"),
+    "fsdp_block": lambda rank, d: fsdp_block(rank, d),
+    "tp_mlp": lambda rank, d: tensor_parallel(rank, d, include_workers="all"),
+    "tp_mlp_gathered": lambda rank, d: tensor_parallel(
+        rank, d, include_workers="all", gather_full_tensors=True
+    ),
+    "ddp_bucket_view": ddp_bucket_view,
+}
+
+
+def main(rank, port, base_dir, names):
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        for name in names:
+            SCENARIOS[name](rank, os.path.join(base_dir, name))
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,140 @@
+"""Sharded training on 2 real gloo CPU ranks (torch.multiprocessing, 127.0.0.1): FSDP2 (fully_shard) and
+tensor parallel runs against the same model trained unsharded in this process (same initial weights, same
+global batch); DDP with gradient_as_bucket_view=True. All scenarios run in one 2-rank job (one start-up)."""
+
+import json
+import os
+import socket
+
+import numpy as np
+import pytest
+import sharded_worker
+import torch
+import torch.multiprocessing as mp
+from sharded_models import ABS_REDUCTIONS, NORMS, REDUCTIONS, STEPS, reference_run
+
+import smdebug.pytorch as smd
+from smdebug.reductions import numpy_reduction
+
+torch.set_num_threads(1)
+
+PAIRS = [(r, False) for r in [*REDUCTIONS, *NORMS]] + [(r, True) for r in [*ABS_REDUCTIONS, *NORMS]]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = str(tmp_path_factory.mktemp("sharded"))
+    mp.spawn(sharded_worker.main, args=(_free_port(), base, list(sharded_worker.SCENARIOS)), nprocs=2)
+    for kind in ("mlp", "block", "tp"):
+        reference_run(kind, os.path.join(base, f"reference_{kind}"))
+    return base
+
+
+def _trials(runs, scenario, kind):
+    return smd.create_trial(os.path.join(runs, scenario)), smd.create_trial(
+        os.path.join(runs, f"reference_{kind}")
+    )
+
+
+def _parameters(trial):
+    return trial.tensor_names(regex="weight|bias")
+
+
+def _check_against_reference(trial, reference, rtol=1e-4, atol=1e-6):
+    assert trial.tensor_names() == reference.tensor_names()  # the user's names, not FSDP<Name>
+    names = _parameters(reference)
+    assert any(n.startswith("gradient/") for n in names) and len(names) >= 8
+    for name in names:
+        assert trial.tensor(name).steps() == list(range(STEPS)), name
+        for step in range(STEPS):
+            full = trial.tensor(name).value(step)
+            np.testing.assert_allclose(
+                full, reference.tensor(name).value(step), rtol=rtol, atol=atol, err_msg=f"{name} {step}"
+            )
+            for reduction, absolute in PAIRS:
+                expected = numpy_reduction(full, reduction, absolute)
+                got = trial.tensor(name).reduction_value(step, reduction, abs=absolute)
+                np.testing.assert_allclose(
+                    got, expected, rtol=1e-5, atol=1e-6, err_msg=f"{name} {step} {reduction} abs={absolute}"
+                )
+
+
+@pytest.mark.parametrize(
+    "scenario, kind",
+    [("fsdp_mlp", "mlp"), ("fsdp_mlp_after", "mlp"), ("fsdp_block", "block"), ("tp_mlp", "tp")],
+)
+def test_sharded_runs_equal_the_unsharded_run(runs, scenario, kind):
+    trial, reference = _trials(runs, scenario, kind)
+    assert trial.workers() == ["worker_0", "worker_1"]
+    _check_against_reference(trial, reference)
+
+
+def test_each_rank_saves_its_shard_with_its_placement(runs):
+    trial, reference = _trials(runs, "fsdp_mlp", "mlp")
+    name = "MLP_fc1.weight"  # 5 rows on 2 ranks: 3 and 2
+    shard0, shard1 = (trial.tensor(name).value(1, worker=w) for w in ("worker_0", "worker_1"))
+    assert shard0.shape == (3, 6) and shard1.shape == (2, 6)
+    np.testing.assert_allclose(np.concatenate([shard0, shard1]), reference.tensor(name).value(1), rtol=1e-5)
+    placements = trial.placements(name)
+    assert placements["worker_1"]["offsets"] == [3, 0]
+    assert placements["worker_1"]["global_shape"] == [5, 6]
+    assert trial.tensor(name).shape(1) == (5, 6)
+    # the stored reductions are the full tensor's, whichever worker is asked
+    full_l2 = np.linalg.norm(reference.tensor(name).value(1))
+    for worker in ("worker_0", "worker_1"):
+        assert trial.tensor(name).reduction_value(1, "l2", worker=worker) == pytest.approx(full_l2, rel=1e-5)
+
+
+def test_tensor_parallel_shards_and_gathered_values(runs):
+    trial, reference = _trials(runs, "tp_mlp", "tp")
+    # ColwiseParallel shards fc1's rows, RowwiseParallel fc2's columns; fc2's bias is replicated
+    assert trial.tensor("MLP_fc1.weight").value(0, worker="worker_1").shape == (4, 6)
+    assert trial.tensor("MLP_fc2.weight").value(0, worker="worker_1").shape == (3, 4)
+    assert trial.placements("MLP_fc2.weight")["worker_1"]["offsets"] == [0, 4]
+    assert trial.placements("MLP_fc2.bias")["worker_1"]["placements"] == ["Replicate()"]
+    gathered = smd.create_trial(os.path.join(runs, "tp_mlp_gathered"))
+    for name in _parameters(reference):
+        for worker in ("worker_0", "worker_1"):  # each writing rank saved the whole tensor
+            np.testing.assert_allclose(
+                gathered.tensor(name).value(2, worker=worker),
+                reference.tensor(name).value(2),
+                rtol=1e-4,
+                atol=1e-6,
+            )
+        assert gathered.placements(name) == {}
+    # gathered: the exact median is saved as a reduction
+    assert gathered.tensor("MLP_fc1.weight").reduction_value(2, "median") == pytest.approx(
+        np.median(reference.tensor("MLP_fc1.weight").value(2)), rel=1e-5
+    )
+
+
+def test_include_workers_one_saves_full_tensors_with_correct_reductions(runs):
+    trial, reference = _trials(runs, "fsdp_mlp_one", "mlp")
+    assert trial.workers() == ["worker_0"]
+    _check_against_reference(trial, reference)
+
+
+def test_ddp_gradient_as_bucket_view_saves_each_ranks_own_gradient(runs):
+    out_dir = os.path.join(runs, "ddp_bucket_view")
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == list(range(sharded_worker.DDP_STEPS))
+    for rank in range(2):
+        with open(f"{out_dir}.expected_{rank}.json") as f:
+            expected = json.load(f)
+        for step, grads in enumerate(expected):
+            for param, grad in grads.items():
+                saved = trial.tensor(f"gradient/MLP_{param}").value(step, worker=f"worker_{rank}")
+                np.testing.assert_allclose(
+                    saved, grad, rtol=1e-5, atol=1e-7, err_msg=f"rank {rank} step {step}"
+                )
+    # the ranks' own gradients differ (each saw its own data): not the averaged one
+    g = "gradient/MLP_fc2.bias"
+    assert not np.allclose(
+        trial.tensor(g).value(3, worker="worker_0"), trial.tensor(g).value(3, worker="worker_1")
+    )
