@@ -166,6 +166,79 @@ def overhead(
     }
 
 
+def fsdp_overhead(config: str, out_dir: str, steps: int = 100, block: int = 10, warmup: int = 10) -> dict:
+    """The overhead workload under FSDP2 (fully_shard) on 2 gloo CPU ranks (ours only: smdebug 1.0 has no
+    sharded capture): each rank trains two identical sharded MLPs in alternating blocks, one registered
+    with the hook (include_workers="all"), every step saving the weights' and gradients' reductions
+    ("reductions") or their raw shards ("raw")."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = f"{out_dir}.result.json"
+    mp.spawn(_fsdp_rank, args=(port, config, out_dir, steps, block, warmup, result), nprocs=2)
+    with open(result) as f:
+        return json.load(f)
+
+
+def _fsdp_rank(rank, port, config, out_dir, steps, block, warmup, result) -> None:
+    import torch.distributed as dist
+
+    torch = _torch()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    from torch.distributed.fsdp import fully_shard
+
+    import smdebug.pytorch as smd
+
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = _mlp(torch, [256, 256, 256, 256, 10])
+        for layer in model.layers:
+            fully_shard(layer)
+        models.append(fully_shard(model))
+    plain, hooked = models
+    g = torch.Generator().manual_seed(rank)
+    batches = [
+        (torch.randn(32, 256, generator=g), torch.randint(0, 10, (32,), generator=g)) for _ in range(4)
+    ]
+    plain_step, _ = _trainer(torch, plain, batches)
+    hooked_step, loss_fn = _trainer(torch, hooked, batches)
+    every_step = dict(save_config=smd.SaveConfig(save_interval=1), include_workers="all")
+    collections = ["weights", "biases", "gradients"]
+    if config == "reductions":
+        rc = smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"])
+        hook = smd.Hook(out_dir=out_dir, include_collections=collections, reduction_config=rc, **every_step)
+    else:
+        hook = smd.Hook(out_dir=out_dir, include_collections=collections, **every_step)
+    hook.register_module(hooked)
+    hook.register_loss(loss_fn)
+    for i in range(warmup):
+        plain_step(i)
+        hooked_step(i)
+    clock = time.perf_counter
+    plain_s, hooked_s = [], []
+    for b in range(steps // block):
+        order = [(plain_step, plain_s), (hooked_step, hooked_s)]
+        for fn, times in order if b % 2 == 0 else order[::-1]:
+            dist.barrier()
+            t0 = clock()
+            for i in range(b * block, (b + 1) * block):
+                fn(i)
+            times.append(clock() - t0)
+    hook.close()
+    if rank == 0:
+        params = len(list(hooked.parameters()))
+        with open(result, "w") as f:
+            json.dump({"plain_s": plain_s, "hooked_s": hooked_s, "block": block, "parameters": params}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def write_run(out_dir: str, steps: int = 1000) -> dict:
     """A run with weights, biases, gradients and the loss saved at every step (13 tensors a step)."""
     torch = _torch()
@@ -340,6 +413,7 @@ def _cpu_s() -> float:
 
 WORKLOADS = {
     "overhead": overhead,
+    "fsdp_overhead": fsdp_overhead,
     "write_run": write_run,
     "read": read,
     "memory": memory,

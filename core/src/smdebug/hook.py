@@ -34,7 +34,7 @@ Called by a plugin:
                                   numbered_tensors(prefix, values) to name them and save them later,
                                   tensors_in(values) the tensors of such an output, unnamed
     together()                    a block whose tensors' reductions start in one plugin call at its end
-    plan_for(name), save_computed(name, value, reductions)
+    plan_for(name), save_computed(values, reductions)
                                   a tensor whose saved value or reductions the plugin computes itself (a
                                   sharded tensor's, combined across the workers: each takes part, writing
                                   or not); record_placement(name, placement) says where a saved shard lies
@@ -597,16 +597,25 @@ class BaseHook:
         return None if plan is None else (plan[0], plan[2] or plan[3])
 
     def save_computed(
-        self, name: str, value: Any = None, reductions: Mapping[tuple[str, bool], Any] | None = None
+        self,
+        values: Mapping[str, Any] | None = None,
+        reductions: Mapping[str, Mapping[tuple[str, bool], np.generic]] | None = None,
     ) -> None:
-        """Save what the plugin computed itself for a tensor due now (plan_for): its value (None: not
-        saved) and its reductions ``{(reduction, abs): scalar}``. Nothing on a worker that does not write."""
+        """Save what the plugin computed itself for tensors due now (plan_for): values by tensor name,
+        and reductions by tensor name, ``{(reduction, abs): numpy scalar}`` (written together). Nothing on
+        a worker that does not write."""
         if not (self._in_step and self.writing):
             return
-        if value is not None:
+        for name, value in (values or {}).items():
             self._write_planned(name, value, ((), [], True, False))
-        for (reduction, absolute), result in (reductions or {}).items():
-            self._queue(reduction_tensor_name(name, reduction, absolute), np.asarray(result))
+        names, rows = [], []
+        for name, results in (reductions or {}).items():
+            if results:
+                names.append([reduction_tensor_name(name, r, a) for r, a in results])
+                rows.append(np.array(list(results.values())))
+        if rows:
+            with self.guard("save reductions"):
+                self._write_reductions(names, rows)
 
     def record_placement(self, name: str, placement: Mapping[str, Any]) -> None:
         """Record where this worker's saved value of ``name`` lies in the full tensor it is a shard of
@@ -860,14 +869,17 @@ class BaseHook:
         pending, self._pending = self._pending, []
         names, self._pending_names = self._pending_names, []
         with self.guard("save reductions"):
-            hosted = plugins.to_host(pending)
-            writer = self._writer or self._get_writer()
-            writer.write_scalars(self.step, self.mode, self.mode_step, names, hosted, time.time())
-            if plugins.listens_to_tensors(self):
-                for some, results in zip(names, hosted):
-                    for name, result in zip(some, results):
-                        plugins.tensor_saved(self, name, np.asarray(result))
-            self._saved_any = True
+            self._write_reductions(names, plugins.to_host(pending))
+
+    def _write_reductions(self, names: list[list[str]], rows) -> None:
+        """Queue reductions: ``rows[i]`` (a 1-d host array) holds the 0-d values named ``names[i]``."""
+        writer = self._writer or self._get_writer()
+        writer.write_scalars(self.step, self.mode, self.mode_step, names, rows, time.time())
+        if plugins.listens_to_tensors(self):
+            for some, results in zip(names, rows):
+                for name, result in zip(some, results):
+                    plugins.tensor_saved(self, name, np.asarray(result))
+        self._saved_any = True
 
     def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
         writer = self._writer or self._get_writer()

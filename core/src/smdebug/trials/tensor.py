@@ -165,7 +165,7 @@ class Tensor:
     def value(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> np.ndarray:
         """The saved value; of a sharded tensor (each worker saved its shard): the full tensor assembled
         from the shards, or ``worker``'s shard when one is given."""
-        if worker is None and self.trial._placements.get(self.name):
+        if worker is None and self.trial.placements(self.name):
             full = self._assembled(step_num, mode)
             if full is not None:
                 return full
@@ -176,7 +176,7 @@ class Tensor:
 
     def _assembled(self, step_num: int, mode) -> np.ndarray | None:
         """The full tensor from the workers' shards at a step, None when a worker saved it whole."""
-        shards = self.trial._placements[self.name]
+        shards = self.trial.placements(self.name)
         per_worker = self._step(step_num, mode)
         saved = {w: d for w, d in per_worker.items() if d.event_file is not None}
         if not saved or not all(w in shards for w in saved):
@@ -214,7 +214,7 @@ class Tensor:
         return out
 
     def shape(self, step_num: int, mode=ModeKeys.GLOBAL, worker: str | None = None) -> tuple:
-        shards = self.trial._placements.get(self.name) if worker is None else None
+        shards = self.trial.placements(self.name) if worker is None else None
         if shards:  # a sharded tensor: the full tensor's shape
             return tuple(next(iter(shards.values()))["global_shape"])
         data = self._worker_data(step_num, mode, worker)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 N, SUM, M2, MIN, MAX, PROD, ASUM, AM2, AMIN, AMAX, APROD, SUMSQ, NONFINITE = range(13)
 _EMPTY = (0.0, 0.0, 0.0, math.inf, -math.inf, 1.0, 0.0, 0.0, math.inf, -math.inf, 1.0, 0.0, 0.0)
 _MEDIAN = "median"
+_NOTHING = torch.empty(0)  # what a replica that does not count contributes
 
 
 def dtensor_class() -> type | None:
@@ -156,61 +157,74 @@ def _contributes(dt) -> bool:
     return all(c == 0 for c, p in zip(coordinate, dt.placements) if p.is_replicate())
 
 
-def partials(local: torch.Tensor) -> torch.Tensor:
-    """The partial statistics of one shard (a row of 13 float64 values), computed where it lives."""
-    t = _prepared(local.detach())
-    if t is None:
-        return torch.tensor(_EMPTY, dtype=torch.float64)
-    n = t.numel()
-    a = t.abs()
-    total, asum = t.sum(), a.sum()
-    row = [
-        torch.tensor(float(n), dtype=t.dtype, device=t.device),
+def partials(shards: list[torch.Tensor]) -> torch.Tensor:
+    """The partial statistics of each shard, a [shards, 13] float64 matrix: shards of one device and dtype
+    are reduced together (one segment_reduce per statistic for all of them, not a dozen calls each)."""
+    out = torch.tensor([_EMPTY] * len(shards), dtype=torch.float64)
+    groups: dict = {}
+    for i, shard in enumerate(shards):
+        t = _prepared(shard.detach())
+        if t is not None:  # (None: empty, its row stays _EMPTY)
+            groups.setdefault((t.device, t.dtype), []).append((i, t))
+    for members in groups.values():
+        rows = [i for i, _ in members]
+        out[rows] = _segment_partials([t.reshape(-1) for _, t in members]).double().cpu()
+    return out
+
+
+def _segment_partials(flats: list[torch.Tensor]) -> torch.Tensor:
+    lengths = torch.tensor([f.numel() for f in flats], device=flats[0].device)
+    data = torch.cat(flats) if len(flats) > 1 else flats[0]
+    a = data.abs()
+
+    def seg(values, how="sum"):
+        return torch.segment_reduce(values, how, lengths=lengths)
+
+    n = lengths.to(data.dtype)
+    total, asum = seg(data), seg(a)
+    columns = [
+        n,
         total,
-        ((t - total / n) ** 2).sum(),
-        t.amin(),
-        t.amax(),
-        t.prod(),
+        seg((data - (total / n).repeat_interleave(lengths)) ** 2),
+        seg(data, "min"),
+        seg(data, "max"),
+        seg(data, "prod"),
         asum,
-        ((a - asum / n) ** 2).sum(),
-        a.amin(),
-        a.amax(),
-        a.prod(),
-        (t * t).sum(),
-        (~torch.isfinite(t)).sum().to(t.dtype),
+        seg((a - (asum / n).repeat_interleave(lengths)) ** 2),
+        seg(a, "min"),
+        seg(a, "max"),
+        seg(a, "prod"),
+        seg(data * data),
+        seg((~torch.isfinite(data)).to(data.dtype)),
     ]
-    return torch.stack(row).double().cpu()
+    return torch.stack(columns, 1)
 
 
-def combine(rows: np.ndarray) -> dict[tuple[str, bool], float] | None:
-    """Every reduction but the median of the full tensor, from its shards' partial statistics (rows);
-    None when the full tensor is empty."""
-    rows = rows[rows[:, N] > 0]
-    n = rows[:, N].sum()
-    if not n:
-        return None
-    out = {}
-    for absolute, (s, m2, lo, hi, prod) in (
-        (False, (SUM, M2, MIN, MAX, PROD)),
-        (True, (ASUM, AM2, AMIN, AMAX, APROD)),
-    ):
-        total = rows[:, s].sum()
-        mean = total / n
-        # Chan et al.'s pairwise update: each shard's squared deviations moved to the full mean
-        variance = (rows[:, m2] + rows[:, N] * (rows[:, s] / rows[:, N] - mean) ** 2).sum() / n
-        out.update(
-            {
-                ("min", absolute): rows[:, lo].min(),
-                ("max", absolute): rows[:, hi].max(),
-                ("mean", absolute): mean,
-                ("sum", absolute): total,
-                ("prod", absolute): np.prod(rows[:, prod]),
-                ("variance", absolute): variance,
-                ("std", absolute): math.sqrt(variance) if variance >= 0 else math.nan,
-                ("l1", absolute): rows[:, ASUM].sum(),
-                ("l2", absolute): math.sqrt(rows[:, SUMSQ].sum()),
-            }
-        )
+def combine(gathered: np.ndarray) -> dict[tuple[str, bool], np.ndarray]:
+    """Every reduction but the median of each full tensor, from its shards' partial statistics
+    (gathered: [ranks, tensors, 13]): {(reduction, abs): [tensors]}; NaN for an empty tensor."""
+    g = gathered
+    n = g[:, :, N].sum(0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = {}
+        for absolute, (s, m2, lo, hi, prod) in (
+            (False, (SUM, M2, MIN, MAX, PROD)),
+            (True, (ASUM, AM2, AMIN, AMAX, APROD)),
+        ):
+            total = g[:, :, s].sum(0)
+            mean = total / n
+            # Chan et al.'s pairwise update: each shard's squared deviations moved to the full mean
+            shift = np.where(g[:, :, N] > 0, g[:, :, N] * (g[:, :, s] / g[:, :, N] - mean) ** 2, 0.0)
+            variance = (g[:, :, m2] + shift).sum(0) / n
+            out[("min", absolute)] = g[:, :, lo].min(0)
+            out[("max", absolute)] = g[:, :, hi].max(0)
+            out[("mean", absolute)] = mean
+            out[("sum", absolute)] = total
+            out[("prod", absolute)] = g[:, :, prod].prod(0)
+            out[("variance", absolute)] = variance
+            out[("std", absolute)] = np.sqrt(variance)
+            out[("l1", absolute)] = g[:, :, ASUM].sum(0)
+            out[("l2", absolute)] = np.sqrt(g[:, :, SUMSQ].sum(0))
     return out
 
 
@@ -256,7 +270,7 @@ class Shards:
                 item.value = _resolved(item.value)
             reduced = [i for i in items if i.pairs and i.value.device_mesh.size() == world]
             for item in items:
-                if item.pairs and item not in reduced:
+                if item.pairs and item.value.device_mesh.size() != world:
                     hook.warn_once(
                         f"shards:mesh:{item.name}",
                         "smdebug: %s is sharded over a mesh that is not the whole job: its reductions are "
@@ -266,22 +280,24 @@ class Shards:
                     hook.record_unsaved_tensor(
                         item.name, "reductions of a tensor sharded over part of the job"
                     )
-            combined = self._combined(reduced, world)
+            results = self._combined(reduced, world)
+            values, reductions = {}, {}
             for item in items:
-                self._save(item, combined.get(item.name), gather)
+                self._save(item, results.get(item.name), gather, values, reductions)
+            hook.save_computed(values, reductions)
 
-    def _combined(self, items: list[_Item], world: int) -> dict[str, dict | None]:
+    def _combined(self, items: list[_Item], world: int) -> dict[str, dict]:
+        """{name: {(reduction, abs): full tensor's value}} of the items, through one all_gather."""
         if not items:
             return {}
         dist = torch.distributed
         header = [float(len(items)), float(zlib.crc32("\n".join(i.name for i in items).encode()))]
-        rows = [torch.tensor([header + [0.0] * (len(_EMPTY) - 2)], dtype=torch.float64)]
-        for item in items:
-            if _contributes(item.value):
-                rows.append(partials(item.value.to_local()).reshape(1, -1))
-            else:
-                rows.append(torch.tensor([_EMPTY], dtype=torch.float64))
-        mine = torch.cat(rows)
+        mine = torch.cat(
+            [
+                torch.tensor([header + [0.0] * (len(_EMPTY) - 2)], dtype=torch.float64),
+                partials([i.value.to_local() if _contributes(i.value) else _NOTHING for i in items]),
+            ]
+        )
         everyone = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(everyone, mine)
         gathered = torch.stack(everyone).numpy()  # [rank, 1 + tensors, statistics]
@@ -291,50 +307,54 @@ class Shards:
                 "smdebug: the ranks captured different sharded tensors; their reductions are not saved",
             )
             return {}
-        return {item.name: combine(gathered[:, i + 1]) for i, item in enumerate(items)}
+        columns = combine(gathered[:, 1:])
+        count = gathered[:, 1:, N].sum(0)
+        out = {}
+        for k, item in enumerate(items):
+            if count[k]:
+                dtype = _result_dtype(item.value)
+                out[item.name] = {
+                    pair: dtype.type(columns[pair][k]) for pair in item.pairs if pair[0] != _MEDIAN
+                }
+        return out
 
-    def _save(self, item: _Item, results: dict | None, gather: bool) -> None:
+    def _save(self, item: _Item, results: dict | None, gather: bool, values: dict, reductions: dict) -> None:
         hook, dt = self.hook, item.value
         full = None
-        if item.raw or (gather and any(r == _MEDIAN for r, _ in item.pairs)):
+        median = [p for p in item.pairs if p[0] == _MEDIAN]
+        if item.raw or (gather and median):
             if gather or not _plain_placements(dt):
                 full = dt.full_tensor()  # a collective of the tensor's mesh: every rank is here
-        reductions = {}
         if results is not None:
-            dtype = _result_dtype(dt)
-            for pair in item.pairs:
-                if pair[0] == _MEDIAN:
-                    median = _median(full, pair[1]) if full is not None else None
-                    if median is not None:
-                        reductions[pair] = median
-                    elif full is None and hook.writing:
-                        hook.warn_once(
-                            "shards:median",
-                            "smdebug: the median of a sharded tensor (%s, and any other) is not saved: it has "
-                            "no exact partial form; the Trial computes it from saved shards, or use "
-                            "gather_full_tensors=True",
-                            item.name,
-                        )
-                    continue
-                reductions[pair] = dtype.type(results[pair])
-        if not hook.writing:
-            return
-        value = None
-        if item.raw:
-            if full is not None:
-                value = full
-            else:
-                where = placement(dt)
-                value = dt.to_local()
-                if where is not None and list(value.shape) == where["local_shape"]:
-                    hook.record_placement(item.name, where)
-                else:
+            for pair in median:
+                value = _median(full, pair[1]) if full is not None else None
+                if value is not None:
+                    results[pair] = _result_dtype(dt).type(value)
+                elif full is None and hook.writing:
                     hook.warn_once(
-                        f"shards:placement:{item.name}",
-                        "smdebug: the shard of %s has no known place in the full tensor: saved as it is",
+                        "shards:median",
+                        "smdebug: the median of a sharded tensor (%s, and any other) is not saved: it has "
+                        "no exact partial form; the Trial computes it from saved shards, or use "
+                        "gather_full_tensors=True",
                         item.name,
                     )
-        hook.save_computed(item.name, value, reductions)
+            reductions[item.name] = results
+        if not (hook.writing and item.raw):
+            return
+        if full is not None:
+            values[item.name] = full
+            return
+        where = placement(dt)
+        local = dt.to_local()
+        if where is not None and list(local.shape) == where["local_shape"]:
+            hook.record_placement(item.name, where)
+        else:
+            hook.warn_once(
+                f"shards:placement:{item.name}",
+                "smdebug: the shard of %s has no known place in the full tensor: saved as it is",
+                item.name,
+            )
+        values[item.name] = local
 
 
 def _result_dtype(dt) -> np.dtype:
