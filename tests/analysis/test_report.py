@@ -280,3 +280,33 @@ def test_report_errors_are_one_line(tmp_path, cli):
     os.makedirs(tmp_path / "empty")
     result = cli("report", tmp_path / "empty", "--max-steps", "0")
     assert result.returncode == 2 and "--max-steps" in result.stderr
+
+
+def test_provenance_of_a_real_non_finite_input(tmp_path, cli):
+    """health=True and a NaN in the input at step 6: the page shows where it first appeared."""
+    import smdebug.pytorch as smd
+
+    out = tmp_path / "nan"
+    plugins.reset()
+    torch.manual_seed(0)
+    model, loss_fn = Net(), nn.CrossEntropyLoss()
+    hook = smd.Hook(out_dir=str(out), health=True, save_config=smd.SaveConfig(save_interval=5))
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(8):
+        x = torch.randn(8, 4)
+        if step == 6:
+            x[2, 1] = float("nan")
+        opt.zero_grad()
+        loss_fn(model(x), torch.randint(0, 3, (8,))).backward()
+        opt.step()
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "nan.html"
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0
+    html = page.read_text()
+    panel = html.split('id="provenance"', 1)[1].split("</section>", 1)[0]
+    assert "<th>step</th><td class='mono'>6</td>" in panel and "input" in panel
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom

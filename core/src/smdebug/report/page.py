@@ -17,7 +17,7 @@ PANEL_HELP = {
     "rules": "The built-in rules that apply, evaluated over every saved step as `smdebug rules RUN` does; "
     "a rule that stopped training while it ran left the stop signal shown above the table.",
     "curves": "Losses, metrics and scalars over the global step, one line per mode; dashed red lines mark "
-    "the steps where a rule fired. Hover for values, drag to zoom, double-click to zoom out.",
+    "the steps where a rule fired (or the first non-finite value appeared). Hover for values, drag to zoom, double-click to zoom out.",
     "gradients": "One row per layer in model order, one column per saved step: the gradient's norm. "
     "Vanishing gradients fade to dark rows, exploding ones glow; red cells hold NaN or infinity.",
     "update_ratio": "How much each weight moved between consecutive saved training steps, relative to its size "

@@ -93,7 +93,7 @@
     legend.className = "legend";
     legend.innerHTML = series.map(function (s, i) {
       return '<span><i style="background:' + PALETTE[i % PALETTE.length] + '"></i>' + esc(s.name) + "</span>";
-    }).join("") + (curve.marks.length ? '<span><i class="mark"></i>rule fired</span>' : "");
+    }).join("") + (curve.marks.length ? '<span><i class="mark"></i>' + esc(markKinds(curve.marks)) + "</span>" : "");
     box.appendChild(legend);
     controls.querySelector("input").addEventListener("change", function (e) { logY = e.target.checked; draw(); });
     controls.querySelector("button").addEventListener("click", function () { dom = full.slice(); draw(); });
@@ -179,6 +179,14 @@
       draw();
     }, function () { dom = full.slice(); draw(); });
     draw();
+  }
+  function markKinds(marks) {
+    var kinds = [];
+    marks.forEach(function (m) {
+      var kind = m.label.indexOf("non-finite") >= 0 ? "first non-finite value" : "rule fired";
+      if (kinds.indexOf(kind) < 0) kinds.push(kind);
+    });
+    return kinds.join(" / ");
   }
   function nearest(xs, x) {
     var lo = 0, hi = xs.length - 1;
