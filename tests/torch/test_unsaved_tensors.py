@@ -1,0 +1,53 @@
+"""A tensor the hook cannot capture: warned about once, recorded in the run, the rest of the step saved."""
+
+import logging
+import os
+
+import torch
+from torch import nn
+
+import smdebug.pytorch as smd
+
+
+class WithMetaOutput(nn.Module):
+    """Returns a real tensor and one on the meta device (no data: it cannot be copied to the host)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x), torch.empty(2, device="meta")
+
+
+def test_an_uncapturable_tensor_is_warned_once_and_recorded(out_dir, caplog):
+    model = WithMetaOutput()
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_regex=["WithMetaOutput_output"]
+    )
+    hook.register_module(model)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        for _ in range(4):
+            out, _ = model(torch.ones(1, 3))
+            out.sum().backward()
+    hook.close()
+    warnings = [r.getMessage() for r in caplog.records if "WithMetaOutput_output_1" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # not once per step
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("WithMetaOutput_output_0").steps() == [0, 1, 2, 3]  # the rest of each step
+    unsaved = trial.unsaved_tensors()
+    assert list(unsaved) == ["worker_0"]
+    assert unsaved["worker_0"]["WithMetaOutput_output_1"]["step"] == 0
+    assert "WithMetaOutput_output_1" not in trial.tensor_names()
+
+
+def test_a_run_with_nothing_to_note_has_no_tensor_notes(out_dir):
+    model = nn.Linear(3, 2)
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    hook.register_module(model)
+    model(torch.ones(1, 3)).sum().backward()
+    hook.close()
+    assert not os.path.exists(os.path.join(out_dir, "tensor_notes"))  # as smdebug 1.0 writes the run
+    assert smd.create_trial(out_dir).unsaved_tensors() == {}
