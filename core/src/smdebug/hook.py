@@ -63,6 +63,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from smdebug import layout, open_runs, plugins
+from smdebug.checkpoint_state import resume_numbering
 from smdebug.collection import (
     INPUT_SUFFIX,
     OUTPUT_SUFFIX,
@@ -199,7 +200,12 @@ class BaseHook:
         self._unsaved_tensors: dict[str, dict] = {}
         self._notes_changed = False
         self.worker = DEFAULT_WORKER
-        if not self.is_copy:  # a worker's copy writes beside the others in the run its original checked
+        self.last_saved_step: int | None = None
+        # a restarted job's hook numbers its steps on from its checkpoint (smdebug.checkpoint_state)
+        self.checkpoints = resume_numbering(self)
+        # a worker's copy writes beside the others in the run its original checked; a restarted job's
+        # hook writes on in the run its earlier job wrote, which resume_numbering() made ready
+        if not (self.is_copy or (self.checkpoints is not None and self.checkpoints.continues_run)):
             self._check_out_dir()
         from smdebug.rules.actions import RuleRunner
 
@@ -340,6 +346,8 @@ class BaseHook:
         with self.guard("start a step"):
             if not self._prepared:
                 self._prepare()
+            if self.checkpoints is not None:
+                self.checkpoints.step_boundary()
             self.step = self.step + 1 if step is None else step
             current = self.mode_steps.get(self.mode, -1)
             self.mode_steps[self.mode] = current + 1 if mode_step is None else mode_step
@@ -359,6 +367,8 @@ class BaseHook:
             return
         self._in_step = False
         wrote = bool(self._due) or self._saved_now
+        if wrote and self.writing:
+            self.last_saved_step = self.step
         self._saved_now = False
         if self._pending:
             self._flush_reductions()
@@ -397,6 +407,8 @@ class BaseHook:
             self.rule_runner.check_signal()
         if self.rule_runner.stop is not None and not self.rule_runner.stop_raised:
             return False
+        if self.checkpoints is not None:
+            self.checkpoints.step_boundary()
         self.step += 1
         steps[mode] = following
         if mode is not ModeKeys.GLOBAL:
@@ -691,6 +703,8 @@ class BaseHook:
             self.end_step()
         if self.health is not None:
             self.health.close()
+        if self.checkpoints is not None:
+            self.checkpoints.close()
         with self.guard("close"):
             if self._writer is None and self._closed_at_exit and self.writing and not self.shipped:
                 self._get_writer()  # nothing was saved: the run (collections, end marker) exists all the same
@@ -730,6 +744,9 @@ class BaseHook:
         opened = not self._in_step
         self._saved_now = not opened
         if opened:  # outside a step (before training or between steps) values go to the current step
+            if self.checkpoints is not None and self.step == self.checkpoints.resumed_from:
+                self.step += 1  # a restarted job's first (its checkpoint's step is the earlier job's)
+                self.mode_steps[self.mode] = self.mode_step + 1
             self.step = max(self.step, 0)
             self.mode_steps[self.mode] = max(self.mode_step, 0)
             self._in_step = True

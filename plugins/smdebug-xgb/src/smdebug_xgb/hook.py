@@ -80,7 +80,9 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self.hyperparameters = options.hyperparameters or None
         self.train_data = load_data("train_data", options.train_data)
         self.validation_data = load_data("validation_data", options.validation_data)
-        self._rounds_done = 0  # rounds seen by this hook, so a second training continues the steps
+        # rounds seen by this hook, so a second training continues the steps (a restarted job: after the
+        # checkpointed step)
+        self._rounds_done = self.step + 1
         self._round_offset = self._mode_offset = 0
         self._training: _Training | None = None
 
