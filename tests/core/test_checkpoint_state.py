@@ -10,6 +10,7 @@ import pytest
 
 import smdebug
 from smdebug import checkpoint_state, modes
+from smdebug.exceptions import OutDirExistsError
 from smdebug.hook import BaseHook
 from smdebug.trials import create_trial
 
@@ -35,6 +36,11 @@ def train(hook, steps, checkpoint_before=None, folder=None, run=1, close=True):
         hook.save_for_step("w", np.array([run]))
     if close:
         hook.close()
+
+
+def restart(monkeypatch):
+    """What follows is a restarted job: another process (a hook never resumes from its own process's state)."""
+    monkeypatch.setattr(checkpoint_state, "_PROCESS", checkpoint_state._PROCESS + "-restarted")
 
 
 def states(folder):
@@ -111,12 +117,15 @@ def test_a_restarted_hook_numbers_its_steps_on_from_the_latest_state(preemption,
     assert trial.steps(mode=modes.TRAIN) == [17, 18] and trial.steps(mode=modes.EVAL) == [5]
 
 
-def test_a_job_restarted_into_its_run_goes_on_as_one_history(preemption, tmp_path, caplog_smdebug):
+def test_a_job_restarted_into_its_run_goes_on_as_one_history(
+    preemption, monkeypatch, tmp_path, caplog_smdebug
+):
     """The first job checkpoints after step 4 and saves steps 5-7 before it ends; the restarted job
     trains from the checkpoint again: its steps 5 and 6 replace the first job's, step 7 is gone."""
     out_dir = str(tmp_path / "run")
     train(make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1)), 8, 5, preemption.folder)
     assert list(values(out_dir)) == list(range(8))
+    restart(monkeypatch)
     hook = make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1))
     assert hook.step == 4 and hook.checkpoints.continues_run
     assert "removed worker_0's steps 5-7, saved after the checkpoint of step 4" in caplog_smdebug.text
@@ -127,9 +136,12 @@ def test_a_job_restarted_into_its_run_goes_on_as_one_history(preemption, tmp_pat
     assert create_trial(out_dir).loaded_all_steps
 
 
-def test_a_value_saved_before_the_restarted_jobs_first_step_is_not_the_earlier_jobs(preemption, tmp_path):
+def test_a_value_saved_before_the_restarted_jobs_first_step_is_not_the_earlier_jobs(
+    preemption, monkeypatch, tmp_path
+):
     out_dir = str(tmp_path / "run")
     train(make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1)), 4, 3, preemption.folder)
+    restart(monkeypatch)
     hook = make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1))
     hook.set_mode(modes.TRAIN)
     hook.save_scalar("lr", 0.5)  # before training: the step after the checkpoint's (2)
@@ -138,6 +150,20 @@ def test_a_value_saved_before_the_restarted_jobs_first_step_is_not_the_earlier_j
     assert trial.tensor("scalar/lr").steps() == [3] and trial.tensor("w").steps() == [0, 1, 2, 4]
     assert [trial.mode_step(s) for s in trial.steps()] == [0, 1, 2, 3, 4]
     assert [int(trial.tensor("w").value(s).item()) for s in [0, 1, 2, 4]] == [1, 1, 1, 2]
+
+
+def test_another_hook_of_the_same_job_does_not_resume(preemption, tmp_path):
+    """Only a restarted job resumes: a second hook on the run of this process's first is refused, as
+    without a checkpoint configuration, and the first's later steps stay."""
+    out_dir = str(tmp_path / "run")
+    hook = make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, 5, checkpoint_before=2, folder=preemption.folder, close=False)
+    hook.flush()
+    with pytest.raises(OutDirExistsError):
+        make_hook(out_dir)
+    assert make_hook(str(tmp_path / "other")).step == -1
+    hook.close()
+    assert list(values(out_dir)) == list(range(5))
 
 
 def test_a_folder_made_after_the_hook_started_is_watched(preemption, monkeypatch, tmp_path):

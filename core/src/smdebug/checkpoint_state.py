@@ -5,9 +5,9 @@ With a checkpoint configuration (``$CHECKPOINT_CONFIG_FILE_PATH``, by default
 folder where the training script keeps its checkpoints. Whenever the script's files there change, the hook
 appends its state to ``<folder>/metadata.json``, in smdebug 1.0's form: a JSON list of
 ``{"training-run", "latest-global-step-saved", "latest-global-step-seen", "latest-mode-step": {mode name:
-step}}`` (we add ``"out-dir"``, which 1.0 ignores). A hook started later with the same configuration (the
-job restarted from that checkpoint) takes the state with the latest step seen and numbers its steps on
-from the step after it; its mode steps go on likewise.
+step}}`` (we add ``"out-dir"`` and ``"process"``, which 1.0 ignores). A hook started later with the same configuration (the
+job restarted from that checkpoint, in another process) takes the state with the latest step seen and
+numbers its steps on from the step after it; its mode steps go on likewise.
 
 When the restarted hook writes to the run the earlier one wrote (the same out_dir), the run reads as one
 history: the steps the earlier job saved after its last checkpoint are trained again, so this worker's
@@ -30,6 +30,7 @@ import os
 import select
 import threading
 import time
+import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,8 @@ STEP_SAVED = "latest-global-step-saved"
 STEP_SEEN = "latest-global-step-seen"
 MODE_STEPS = "latest-mode-step"
 OUT_DIR = "out-dir"  # ours: which run the state's steps were saved to
+PROCESS = "process"  # ours: the process that recorded it (a hook never resumes from its own process's)
+_PROCESS = uuid.uuid4().hex
 _TEMP_PREFIX = f".{STATE_FILE}."
 SCAN_SECONDS = 1.0  # without inotify: the folder is scanned at most this often
 SCAN_SHARE = 0.01  # ... and for at most this share of the time
@@ -118,7 +121,7 @@ def resume_numbering(hook: BaseHook) -> CheckpointWatcher | None:
         states = read_states(folder)
         state = latest_state(states)
         watcher = CheckpointWatcher(hook, folder, states)
-        if state is not None:
+        if state is not None and state.get(PROCESS) != _PROCESS:  # (another hook of this job: no restart)
             watcher.resume_from(state)
         return watcher
     except Exception as exc:  # never break training: the hook numbers its steps from 0
@@ -167,6 +170,7 @@ class CheckpointWatcher:
         timeout; the hook's writer starts only after this)."""
         from smdebug import plugins
         from smdebug.hook import DEFAULT_WORKER
+        from smdebug.store import redact
         from smdebug.writer import check_timeout_from_env, run_bounded
 
         hook = self.hook
@@ -195,7 +199,7 @@ class CheckpointWatcher:
             cancelled.set()  # nothing more is removed: the hook's own steps may be written from now on
             logger.warning(
                 "smdebug: could not prepare %s to go on after step %d: %s: %s",
-                hook.out_dir,
+                redact(hook.out_dir),
                 seen,
                 type(exc).__name__,
                 exc,
@@ -204,7 +208,7 @@ class CheckpointWatcher:
             logger.warning(
                 "smdebug: %s: removed %s's steps %s, saved after the checkpoint of step %d: they are trained "
                 "again",
-                hook.out_dir,
+                redact(hook.out_dir),
                 worker,
                 _step_list(dropped),
                 seen,
@@ -224,8 +228,10 @@ class CheckpointWatcher:
         self._check()
 
     def close(self) -> None:
-        """The hook closes: a checkpoint written after the last step is recorded too."""
-        self._check()
+        """The hook closes: a checkpoint written after its last step is recorded too (by a hook that ran
+        a step: not by one that a script's own replaced before training)."""
+        if self.hook.step != (-1 if self.resumed_from is None else self.resumed_from):
+            self._check()
         if self._inotify is not None:
             self._inotify.close()
             self._inotify = None
@@ -286,6 +292,7 @@ class CheckpointWatcher:
             STEP_SEEN: hook.step,
             MODE_STEPS: {mode.name: step for mode, step in hook.mode_steps.items()},
             OUT_DIR: _run_location(hook.out_dir),
+            PROCESS: _PROCESS,
         }
         self.states.append(state)
         os.makedirs(self.folder, exist_ok=True)
@@ -298,11 +305,11 @@ class CheckpointWatcher:
 
 def _run_location(out_dir: str) -> str:
     """An out_dir as the state records it: a local folder by its absolute path, any other URI as it is."""
-    from smdebug.store import Store
+    from smdebug.store import Store, redact
 
     if Store.is_plain_local(out_dir):
         return os.path.abspath(out_dir.removeprefix("file://"))
-    return out_dir
+    return redact(out_dir)  # (no credentials in the user's checkpoint folder)
 
 
 def _is_checkpoint_file(name: str) -> bool:
