@@ -43,13 +43,15 @@ class Preemption:
         self.folder = folder
         self.out_dir = out_dir
 
-    def run(self, script, run: int, steps: int, checkpoint_at: int = -1, kill_at: int = -1):
+    def run(self, script, run, steps, checkpoint_at=-1, kill_at=-1, python=None, out_dir=None):
+        """Run the job in a process of its own (``python``: another interpreter, e.g. smdebug 1.0.34's)."""
         import signal
         import subprocess
         import sys
 
         env = {**os.environ, "CKPT_DIR": str(self.folder)}
-        args = [sys.executable, str(script), self.out_dir, *map(str, (run, steps, checkpoint_at, kill_at))]
+        args = [python or sys.executable, str(script), out_dir or self.out_dir]
+        args += map(str, (run, steps, checkpoint_at, kill_at))
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
         expected = -signal.SIGKILL if kill_at >= 0 else 0
         assert done.returncode == expected, done.stderr[-3000:]

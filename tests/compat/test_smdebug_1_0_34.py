@@ -188,3 +188,27 @@ def test_golden_names_file_is_current(smdebug_python, tmp_path):
     _run(smdebug_python, TESTS_TORCH / "scenarios.py", out)
     with open(out) as f, open(TESTS_TORCH / "data" / "smdebug_1_0_34_names.json") as g:
         _assert_same(json.load(f), json.load(g), "smdebug 1.0.34 now (first) and the golden file (second)")
+
+
+# -- resume after preemption: the checkpoint folder's state file, both ways --------------------------------
+RESUME_SCRIPT = TESTS_TORCH / "resume_train.py"  # smdebug 1.0's API only
+
+
+@pytest.mark.parametrize("first, then", [("ours", "smdebug"), ("smdebug", "ours")])
+def test_a_job_restarted_with_the_other_library_resumes_from_its_state(
+    first, then, smdebug_python, preemption, tmp_path
+):
+    """A job checkpoints after step 4 and ends; the job restarted from that checkpoint, with the other
+    library and a new out_dir, numbers its steps on from step 5, and records its own checkpoint beside."""
+    python = {"ours": None, "smdebug": smdebug_python}
+    preemption.run(RESUME_SCRIPT, 1, 8, checkpoint_at=4, python=python[first])
+    later = str(tmp_path / "later")
+    preemption.run(RESUME_SCRIPT, 2, 9, checkpoint_at=6, python=python[then], out_dir=later)
+    trial = create_trial(later)
+    assert trial.steps() == [5, 6, 7, 8]
+    assert [int(trial.tensor("scalar/run").value(s).item()) for s in trial.steps()] == [2, 2, 2, 2]
+    states = json.loads((preemption.folder / "metadata.json").read_text())
+    # (smdebug 1.0 compares the files' sizes only: it misses a checkpoint rewritten at the same size)
+    expected = [(0, 4), (1, 6)] if then == "ours" else [(0, 4)]
+    assert [(s["training-run"], s["latest-global-step-seen"]) for s in states] == expected
+    assert all(s["latest-mode-step"]["TRAIN"] == s["latest-global-step-seen"] for s in states)
