@@ -152,16 +152,20 @@ def test_a_value_saved_before_the_restarted_jobs_first_step_is_not_the_earlier_j
     assert [int(trial.tensor("w").value(s).item()) for s in [0, 1, 2, 4]] == [1, 1, 1, 2]
 
 
-def test_another_hook_of_the_same_job_does_not_resume(preemption, tmp_path):
-    """Only a restarted job resumes: a second hook on the run of this process's first is refused, as
-    without a checkpoint configuration, and the first's later steps stay."""
+def test_another_hook_of_the_same_job_resumes_but_never_takes_its_run_over(preemption, tmp_path):
+    """As smdebug 1.0 (its spot-training test makes both hooks in one process): a later hook numbers its
+    steps on from the state; but only a restarted job takes the run over, a second hook on the run of
+    this process's first is refused, as without a checkpoint configuration, and the first's steps stay."""
     out_dir = str(tmp_path / "run")
     hook = make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1))
     train(hook, 5, checkpoint_before=2, folder=preemption.folder, close=False)
     hook.flush()
     with pytest.raises(OutDirExistsError):
         make_hook(out_dir)
-    assert make_hook(str(tmp_path / "other")).step == -1
+    later = make_hook(str(tmp_path / "other"), save_config=smdebug.SaveConfig(save_interval=1))
+    assert later.step == 1 and not later.checkpoints.continues_run
+    train(later, 2, run=2)
+    assert values(str(tmp_path / "other")) == {2: 2, 3: 2}
     hook.close()
     assert list(values(out_dir)) == list(range(5))
 

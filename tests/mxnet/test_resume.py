@@ -49,3 +49,27 @@ def test_restarted_job_numbers_its_steps_on_from_the_checkpoint(preemption, tmp_
     assert "removed worker_0's steps 5-7" in done.stderr  # what the first job saved after step 4
     trial = preemption.check({0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 2}, seen=4)
     assert trial.tensor_names(collection="weights")
+
+
+def test_a_later_hook_numbers_on_like_smdebug_1_0s_spot_training_test(preemption, tmp_path):
+    """smdebug 1.0's own test of spot training: hooks made one after the other in one process, each with its
+    own out_dir, the parameters saved after each epoch; the later hook's steps go on after the checkpoint
+    (here the last one, which the first hook records when it closes)."""
+    from conftest import Run, batches, make_net
+
+    import smdebug.mxnet as smd
+    from smdebug.trials import create_trial
+
+    save = smd.SaveConfig(save_steps=[1, 2, 7, 8, 9])
+    steps = []
+    for job in ("first", "later"):
+        net, loss_fn = make_net()
+        hook = smd.Hook(str(tmp_path / job), save_config=save, include_collections=["weights", "gradients"])
+        hook.register_block(net)
+        run = Run(hook, net, loss_fn)
+        for epoch in range(2):
+            run.train(batches(2, seed=epoch))
+            net.save_parameters(str(preemption.folder / f"params_{epoch}.params"))
+        hook.close()
+        steps.append(create_trial(str(tmp_path / job)).steps())
+    assert steps == [[0, 1, 2], [7]]  # the first job's steps 0-3, the later job's 4-7

@@ -6,10 +6,11 @@ folder where the training script keeps its checkpoints. Whenever the script's fi
 appends its state to ``<folder>/metadata.json``, in smdebug 1.0's form: a JSON list of
 ``{"training-run", "latest-global-step-saved", "latest-global-step-seen", "latest-mode-step": {mode name:
 step}}`` (we add ``"out-dir"`` and ``"process"``, which 1.0 ignores). A hook started later with the same configuration (the
-job restarted from that checkpoint, in another process) takes the state with the latest step seen and
-numbers its steps on from the step after it; its mode steps go on likewise.
+job restarted from that checkpoint) takes the state with the latest step seen and numbers its steps on
+from the step after it; its mode steps go on likewise.
 
-When the restarted hook writes to the run the earlier one wrote (the same out_dir), the run reads as one
+When the restarted job (another process) writes to the run the earlier one wrote (the same out_dir), the
+run reads as one
 history: the steps the earlier job saved after its last checkpoint are trained again, so this worker's
 files of those steps are removed when the hook starts (with one warning naming them), the later job saves
 them anew, and a step never has two values. The end-of-job marker goes too: the run goes on.
@@ -51,7 +52,7 @@ STEP_SAVED = "latest-global-step-saved"
 STEP_SEEN = "latest-global-step-seen"
 MODE_STEPS = "latest-mode-step"
 OUT_DIR = "out-dir"  # ours: which run the state's steps were saved to
-PROCESS = "process"  # ours: the process that recorded it (a hook never resumes from its own process's)
+PROCESS = "process"  # ours: the process that recorded it (only another process's run is taken over)
 _PROCESS = uuid.uuid4().hex
 _TEMP_PREFIX = f".{STATE_FILE}."
 SCAN_SECONDS = 1.0  # without inotify: the folder is scanned at most this often
@@ -121,7 +122,7 @@ def resume_numbering(hook: BaseHook) -> CheckpointWatcher | None:
         states = read_states(folder)
         state = latest_state(states)
         watcher = CheckpointWatcher(hook, folder, states)
-        if state is not None and state.get(PROCESS) != _PROCESS:  # (another hook of this job: no restart)
+        if state is not None:
             watcher.resume_from(state)
         return watcher
     except Exception as exc:  # never break training: the hook numbers its steps from 0
@@ -160,7 +161,11 @@ class CheckpointWatcher:
         logger.info(
             "smdebug: resuming after step %d (training run %d, from %s)", seen, self.training_run, self.folder
         )
-        self.continues_run = state.get(OUT_DIR) == _run_location(hook.out_dir)
+        # the run the state's steps were saved to is taken over by a restarted job only (another process:
+        # a second hook of this job writing there is refused, as without a checkpoint configuration)
+        self.continues_run = (
+            state.get(OUT_DIR) == _run_location(hook.out_dir) and state.get(PROCESS) != _PROCESS
+        )
         if self.continues_run:
             self._continue_run(seen)
 
