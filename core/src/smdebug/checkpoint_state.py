@@ -5,15 +5,15 @@ With a checkpoint configuration (``$CHECKPOINT_CONFIG_FILE_PATH``, by default
 folder where the training script keeps its checkpoints. Whenever the script's files there change, the hook
 appends its state to ``<folder>/metadata.json``, in smdebug 1.0's form: a JSON list of
 ``{"training-run", "latest-global-step-saved", "latest-global-step-seen", "latest-mode-step": {mode name:
-step}}`` (we add ``"out-dir"`` and ``"process"``, which 1.0 ignores). A hook started later with the same configuration (the
-job restarted from that checkpoint) takes the state with the latest step seen and numbers its steps on
-from the step after it; its mode steps go on likewise.
+step}}`` (we add ``"out-dir"`` and ``"process"``, which 1.0 ignores). A hook started later with the same
+configuration (the job restarted from that checkpoint) takes the state with the latest step seen and
+numbers its steps on from the step after it; its mode steps go on likewise.
 
 When the restarted job (another process) writes to the run the earlier one wrote (the same out_dir), the
-run reads as one
-history: the steps the earlier job saved after its last checkpoint are trained again, so this worker's
-files of those steps are removed when the hook starts (with one warning naming them), the later job saves
-them anew, and a step never has two values. The end-of-job marker goes too: the run goes on.
+run reads as one history: the steps the earlier job saved after its last checkpoint are trained again, so
+this worker's files of those steps are removed when the hook starts (with one warning naming them), the
+later job saves them anew, and a step never has two values. The end-of-job marker goes too: the run goes
+on.
 
 The check is cheap at every step boundary: on Linux an inotify watch of the folder, polled without
 waiting (a fraction of a microsecond; the kernel queues events as the script writes, so the step that
