@@ -176,7 +176,8 @@ class CheckpointWatcher:
         from smdebug import plugins
         from smdebug.hook import DEFAULT_WORKER
         from smdebug.store import redact
-        from smdebug.writer import check_timeout_from_env, run_bounded
+        from smdebug.writing.bounded import run_bounded
+        from smdebug.writing.settings import check_timeout_from_env
 
         hook = self.hook
         try:
