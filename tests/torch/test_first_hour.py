@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import torch
+from support import assert_no_rule_fires
 from torch import nn
 
 import smdebug.pytorch as smd
@@ -61,3 +62,28 @@ def test_the_readme_snippet_closes_the_hook_and_reads_every_step(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("[0, 10, 20]"), result.stdout
     assert "gradient/" in result.stdout
+
+
+def test_no_builtin_rule_fires_on_a_healthy_run(tmp_path):
+    out = str(tmp_path / "run")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+    loss_fn = nn.CrossEntropyLoss()
+    hook = smd.Hook(
+        out_dir=out,
+        save_config=smd.SaveConfig(save_interval=2),
+        include_collections=["weights", "biases", "gradients", "losses", "relu_input"],
+    )
+    hook.get_collection("relu_input").include(".*relu_input")
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(64, 4)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    for step in range(40):
+        batch = slice(step % 4 * 16, step % 4 * 16 + 16)
+        optimizer.zero_grad()
+        loss_fn(model(x[batch]), y[batch]).backward()
+        optimizer.step()
+    hook.close()
+    assert_no_rule_fires(out)

@@ -88,8 +88,12 @@ class LossNotDecreasing(_LossRule):
 
     def invoke_at_step(self, step):
         mode = self._mode()
+        trial = self.base_trial
         if mode == ModeKeys.GLOBAL:
             current = step
+            # a loss is compared with itself on the same data: a TRAIN step's with a TRAIN step's, never
+            # with a validation loss saved in between
+            same_mode = trial.mode_modestep(step)[0]
         else:
             step_mode, current = self.base_trial.mode_modestep(step)
             if step_mode != mode:
@@ -99,7 +103,10 @@ class LossNotDecreasing(_LossRule):
         checked, fired = False, False
         for name, loss in self._losses(step, mode, current).items():
             earlier = [
-                s for s in self.base_trial.tensor(name).steps(mode=mode) if s <= current - self.num_steps
+                s
+                for s in trial.tensor(name).steps(mode=mode)
+                if s <= current - self.num_steps
+                and (mode != ModeKeys.GLOBAL or trial.mode_modestep(s)[0] == same_mode)
             ]
             if not earlier:
                 continue

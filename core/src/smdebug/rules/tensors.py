@@ -46,6 +46,11 @@ class VanishingGradient(BuiltinRule):
         return False
 
 
+# Collections whose NaNs are there by design, left out unless chosen: XGBoost's tree tables (a leaf
+# row has no split feature, threshold nor children).
+NAN_BY_DESIGN = ("trees",)
+
+
 class ExplodingTensor(BuiltinRule):
     """Fires when a tensor holds NaN (or, unless ``only_nan``, infinite) values."""
 
@@ -65,7 +70,13 @@ class ExplodingTensor(BuiltinRule):
 
     def invoke_at_step(self, step):
         what = "NaN" if self.only_nan else "NaN or infinite"
-        for tname in self._names(step, self.collection_names, self.tensor_regex, all_if_empty=True):
+        names = self._names(step, self.collection_names, self.tensor_regex, all_if_empty=True)
+        if not (self.collection_names or self.tensor_regex):  # every tensor, but tables NaN by design
+            trial = self.base_trial
+            by_design = [c for c in NAN_BY_DESIGN if c in trial.collections()]
+            skip = set(trial.tensor_names(step=step, collection=by_design)) if by_design else set()
+            names = [n for n in names if n not in skip]
+        for tname in names:
             value = self._value(tname, step)
             if value is None:  # saved as reductions only: a non-finite tensor has non-finite reductions
                 try:
@@ -232,7 +243,11 @@ class WeightUpdateRatio(BuiltinRule):
 
     def invoke_at_step(self, step):
         mode, mode_step = self.base_trial.mode_modestep(step)
-        for tname in _collection_or_regex(self, step, "weights", "weight"):
+        # the weights collection only, as smdebug 1.0: a name pattern would take other tensors for weights
+        # (XGBoost's feature_importance/weight/*, a gradient/fc.weight), whose values often repeat
+        for tname in self._names(
+            step, collections=["weights"] if "weights" in self.base_trial.collections() else []
+        ):
             tensor = self.base_trial.tensor(tname)
             # Weights saved in TRAIN mode are compared between TRAIN steps only.
             use = ModeKeys.TRAIN if tensor.steps(mode=ModeKeys.TRAIN) else ModeKeys.GLOBAL

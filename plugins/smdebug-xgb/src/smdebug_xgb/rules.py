@@ -72,7 +72,8 @@ class TreeDepth(Rule):
 
 class FeatureImportanceOverweight(Rule):
     """Fires at a step when the ``nfeatures`` most important features hold more than ``threshold`` of the
-    total importance (of the tensors matching ``tensor_regex``, the "weight" type by default)."""
+    total importance (of the tensors matching ``tensor_regex``, the "weight" type by default). Not at the
+    first round: its few trees, on few features, hold all the importance by construction."""
 
     name = "feature_importance_overweight"
 
@@ -102,6 +103,8 @@ class FeatureImportanceOverweight(Rule):
 
     def invoke_at_step(self, step: int) -> bool:
         trial = self.base_trial
+        if trial.mode_modestep(step)[1] == 0:  # one round's trees: a few features hold it all by construction
+            return False
         scores = {}
         for name in trial.tensor_names(step=step, regex=self.tensor_regex):
             value = np.asarray(trial.tensor(name).value(step), dtype=np.float64).reshape(-1)

@@ -1,0 +1,36 @@
+"""Helpers the test suites share (tests/ is on pytest's pythonpath: pyproject.toml)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+
+def smdebug_cli(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
+    """Run the installed ``smdebug`` console script in a real subprocess."""
+    exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [exe, *map(str, args)], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    """The command failed with exit code 2 and one line on stderr holding every fragment; that line."""
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def assert_no_rule_fires(run: str) -> str:
+    """Every built-in rule (``smdebug rules RUN``) over a healthy run: none fires, none errs; the table."""
+    result = smdebug_cli("rules", run, env={"COLUMNS": "200"})
+    table = result.stdout
+    assert "FIRED" not in table and result.returncode == 0, table + result.stderr
+    return table
