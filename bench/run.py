@@ -38,6 +38,8 @@ MiB = 1024 * 1024
 TARGET_RATIO = {"default": 1.01, "raw": 1.15, "reductions": 1.05}
 TARGET_MANY_RATIO = 1.10
 TARGET_FSDP_RATIO = {"reductions": 1.10, "raw": 1.3}  # issue #34
+# Issue #30: health=True (every step's l2 and max |x| of every weight, gradient and the loss), against no hook
+TARGET_HEALTH_RATIO = {"cnn": 1.03, "mlp": 1.05}
 MANY_DEPTH = 100  # layers of the many-tensor MLP: 2 x MANY_DEPTH parameter tensors
 TARGET_LOCAL_SPEEDUP = 10.0
 TARGET_LOCAL_SECONDS = 0.2
@@ -163,6 +165,38 @@ def bench_many(pythons, rounds, steps, tmp) -> dict:
                 f"many tensors {impl:<15} ratio {median(ratios):.3f}, "
                 f"{1000 * extra_ms / res['parameters']:.1f} µs per tensor"
             )
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp, exist_ok=True)
+    return out
+
+
+# -- 9. health monitoring (ours only: smdebug 1.0.34 has none) -------------------------------------------
+def bench_health(python, rounds, steps, tmp) -> dict:
+    """The overhead workload with health=True (default save config: nothing saved between step 0 and 500),
+    on the small CNN and on the many-tensor MLP."""
+    out = {model: [] for model in TARGET_HEALTH_RATIO}
+    for r in range(rounds):
+        for model in TARGET_HEALTH_RATIO:
+            res = run_workload(
+                python,
+                "overhead",
+                config="health",
+                out_dir=f"{tmp}/health-{model}-{r}",
+                steps=steps if model == "cnn" else steps // 2,
+                model=model,
+                depth=MANY_DEPTH,
+            )
+            ratios = [h / p for h, p in zip(res["hooked_s"], res["plain_s"])]
+            extra_ms = 1000 * median([h - p for h, p in zip(res["hooked_s"], res["plain_s"])]) / res["block"]
+            out[model].append(
+                {
+                    "ratio": median(ratios),
+                    "plain_step_ms": 1000 * median(res["plain_s"]) / res["block"],
+                    "extra_ms": extra_ms,
+                    "parameters": res["parameters"],
+                }
+            )
+            log(f"health {model:<4} ratio {median(ratios):.3f} (+{extra_ms:.2f} ms a step)")
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp, exist_ok=True)
     return out
@@ -555,6 +589,27 @@ def report(results: dict, args, started: float, versions: dict) -> str:
             + ", ".join(f"{c} {median([x['extra_ms'] for x in fs[c]]):.2f}" for c in fs)
             + "."
         )
+    if "health" in results:
+        hr = results["health"]
+        for model, target in TARGET_HEALTH_RATIO.items():
+            ratio = median([x["ratio"] for x in hr[model]])
+            label = "small CNN" if model == "cnn" else f"MLP, {hr[model][0]['parameters']} parameter tensors"
+            lines.append(
+                f"| 9 health=True every step, {label}: step time hook/no-hook | {ratio:.3f} | n/a | | "
+                f"≤ {target} | {verdict(ratio <= target)} |"
+            )
+        notes.append(
+            "9: ours only. `Hook(health=True)`, default save configuration (nothing saved after step 0): "
+            "every step the l2 norm and max |x| of every weight, every gradient and the loss go into the "
+            "flight recorder; the models and measure of rows 1 and 7. What health adds to a step (median, "
+            "ms): "
+            + ", ".join(
+                f"{model} {median([x['extra_ms'] for x in hr[model]]):.2f} "
+                f"(plain step {median([x['plain_step_ms'] for x in hr[model]]):.2f})"
+                for model in TARGET_HEALTH_RATIO
+            )
+            + "."
+        )
     for key, label, target in (
         ("local", "2 local folder", TARGET_LOCAL_SPEEDUP),
         ("s3", "3 S3 (moto)", TARGET_S3_SPEEDUP),
@@ -705,7 +760,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline-python", required=True, help="python of a venv with torch alone")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="few rounds and small sizes, to try the benchmark")
-    ap.add_argument("--only", default="overhead,many,fsdp,local,s3,import,memory,sweep,tf,mxnet")
+    ap.add_argument("--only", default="overhead,many,fsdp,health,local,s3,import,memory,sweep,tf,mxnet")
     ap.add_argument("--output", default=str(HERE / "RESULTS.md"))
     frameworks.add_arguments(ap)
     args = ap.parse_args(argv)
@@ -751,6 +806,8 @@ def main(argv=None) -> int:
             results["many"] = bench_many(pythons, args.rounds, args.steps // 2, f"{tmp}/many")
         if "fsdp" in only:
             results["fsdp"] = bench_fsdp(sys.executable, args.rounds, args.steps // 3, f"{tmp}/fsdp")
+        if "health" in only:
+            results["health"] = bench_health(sys.executable, args.rounds, args.steps, f"{tmp}/health")
         if only & {"local", "s3"}:
             run_dir = f"{tmp}/run"
             res = run_workload(args.smdebug_python, "write_run", out_dir=run_dir, steps=read_steps)

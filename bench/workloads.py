@@ -90,6 +90,8 @@ def _hook(config: str, out_dir: str, **ours_only):
             save_config=smd.SaveConfig(save_interval=1),
             reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"]),
         )
+    elif config == "health":  # ours only: every step's statistics, nothing saved between save steps
+        kwargs = dict(health=True) if implementation().startswith("ours") else {}
     elif config == "weights":
         kwargs = dict(include_collections=["weights", "biases"], save_config=smd.SaveConfig(save_interval=1))
     else:

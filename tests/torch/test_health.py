@@ -16,6 +16,7 @@ from torch import nn
 import smdebug.pytorch as smd
 from smdebug.cli import main as cli
 from smdebug.exceptions import ConfigError, TensorUnavailableForStep
+from smdebug.rules.rule import Rule
 
 WORKER = os.path.join(os.path.dirname(__file__), "health_worker.py")
 FAULT = 6
@@ -31,7 +32,7 @@ class Net(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-def train(out_dir, fault=None, steps=10, lr_jump_at=None, **hook_args):
+def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, **hook_args):
     """Train Net with health on; a fault planted at step FAULT. Returns (hook, every step's record of
     what torch computed before the optimizer step)."""
     torch.manual_seed(0)
@@ -42,6 +43,8 @@ def train(out_dir, fault=None, steps=10, lr_jump_at=None, **hook_args):
     hook = smd.Hook(out_dir=out_dir, health=True, **hook_args)
     hook.register_module(model)
     hook.register_loss(criterion)
+    if rule is not None:
+        hook.add_rule(rule, action=None)
 
     def plant_forward(module, inputs, output):
         if fault == "forward" and hook.step == FAULT:
@@ -164,6 +167,21 @@ def test_loss_spike_from_a_learning_rate_jump(out_dir):
     spike = spikes[0]["step"]
     assert spike > 9 and seen[spike]["loss"] > 3 * np.median([seen[s]["loss"] for s in range(9)])
     assert_recorded_before(trial, seen, spike)
+
+
+class FiresFromStepFive(Rule):
+    def invoke_at_step(self, step):
+        return step >= 5
+
+
+def test_a_rule_firing_in_training_writes_the_recorder(out_dir):
+    _, seen = train(out_dir, steps=8, rule=FiresFromStepFive)
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3, 4, 5]  # the rule judged step 5; the recorder wrote 1-4
+    assert_recorded_before(trial, seen, 5)
+    reasons = [t["reason"] for t in trial.health_records()[0]["triggers"]]
+    assert reasons and reasons[0].startswith("rule FiresFromStepFive fired")
+    assert trial.first_nonfinite() is None
 
 
 def test_health_from_the_json_configuration(tmp_path, monkeypatch):

@@ -43,6 +43,7 @@ DEFAULT_STEPS = 100
 DEFAULT_LOSS_FACTOR = 10.0
 MIN_LOSS_HISTORY = 5  # steps of loss seen before a spike can be judged
 LOSS_WINDOW = 50  # the recent steps whose median loss a spike is judged against
+MEDIAN_EVERY = 10  # steps between two computations of that median
 ABSENT = -1.0  # a row's value for a tensor the step did not have (no gradient): norms are never negative
 
 
@@ -76,6 +77,7 @@ class HealthMonitor:
         self._losses = np.full(n, np.nan)
         self._next = 0
         self._seen = 0
+        self._median: float | None = None
         self._last_slot: int | None = None
         self.first_nonfinite: dict | None = None
         self._nonfinite_seen = False
@@ -92,9 +94,9 @@ class HealthMonitor:
     def track(self, names: Sequence[str], loss_name: str | None, make_buffer) -> Any:
         """Watch these tensors from now on (the loss, if any, among them): a new buffer from
         ``make_buffer(rows, columns)``; the rows recorded so far are written first if a trigger awaits."""
-        names = tuple(names)
-        if names == self.names and self.buffer is not None:
+        if self.buffer is not None and (names is self.names or tuple(names) == self.names):
             return self.buffer
+        names = tuple(names)
         self.buffer = make_buffer(self.capacity, 2 * len(names))
         self.names = names
         self._loss_col = names.index(loss_name) if loss_name in names else None
@@ -147,19 +149,33 @@ class HealthMonitor:
         if col is not None and host[col] >= 0:
             loss = float(host[col])
             step = int(self._steps[slot])
-            history = self._losses[~np.isnan(self._losses)]
-            if len(history) >= MIN_LOSS_HISTORY and step - self._last_spike >= self.capacity:
-                recent = history if len(history) <= LOSS_WINDOW else history[-LOSS_WINDOW:]
-                median = float(np.median(recent))
-                if median > 0 and loss > self.loss_factor * median:
-                    self._last_spike = step
-                    self.trigger(
-                        f"loss spike: {loss:.4g} is {loss / median:.1f}x the median {median:.4g} of the "
-                        f"last {len(recent)} steps",
-                        step=step,
-                    )
+            # the median is computed again only every few steps, or when this loss looks like a spike
+            self._seen += 1
+            if self._seen % MEDIAN_EVERY == 0 or (
+                self._median is not None and loss > self.loss_factor * self._median
+            ):
+                self._median = self._recent_median()
+            median = self._median
+            if (
+                median is not None
+                and median > 0
+                and loss > self.loss_factor * median
+                and step - self._last_spike >= self.capacity
+            ):
+                self._last_spike = step
+                self.trigger(
+                    f"loss spike: {loss:.4g} is {loss / median:.1f}x the recent median {median:.4g}",
+                    step=step,
+                )
             self._losses[slot] = loss
         return False
+
+    def _recent_median(self) -> float | None:
+        """The median loss of the last LOSS_WINDOW recorded steps, None before MIN_LOSS_HISTORY of them."""
+        order = np.argsort(self._steps)[-LOSS_WINDOW:]
+        recent = self._losses[order]
+        recent = recent[~np.isnan(recent)]
+        return float(np.median(recent)) if len(recent) >= MIN_LOSS_HISTORY else None
 
     def nonfinite_names(self, host: np.ndarray) -> list[str]:
         """The tracked tensors holding a non-finite value in a row, in tracking order."""
@@ -211,9 +227,8 @@ class HealthMonitor:
             fired = results[self._rules_seen :]
             self._rules_seen = len(results)
             for result in fired:
-                self.trigger(
-                    f"rule fired: {getattr(result, 'rule', result)}", step=getattr(result, "step", None)
-                )
+                why = f": {result.reason}" if result.reason else ""
+                self.trigger(f"rule {result.rule} fired{why}", step=result.step)
         if self._pending:
             self.write()
 

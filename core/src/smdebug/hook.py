@@ -45,6 +45,7 @@ Called by a plugin:
     collections_version           changes whenever collections_of's answers may have: a key for what a
                                   plugin derives from them
     flush(), close()              the core writes the collections file and the end-of-job marker
+    health                        with health=True, the flight recorder to feed (smdebug.health)
     mode, step, mode_step, in_step, closed, writing, worker, options, is_copy
 """
 

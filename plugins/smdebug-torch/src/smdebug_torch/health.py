@@ -23,7 +23,11 @@ import torch
 
 from smdebug.plugin import ModeKeys
 
-STACK_NUMEL = 1 << 16  # tensors up to this size are stacked with the others of their shape
+_NONE = type(None)
+# Tensors up to STACK_NUMEL elements are stacked with the others of their shape when they are at least
+# STACK_MEMBERS (then one kernel reduces them all); the others go to foreach kernels (one C++ loop).
+STACK_NUMEL = 1 << 16
+STACK_MEMBERS = 4
 
 
 def _nonfinite(t: Any) -> bool:
@@ -47,7 +51,7 @@ class _Plan:
         singles: list[int] = []
         order: list[int] = []
         for members in groups.values():
-            if len(members) > 1:
+            if len(members) >= STACK_MEMBERS:
                 first = tensors[members[0]]
                 buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
                 self.stacks.append((operator.itemgetter(*members), buffer, len(members)))
@@ -73,7 +77,6 @@ class _Plan:
             singles = self.singles(tensors)
             if self.one_single:
                 singles = (singles,)
-            singles = [t.detach() for t in singles]
             l2s.append(torch.stack(torch._foreach_norm(singles, 2, dtype=torch.float32)))
             maxes.append(torch.stack(torch._foreach_max(torch._foreach_abs(singles))).float())
         values = torch.cat(l2s + maxes)
@@ -165,7 +168,7 @@ class TorchHealth:
             self._ring, self._plans = ring, {}
             self._ring_host = ring.numpy() if ring.device.type == "cpu" else None
         present = None
-        if None in tensors:
+        if _NONE in set(map(type, tensors)):  # (not `None in`: that compares each tensor with None)
             present = tuple(i for i, t in enumerate(tensors) if t is not None)
             if not present:
                 return
