@@ -300,7 +300,7 @@ class HealthMonitor:
         if hook.writing:
             (hook._writer or hook._get_writer()).write_file(path, data)
         elif not hook.dry_run:  # a worker that saves no tensors still says what went wrong on it
-            from smdebug.writer import run_bounded
+            from smdebug.writing.bounded import run_bounded
 
             run_bounded(lambda: plugins.open_store(hook.out_dir).write_bytes(path, data))
         self._record_written = True
