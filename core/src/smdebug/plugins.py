@@ -85,6 +85,8 @@ KNOWN_ALIASES = {
     "xgboost": "smdebug-xgb",
 }
 
+# (plugin name, function, argnames) of each implementation of a hook, called by a plain loop
+_Calls = list[tuple[str, Callable, tuple[str, ...]]]
 # a cached call list's value for a hook that pluggy calls (truthy: someone may be listening)
 _THROUGH_PLUGGY: Any = "through pluggy"
 
@@ -177,7 +179,7 @@ class PluginHost:
         self._lock = threading.RLock()
         # hook name -> [(plugin name, function, argnames)] called by a plain loop, or _THROUGH_PLUGGY;
         # read on every step and saved tensor, emptied whenever the plugins or the monitoring change
-        self._calls: dict[str, list[tuple[str, Callable, tuple[str, ...]]] | bool] = {}
+        self._calls: dict[str, _Calls] = {}
         self._generation = 0
         self._failed: set[tuple[str, str]] = set()  # (plugin, hook) already reported
         self._declared_by: dict[str, str] = {}  # framework alias -> name of the plugin that declared it
@@ -337,7 +339,7 @@ class PluginHost:
         return found
 
     # -- calling the implementations, each isolated ------------------------------------------------
-    def _call_list(self, spec: str) -> list[tuple[str, Callable, tuple[str, ...]]] | bool:
+    def _call_list(self, spec: str) -> _Calls:
         """(plugin name, function, argnames) of each implementation, in pluggy's order (last registered
         first, tryfirst/trylast honoured), or _THROUGH_PLUGGY when the hook has a wrapper or the calls
         are monitored (tracing). Cached until the plugins or the monitoring change."""
@@ -345,7 +347,7 @@ class PluginHost:
         pm = self.pm
         impls = getattr(pm.hook, spec).get_hookimpls()
         if pm.monitors or any(impl.hookwrapper or impl.wrapper for impl in impls):
-            found: list | bool = _THROUGH_PLUGGY
+            found: _Calls = _THROUGH_PLUGGY
         else:
             found = [
                 (impl.plugin_name, getattr(impl.function, "_smdebug_plain", impl.function), impl.argnames)
