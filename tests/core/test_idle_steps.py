@@ -14,6 +14,8 @@ from smdebug.exceptions import StopTraining
 from smdebug.hook import BaseHook
 from smdebug.plugin import hookimpl
 from smdebug.rules.actions import LOCAL_SIGNAL_CHECK_SECONDS, write_stop_signal
+from smdebug.rules.rule import Rule
+from smdebug.rules.runner import runner_of
 from smdebug.trials import create_trial
 
 
@@ -175,16 +177,29 @@ def test_a_plugin_observing_step_ends_sees_the_idle_ones(tmp_path):
     assert saved_steps(tmp_path) == [0, 3]
 
 
-def test_idle_steps_leave_the_rule_runner_only_its_signal_check(tmp_path, monkeypatch):
+class Judged(Rule):
+    """A rule that records the steps it was asked to judge."""
+
+    def __init__(self, base_trial):
+        super().__init__(base_trial)
+        self.steps = []
+
+    def invoke_at_step(self, step):
+        self.steps.append(step)
+
+
+def test_idle_steps_leave_the_rule_runner_out_and_only_look_for_the_stop_signal(tmp_path, monkeypatch):
     monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy")  # it observes step ends: none may, here
     plugins.reset()
     hook = make_hook(tmp_path, save_config=smdebug.SaveConfig(save_steps=[3]))
-    judged, checked = [], []
-    step_ended, check_signal = hook.rule_runner.step_ended, hook.rule_runner.check_signal
-    hook.rule_runner.step_ended = lambda step: judged.append(step) or step_ended(step)
-    hook.rule_runner.check_signal = lambda: checked.append(hook.step) or check_signal()
+    rule = hook.add_rule(Judged, action=None)
+    runner = runner_of(hook)
+    ended, checked = [], []
+    step_ended, check = runner.step_ended, hook._stop_signal.check
+    runner.step_ended = lambda step: ended.append(step) or step_ended(step)
+    hook._stop_signal.check = lambda: checked.append(hook.step) or check()
     train(hook, 8)
-    assert judged == [0, 2, 3, 7]  # the steps ended by end_step: saved ones, the one before 3, the last
-    # each idle step looks for the stop signal (step_ended does too, at most every 50 ms)
-    assert [step for step in checked if step not in judged] == [1, 4, 5, 6]
+    assert ended == [0, 2, 3, 7]  # the steps ended by end_step: saved ones, the one before 3, the last
+    assert rule.steps == [0, 3]  # of which the rule judges those saved
+    assert checked == list(range(8))  # every step end looks for the stop signal, idle or not
     assert saved_steps(tmp_path) == [0, 3]

@@ -1,6 +1,6 @@
 """The core's own implementations of its hooks: numpy capture and reductions, the fsspec store, the
-command line's subcommands, the built-in rules, the in-training rule runner, and TensorBoard export for
-hooks that ask for it.
+command line's subcommands, the built-in rules, and TensorBoard export for hooks that ask for it (the
+in-training rule runner is the core's other default plugin, smdebug.rules.runner).
 
 Plugins load as soon as a configured process starts (activation), so this module imports what each
 hook needs only when the hook is first called.
@@ -87,9 +87,6 @@ def smdebug_step_end(hook, mode, step, mode_step):
         from smdebug import tensorboard
 
         tensorboard.step_end(hook)
-    runner = getattr(hook, "rule_runner", None)
-    if runner is not None:  # the hook's own rules (hook.add_rule) and the run's stop signal
-        runner.step_ended(step)
 
 
 # -- rules -------------------------------------------------------------------------------------------

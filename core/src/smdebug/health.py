@@ -222,7 +222,7 @@ class HealthMonitor:
         slot = self._last_slot
         if slot is not None and self._steps[slot] == self.hook.step:
             self._written[slot] = wrote
-        results = self.hook.rule_runner.results
+        results = self.hook.rule_results
         if len(results) > self._rules_seen:
             fired = results[self._rules_seen :]
             self._rules_seen = len(results)

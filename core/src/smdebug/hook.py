@@ -79,6 +79,7 @@ from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError,
 from smdebug.layout import END_OF_JOB_FILE, collections_file_path
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
+from smdebug.stop_signal import StopSignal
 from smdebug.store import redact
 from smdebug.writing import Writer, open_writer
 from smdebug.writing.bounded import at_exit, run_bounded
@@ -190,10 +191,9 @@ class BaseHook:
         self._pending: list[Any] = []
         self._pending_names: list[list[str]] = []
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
-        self._saved_any = False
+        self._saved_step: int | None = None  # the last step anything was queued for writing at
         self._collections_exported = False
         self._writer: Writer | None = None
-        self._store = None
         self._closed = False
         self._warned: set[str] = set()
         # the run's tensor notes (layout.tensor_notes_path): shard placements, tensors not captured
@@ -208,10 +208,8 @@ class BaseHook:
         # hook writes on in the run its earlier job wrote, which resume_numbering() made ready
         if not (self.is_copy or (self.checkpoints is not None and self.checkpoints.continues_run)):
             self._check_out_dir()
-        from smdebug.rules.actions import RuleRunner
-
-        # rules evaluated at step end (smdebug.defaults' step-end hook runs it), and the stop signal
-        self.rule_runner = RuleRunner(self)
+        # why training should stop (a rule that fired, the run's stop signal), looked for at step ends
+        self._stop_signal = StopSignal(self.out_dir, self.dry_run)
         self.health = None  # the flight recorder and its triggers (smdebug.health), with health=True
         if options.health and not self.is_copy:
             from smdebug.health import HealthMonitor
@@ -312,32 +310,58 @@ class BaseHook:
         """A hook of this class from a HookConfig (its collection settings included), plus options."""
         return cls(**config.arguments(), collections=config.collections, **kwargs)
 
-    # -- rules and stopping training (smdebug.rules.actions) ---------------------------------------
+    # -- rules and stopping training (smdebug.rules.runner, smdebug.stop_signal) ----------------------
     def add_rule(self, rule, action: str | None = "stoptraining", **params):
         """Evaluate a rule at the end of every saved step: a built-in rule's name with its parameters
         (``hook.add_rule("loss_not_decreasing", num_steps="5")``), a Rule subclass, or a built rule.
         With action "stoptraining" (the default) training stops when it fires; None only logs."""
-        return self.rule_runner.add(rule, action, params)
+        from smdebug.rules.runner import runner_of
+
+        return runner_of(self, self._stop_signal).add(rule, action, params)
 
     def should_stop(self) -> bool:
         """Whether a rule, or the run's stop signal, asked training to stop."""
-        return self.rule_runner.stop is not None
+        return self._stop_signal.stop is not None
 
     @property
     def stop_reason(self) -> StopTraining | None:
         """The StopTraining exception describing why training should stop, or None."""
-        return self.rule_runner.stop
+        return self._stop_signal.stop
 
     @property
     def rule_results(self) -> list:
         """Every firing of the hook's rules so far (RuleResult: rule, step, reason)."""
-        return list(self.rule_runner.results)
+        from smdebug.rules.runner import runner_of
+
+        runner = runner_of(self)
+        return list(runner.results) if runner is not None else []
 
     def raise_if_stop_requested(self) -> None:
         """Raise StopTraining, once, after a rule or the stop signal asked training to stop."""
-        stop = self.rule_runner.pending_stop()
+        stop = self._stop_signal.pending()
         if stop is not None:
             raise stop
+
+    # -- what was written (for observers: the rule runner) ------------------------------------------
+    @property
+    def last_saved_step(self) -> int | None:
+        """The last step anything was queued for writing at (None before the first)."""
+        return self._saved_step
+
+    @property
+    def written_steps(self) -> list[int]:
+        """The steps written to the run so far, in order."""
+        return self._writer.written_steps if self._writer is not None else []
+
+    @property
+    def failed_steps(self) -> dict[int, str]:
+        """The steps that could not be saved, and why."""
+        return self._writer.failed_steps if self._writer is not None else {}
+
+    def wait_for_writer(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds until everything queued is written, or waits for a failing
+        store to come back; False when it had to stop waiting."""
+        return self._writer is None or self._writer.flush(timeout)
 
     # -- step boundaries (called by framework plugins; never raise into training) ------------------
     def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
@@ -376,18 +400,19 @@ class BaseHook:
         with self.guard("end a step"):
             if self._writer is not None:
                 self._writer.end_step(self.step)
-                if self._saved_any and not self._collections_exported:
+                if self._saved_step is not None and not self._collections_exported:
                     self._export_collections()
             if self._notes_changed:
                 self._export_notes()
         plugins.step_end(self)
+        self._stop_signal.check()
         if self.health is not None:  # after the rules: one that fired writes the recorder
             self.health.step_ended(wrote)
 
     def next_idle_step(self) -> bool:
         """End this step and begin the next, touching as little as possible, when neither saves anything
-        (most steps of a sparse configuration); step-end observers run as in end_step (the core's rule
-        runner, which has no new step to judge, only looks for the stop signal). False when this
+        (most steps of a sparse configuration); step-end observers run as in end_step (not the core's rule
+        runner: it has no new step to judge), and the stop signal is looked for. False when this
         is not such a step, or when a stop was requested at its end: the plugin then calls end_step()
         (nothing happens if the step has ended) and begin_step() itself. It does not call a plugin's
         overrides of those two: call it only when they would have nothing to do."""
@@ -404,9 +429,9 @@ class BaseHook:
         self._in_step = False
         if plugins.listens_to_idle_steps(self):
             plugins.step_end(self)
-        else:
-            self.rule_runner.check_signal()
-        if self.rule_runner.stop is not None and not self.rule_runner.stop_raised:
+        stopping = self._stop_signal
+        stopping.check()
+        if stopping.stop is not None and not stopping.raised:
             return False
         if self.checkpoints is not None:
             self.checkpoints.step_boundary()
@@ -796,7 +821,7 @@ class BaseHook:
                     view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
                     if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
                         writer.write_view(self.step, self.mode, self.mode_step, name, view)
-                        self._saved_any = True  # (nothing observes saved tensors: checked above)
+                        self._saved_step = self.step  # (nothing observes saved tensors: checked above)
                         return
                 reserved = 0
                 if raw and not shape and not isinstance(value, np.ndarray):
@@ -897,12 +922,12 @@ class BaseHook:
             for some, results in zip(names, rows):
                 for name, result in zip(some, results):
                     plugins.tensor_saved(self, name, np.asarray(result))
-        self._saved_any = True
+        self._saved_step = self.step
 
     def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
         writer = self._writer or self._get_writer()
         writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
-        self._saved_any = True
+        self._saved_step = self.step
         plugins.tensor_saved(self, name, array)
 
     def _get_writer(self) -> Writer:
@@ -915,7 +940,6 @@ class BaseHook:
                 claim = (check.token, check.worker if check.claimed else None)
             if check is not None:
                 check.in_use = True
-            self._store = store
             self._writer = open_writer(
                 self.out_dir,
                 self.worker,

@@ -73,7 +73,7 @@ PROJECT = "smdebug"
 ENTRY_POINT_GROUP = "smdebug"
 # The core's defaults go through the same hooks as any plugin (registered before entry points, so
 # plugins that are registered later are called first and can override them).
-DEFAULT_PLUGINS = ("smdebug.defaults",)
+DEFAULT_PLUGINS = ("smdebug.defaults", "smdebug.rules.runner")
 # Hooks whose implementation's error is the caller's to handle (activation logs it in one line).
 RAISING_HOOKS = frozenset({"smdebug_activate"})
 
