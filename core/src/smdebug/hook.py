@@ -191,7 +191,7 @@ class BaseHook:
         self._pending: list[Any] = []
         self._pending_names: list[list[str]] = []
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
-        self._saved_step: int | None = None  # the last step anything was queued for writing at
+        self._saved_any = False
         self._collections_exported = False
         self._writer: Writer | None = None
         self._closed = False
@@ -344,11 +344,6 @@ class BaseHook:
 
     # -- what was written (for observers: the rule runner) ------------------------------------------
     @property
-    def last_saved_step(self) -> int | None:
-        """The last step anything was queued for writing at (None before the first)."""
-        return self._saved_step
-
-    @property
     def written_steps(self) -> list[int]:
         """The steps written to the run so far, in order."""
         return self._writer.written_steps if self._writer is not None else []
@@ -400,7 +395,7 @@ class BaseHook:
         with self.guard("end a step"):
             if self._writer is not None:
                 self._writer.end_step(self.step)
-                if self._saved_step is not None and not self._collections_exported:
+                if self._saved_any and not self._collections_exported:
                     self._export_collections()
             if self._notes_changed:
                 self._export_notes()
@@ -821,7 +816,7 @@ class BaseHook:
                     view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
                     if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
                         writer.write_view(self.step, self.mode, self.mode_step, name, view)
-                        self._saved_step = self.step  # (nothing observes saved tensors: checked above)
+                        self._saved_any = True  # (nothing observes saved tensors: checked above)
                         return
                 reserved = 0
                 if raw and not shape and not isinstance(value, np.ndarray):
@@ -922,12 +917,12 @@ class BaseHook:
             for some, results in zip(names, rows):
                 for name, result in zip(some, results):
                     plugins.tensor_saved(self, name, np.asarray(result))
-        self._saved_step = self.step
+        self._saved_any = True
 
     def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
         writer = self._writer or self._get_writer()
         writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
-        self._saved_step = self.step
+        self._saved_any = True
         plugins.tensor_saved(self, name, array)
 
     def _get_writer(self) -> Writer:
