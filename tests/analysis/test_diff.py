@@ -144,6 +144,15 @@ def test_two_ddp_ranks_weights_agree(ddp_run, cli):
     assert losses.returncode == 1 and "first differ at step 0" in losses.stdout
 
 
+def test_report_of_a_ddp_run_says_which_worker_its_charts_show(ddp_run, tmp_path, cli):
+    from smdebug.trials import create_trial
+
+    page = tmp_path / "ddp.html"
+    assert cli("report", ddp_run, "-o", page, "--no-rules").returncode == 0
+    first = create_trial(ddp_run).workers()[0]
+    assert f"2 worker(s) (charts: {first})" in page.read_text()
+
+
 def test_diff_errors_are_one_line(runs, tmp_path, capsys):
     from smdebug.cli import main
 

@@ -68,8 +68,14 @@ def _header(data: dict) -> str:
         f"<header><h1>smdebug report: {escape(data['title'])}</h1>"
         f'<div class="meta"><span class="mono">{escape(data["path"])}</span> · {state} · '
         f"{data['steps']} saved steps (last {data['last_step']}; {escape(modes)}) · "
-        f"{len(data['workers'])} worker(s) · generated {escape(data['generated'])}</div></header>"
+        f"{len(data['workers'])} worker(s){_shown_worker(data)} · generated {escape(data['generated'])}</div></header>"
     )
+
+
+def _shown_worker(data: dict) -> str:
+    """Several workers: the charts show the first one's values (``smdebug diff --workers`` compares them)."""
+    workers = data["workers"]
+    return f" (charts: {escape(workers[0])})" if len(workers) > 1 else ""
 
 
 def _live(data: dict, reload_seconds: float) -> str:
