@@ -234,7 +234,9 @@ class CollectionManager:
         from smdebug.exceptions import CorruptRunError
 
         try:
-            data = json.loads(text)
+            from smdebug.layout import load_json
+
+            data = load_json(text)
             manager = cls(num_workers=int(data.get("_meta", {}).get("num_workers", 1)))
             for name, params in data["collections"].items():
                 manager.collections[name] = Collection.from_dict(params)

@@ -37,6 +37,7 @@ WRITERS_DIR = "writers"
 UNSAVED_DIR = "unsaved_steps"
 NOTES_DIR = "tensor_notes"
 STEPS_PER_INDEX_DIR = 1000  # index files are grouped in folders of this many steps
+MAX_NUMBER = 2**62  # steps, offsets and lengths of a run are below it (a larger one is damage)
 
 # index schema
 META, MODE, MODE_STEP, EVENT_FILE_NAME = "meta", "mode", "mode_step", "event_file_name"
@@ -137,31 +138,68 @@ class IndexRecord:
     shapes: list[tuple[str, tuple]]
 
 
+def load_json(data: bytes | str):
+    """A run's JSON file, parsed as untrusted: ValueError for a non-finite number (NaN, 1e999) or nesting
+    deeper than the interpreter's recursion limit."""
+    try:
+        return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number a run holds")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} out of range")
+    return value
+
+
+def bounded_int(value, what: str, low: int = 0) -> int:
+    """int(value), a step, offset or length: ValueError outside [low, MAX_NUMBER)."""
+    number = int(value)
+    if not low <= number < MAX_NUMBER:
+        raise ValueError(f"{what} {number} out of range")
+    return number
+
+
 def decode_index(data: bytes) -> IndexRecord:
     """Parse an index file; ValueError, KeyError or TypeError when it is malformed."""
-    index = json.loads(data)
+    index = load_json(data)
     meta = index[META]
     mode_step = meta.get(MODE_STEP)
     event_file = meta.get(EVENT_FILE_NAME)
     tensors = [
         (
-            t[TENSORNAME],
-            int(t[START_IDX]),
-            int(t[LENGTH]),
+            _name(t[TENSORNAME]),
+            bounded_int(t[START_IDX], START_IDX),
+            bounded_int(t[LENGTH], LENGTH),
             crc if isinstance(crc := t.get(CRC32C), int) else None,
         )
         for t in index.get(TENSOR_PAYLOAD) or ()
     ]
     if tensors and not isinstance(event_file, str):
         raise ValueError(f"{META}.{EVENT_FILE_NAME} is missing")
-    shapes = [(s[TENSORNAME], tuple(s[SHAPE])) for s in index.get(SHAPE_PAYLOAD) or []]
+    shapes = [
+        (_name(s[TENSORNAME]), tuple(d if d is None else bounded_int(d, SHAPE, -1) for d in s[SHAPE]))
+        for s in index.get(SHAPE_PAYLOAD) or []
+    ]
     return IndexRecord(
         meta.get(MODE, "GLOBAL"),
-        None if mode_step is None else int(mode_step),
+        None if mode_step is None else bounded_int(mode_step, MODE_STEP, -MAX_NUMBER),
         event_file,
         tensors,
         shapes,
     )
+
+
+def _name(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{TENSORNAME} {str(value)[:40]} is not a string")
+    return value
 
 
 # -- unsaved steps ----------------------------------------------------------------------------------------
@@ -177,12 +215,12 @@ def encode_unsaved(worker: str, steps: dict[int, str], files: dict[str, str]) ->
 
 def decode_unsaved(data: bytes) -> dict[int, str]:
     """The unsaved steps of an unsaved-steps file (step -> reason); ValueError when it is malformed."""
-    record = json.loads(data)
+    record = load_json(data)
     if not isinstance(record, dict) or not isinstance(record.get("unsaved_steps", []), list):
         raise ValueError("not an unsaved-steps record")
     out = {}
     for entry in record.get("unsaved_steps", []):
-        out[int(entry["step"])] = str(entry.get("reason", ""))
+        out[bounded_int(entry["step"], "step")] = str(entry.get("reason", ""))[:500]
     return out
 
 
@@ -195,7 +233,7 @@ def encode_notes(worker: str, placements: dict[str, dict], unsaved: dict[str, di
 
 def decode_notes(data: bytes) -> tuple[dict[str, dict], dict[str, dict]]:
     """(placements, unsaved tensors) of a tensor-notes file; ValueError when it is malformed."""
-    record = json.loads(data)
+    record = load_json(data)
     if not isinstance(record, dict):
         raise ValueError("not a tensor-notes record")
     placements, unsaved = record.get("placements", {}), record.get("unsaved", {})

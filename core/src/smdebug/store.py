@@ -13,11 +13,14 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import stat
 import tempfile
 import time
 import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+from smdebug.exceptions import CorruptRunError
 
 if TYPE_CHECKING:
     import fsspec
@@ -51,6 +54,7 @@ class Store:
             self.root = _local_root(root).rstrip("/") or "/"
             self.is_local = True
             self._secrets = []
+            self._inside: dict[str, bool] = {}
             return
         import fsspec
 
@@ -82,6 +86,7 @@ class Store:
         self.root = path.rstrip("/") or "/"
         self.is_local = "file" in _protocols(fs)
         self._secrets = _secrets_of(fs)
+        self._inside = {}
 
     def __repr__(self):
         return f"<Store {self.uri}>"
@@ -116,6 +121,7 @@ class Store:
         """Write a whole file so that readers see either nothing or all of it."""
         path = self.path(relpath)
         if self.is_local:
+            self._check_folder(path)
             tmp = _temp_name(path)
             try:
                 with _create(tmp) as f:
@@ -133,6 +139,7 @@ class Store:
         path = self.path(relpath)
         if self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._check_folder(path)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -164,6 +171,7 @@ class Store:
         path = self.path(relpath)
         if self.is_local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._check_folder(path)
             return open(path, "wb")
         return self.fs.open(path, "wb")
 
@@ -171,10 +179,11 @@ class Store:
     def read_bytes(self, relpath: str, start: int | None = None, end: int | None = None) -> bytes:
         path = self.path(relpath)
         if self.is_local:
-            with open(path, "rb") as f:
-                if start:
-                    f.seek(start)
-                return f.read() if end is None else f.read(end - (start or 0))
+            fd, size = self.open_regular(path)
+            try:
+                return read_at(fd, start or 0, size if end is None else min(end, size))
+            finally:
+                os.close(fd)
         return self.fs.cat_file(path, start=start, end=end)
 
     def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes]:
@@ -223,18 +232,19 @@ class Store:
         """
         if self.is_local:
             out: list[bytes | BaseException] = []
-            handles: dict[str, object] = {}
+            handles: dict[str, tuple[int, int]] = {}
             try:
                 for rel, start, end in relpath_ranges:
                     try:
-                        f = handles.get(rel) or handles.setdefault(rel, open(self.path(rel), "rb"))
-                        f.seek(start)
-                        out.append(f.read(end - start))
-                    except OSError as exc:
+                        if rel not in handles:
+                            handles[rel] = self.open_regular(self.path(rel))
+                        fd, size = handles[rel]
+                        out.append(read_at(fd, start, min(end, size)))  # never more than the file holds
+                    except (OSError, ValueError, CorruptRunError) as exc:
                         out.append(exc)
             finally:
-                for f in handles.values():
-                    f.close()
+                for fd, _ in handles.values():
+                    os.close(fd)
             return out
         if not relpath_ranges:
             return []
@@ -260,6 +270,40 @@ class Store:
             todo = retry
             time.sleep(0.2 * 2**attempt)
         return out
+
+    def open_regular(self, path: str) -> tuple[int, int]:
+        """(file descriptor, size) of a local file of the run, opened for reading. A run's bytes are
+        untrusted: a FIFO, a device or a link leading out of the run raises CorruptRunError naming the
+        file (checked before opening: opening a FIFO would wait for a writer)."""
+        if not self._is_inside(os.path.dirname(path)):
+            raise CorruptRunError(f"{path}: its folder leads out of the run; not read")
+        if os.path.islink(path) and not self._is_inside(os.path.realpath(path), resolved=True):
+            raise CorruptRunError(f"{path}: a link leading out of the run; not read")
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise CorruptRunError(f"{path}: not a regular file; not read")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped since the check
+            os.close(fd)
+            raise CorruptRunError(f"{path}: not a regular file; not read")
+        return fd, info.st_size
+
+    def _is_inside(self, path: str, resolved: bool = False) -> bool:
+        """Whether a local path (a folder, or a resolved file) lies inside the run's real folder."""
+        known = self._inside.get(path)
+        if known is None:
+            root = os.path.realpath(self.root)
+            real = path if resolved else os.path.realpath(path)
+            known = real == root or real.startswith(root.rstrip("/") + "/")
+            if not resolved:
+                self._inside[path] = known
+        return known
+
+    def _check_folder(self, path: str) -> None:
+        """The writer writes nothing through a link inside the run that leads out of it."""
+        folder = os.path.dirname(path)
+        if os.path.isdir(folder) and not self._is_inside(folder):
+            raise OSError(f"{folder} leads out of the output location (a symbolic link); not written")
 
     def exists(self, relpath: str) -> bool:
         path = self.path(relpath)
@@ -308,6 +352,20 @@ def _temp_name(path: str) -> str:
     return f"{path}.tmp-{_TEMP_TOKEN}{os.getpid()}-{next(_temp_numbers)}"
 
 
+def read_at(fd: int, start: int, end: int) -> bytes:
+    """Bytes [start, end) of an open file (fewer at its end); end is at most the file's size."""
+    if end <= start:
+        return b""
+    chunks, pos = [], start
+    while pos < end:
+        chunk = os.pread(fd, min(end - pos, 1 << 30), pos)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        pos += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def _create(path: str):
     """open(path, "wb"), creating its folder if needed (tried after the open fails: a run's files go to a
     few folders, so the common case costs one system call)."""
@@ -330,6 +388,7 @@ class StagedFile:
         self.size = 0
         path = store.path(relpath)
         if store.is_local:
+            store._check_folder(path)
             self._tmp = _temp_name(path)
             self._file = _create(self._tmp)
         else:

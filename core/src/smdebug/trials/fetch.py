@@ -14,6 +14,9 @@ import threading
 from bisect import bisect_left
 from collections import OrderedDict
 
+from smdebug.exceptions import CorruptRunError
+from smdebug.store import read_at
+
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 WINDOW_FILES = 256  # event files fetched together on a miss
 WINDOW_BYTES = 32 * 1024 * 1024  # bytes fetched together on a miss
@@ -158,7 +161,7 @@ class RecordFetcher:
                 self.requests += 1
                 if info is None or info.end > WHOLE_FILE_BYTES or start + length > info.end:
                     return self.store.read_ranges([(file, start, start + length)])[0]
-                data = _read_head(self.store.path(file), info.end)
+                data = _read_head(self.store, file, info.end)
                 if isinstance(data, BaseException):
                     return data
                 self._put(key, data)
@@ -204,21 +207,14 @@ class RecordFetcher:
             self._cached_bytes = 0
 
 
-def _read_head(path: str, size: int) -> bytes | OSError:
-    """The first ``size`` bytes of a local file (fewer when it is shorter), or the error: the Store's
-    read_ranges without its buffered file object, as this runs once per event file of a run."""
+def _read_head(store, file: str, size: int) -> bytes | BaseException:
+    """The first ``size`` bytes of a local file of the run (fewer when it is shorter), or the error."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
+        fd, real_size = store.open_regular(store.path(file))
+    except (OSError, CorruptRunError) as exc:
         return exc
     try:
-        data = os.read(fd, size)
-        while len(data) < size:  # a short read that is not the end of the file
-            more = os.read(fd, size - len(data))
-            if not more:
-                break
-            data += more
-        return data
+        return read_at(fd, 0, min(size, real_size))
     except OSError as exc:
         return exc
     finally:

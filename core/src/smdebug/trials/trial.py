@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import re
@@ -578,7 +577,7 @@ class Trial:
         files = [p for p in self.store.list(HEALTH_DIR) if p.endswith(".json")]
         for relpath, data in sorted(self.store.read_many(files).items()):
             try:
-                record = json.loads(data)
+                record = layout.load_json(data)
             except ValueError as exc:
                 logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
                 continue

@@ -1,0 +1,159 @@
+"""A damaged or hostile run folder given to the reader or the CLI: huge numbers, deep JSON, FIFOs, devices
+and links out of the run give one clean CorruptRunError naming the file (or a skipped, reported value),
+never a hang, a MemoryError or a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import smdebug
+from smdebug.exceptions import CorruptRunError, CorruptTensorRecord
+from smdebug.hook import BaseHook
+from smdebug.trials import create_trial
+
+INDEX1 = os.path.join("index", "000000000", "000000000001_worker_0.json")
+COLLECTIONS = os.path.join("collections", "000000000", "worker_0_collections.json")
+
+
+@pytest.fixture
+def run(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_config=smdebug.SaveConfig(save_interval=1))
+    for step in range(3):
+        hook.begin_step()
+        hook.save_tensor("a", np.full((4,), step, dtype=np.float32))
+    hook.close()
+    return out
+
+
+def edit_index(run, **changes):
+    path = os.path.join(run, INDEX1)
+    with open(path) as f:
+        index = json.load(f)
+    index["tensor_payload"][0].update(changes)
+    with open(path, "w") as f:
+        f.write(json.dumps(index).replace('"HUGE"', "1e999"))
+    return path
+
+
+def cli(*args, timeout=60):
+    """`smdebug ARGS` in a subprocess (a hang fails the test instead of hanging it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "smdebug", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def in_subprocess(code: str, timeout=60):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_huge_length_is_not_allocated(run):
+    edit_index(run, length=2**40)
+    trial = create_trial(run)
+    try:  # the record's own framing may still hold: read no more than the file has
+        assert trial.tensor("a").value(1)[0] == 1
+    except CorruptTensorRecord as exc:
+        assert "000000000001_worker_0.tfevents" in str(exc)
+    assert trial.tensor("a").value(2)[0] == 2  # the other steps still read
+    shown = cli("show", run, "a")
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+
+
+@pytest.mark.parametrize("start", [2**64, -5, "HUGE"])
+def test_an_offset_out_of_range_is_a_corrupt_run_error(run, start):
+    edit_index(run, start_idx=start)
+    with pytest.raises(CorruptRunError, match="000000000001_worker_0.json"):
+        create_trial(run)
+    listed = cli("ls", run)
+    assert listed.returncode == 2 and "Traceback" not in listed.stderr
+    assert "000000000001_worker_0.json" in listed.stderr
+
+
+def test_an_infinite_unsaved_step_is_skipped_not_an_overflow(run, caplog):
+    os.makedirs(os.path.join(run, "unsaved_steps"), exist_ok=True)
+    with open(os.path.join(run, "unsaved_steps", "worker_0.json"), "w") as f:
+        f.write('{"worker": "worker_0", "unsaved_steps": [{"step": 1e999, "reason": "x"}]}')
+    trial = create_trial(run)
+    assert trial.unsaved() == {}
+    assert "worker_0.json is not readable" in caplog.text
+    listed = cli("ls", run)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+
+
+@pytest.mark.parametrize("which", [INDEX1, COLLECTIONS])
+def test_deeply_nested_json_names_the_file(run, which):
+    with open(os.path.join(run, which), "w") as f:
+        f.write("[" * (50 * 1024 * 1024))
+    with pytest.raises(CorruptRunError, match=os.path.basename(which)) as info:
+        create_trial(run)
+    assert "nested too deeply" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "which", [INDEX1, os.path.join("events", "000000000001", "000000000001_worker_0.tfevents")]
+)
+def test_a_fifo_never_hangs_the_reader_or_the_cli(run, which):
+    path = os.path.join(run, which)
+    os.unlink(path)
+    os.mkfifo(path)
+    code = (
+        "from smdebug.trials import create_trial\n"
+        "from smdebug.exceptions import CorruptRunError, TensorUnavailableForStep\n"
+        f"try:\n    t = create_trial({run!r}); t.tensor('a').value(1)\n"
+        "except (CorruptRunError, TensorUnavailableForStep) as e:\n    print('clean:', e)\n"
+    )
+    read = in_subprocess(code, timeout=30)
+    assert "clean:" in read.stdout and "not a regular file" in read.stdout, read.stderr
+    for args in (["ls", run], ["show", run, "a"]):
+        out = cli(*args, timeout=30)
+        assert "Traceback" not in out.stderr, out.stderr
+
+
+def test_an_index_linked_to_a_device_is_not_read(run):
+    path = os.path.join(run, INDEX1)
+    os.unlink(path)
+    os.symlink("/dev/zero", path)
+    read = in_subprocess(
+        "from smdebug.trials import create_trial\n"
+        "from smdebug.exceptions import CorruptRunError\n"
+        f"try:\n    create_trial({run!r})\nexcept CorruptRunError as e:\n    print('clean:', e)\n",
+        timeout=30,
+    )
+    assert "clean:" in read.stdout and "000000000001_worker_0.json" in read.stdout, read.stderr
+
+
+def test_links_out_of_the_run_are_not_followed(run, tmp_path):
+    outside = tmp_path / "outside.json"
+    path = os.path.join(run, INDEX1)
+    os.replace(path, outside)
+    os.symlink(outside, path)
+    with pytest.raises(CorruptRunError, match="leading out of the run"):
+        create_trial(run)
+    # a folder of the run linked elsewhere: its files are not read either
+    os.unlink(path)
+    elsewhere = tmp_path / "elsewhere"
+    os.replace(os.path.join(run, "events", "000000000002"), elsewhere)
+    os.symlink(elsewhere, os.path.join(run, "events", "000000000002"))
+    with pytest.raises(CorruptTensorRecord, match="leads out of the run"):
+        create_trial(run).tensor("a").value(2)
+
+
+def test_the_writer_does_not_write_through_a_linked_folder(tmp_path):
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "events").mkdir(parents=True)
+    os.symlink(elsewhere, out / "events" / "000000000000")
+    hook = BaseHook(out_dir=str(out), save_config=smdebug.SaveConfig(save_interval=1))
+    for step in range(2):
+        hook.begin_step()
+        hook.save_tensor("a", np.full((4,), step, dtype=np.float32))
+    hook.close()
+    assert list(elsewhere.iterdir()) == []
+    trial = create_trial(str(out))
+    assert 0 in trial.unsaved_steps and trial.tensor("a").value(1)[0] == 1
