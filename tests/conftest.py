@@ -8,6 +8,10 @@ import pytest
 
 from smdebug import plugins
 
+# Sized for 2 cores: one compute thread per process (torch reads this when imported, after this file),
+# training subprocesses included.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(autouse=True)
 def fresh_plugins(monkeypatch):

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
+
 
 def smdebug_cli(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
     """Run the installed ``smdebug`` console script in a real subprocess."""
@@ -34,3 +36,18 @@ def assert_no_rule_fires(run: str) -> str:
     table = result.stdout
     assert "FIRED" not in table and result.returncode == 0, table + result.stderr
     return table
+
+
+# numpy's own answer for each reduction smdebug computes (the reference its reductions are checked against)
+NUMPY_REDUCTIONS = {
+    "min": np.min,
+    "max": np.max,
+    "median": np.median,
+    "mean": np.mean,
+    "std": np.std,
+    "variance": np.var,
+    "sum": np.sum,
+    "prod": np.prod,
+    "l1": lambda a: np.sum(np.abs(a)),
+    "l2": lambda a: np.sqrt(np.sum(a * a)),
+}

@@ -1,18 +1,13 @@
 """A small real PyTorch run (saved once per session) for the analysis tools to read."""
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from support import smdebug_cli
 from torch import nn
 
 from smdebug import plugins
-
-torch.set_num_threads(1)
 
 TRAIN_STEPS = 6
 EVAL_STEPS = 2
@@ -79,15 +74,6 @@ def trial(run_dir):
     from smdebug.trials import create_trial
 
     return create_trial(run_dir)
-
-
-def smdebug_cli(*args, env=None, cwd=None):
-    """Run the installed ``smdebug`` console script in a real subprocess."""
-    exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [exe, *map(str, args)], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300
-    )
 
 
 @pytest.fixture

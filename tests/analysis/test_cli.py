@@ -6,18 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import EVAL_STEPS, SAVE_INTERVAL, TRAIN_STEPS
+from support import one_line_error
 
 LOSS = "CrossEntropyLoss_output_0"
-
-
-def _one_line_error(result, *fragments):
-    assert result.returncode == 2, result
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
-    return lines[0]
 
 
 def test_subcommands_are_registered(cli):
@@ -125,7 +116,7 @@ def test_errors_are_one_clear_line(cli, run_dir, tmp_path, args, fragments):
         "logs": tmp_path / "logs",
     }
     result = cli(*(a.format(**paths) for a in args))
-    _one_line_error(result, *fragments)
+    one_line_error(result, *fragments)
     assert not (tmp_path / "x.png").exists()
 
 
@@ -156,7 +147,7 @@ def test_plot_without_matplotlib_says_what_to_install(cli, run_dir, tmp_path):
     (blocker / "matplotlib").mkdir(parents=True)
     (blocker / "matplotlib" / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
     result = cli("plot", run_dir, LOSS, "-o", tmp_path / "x.png", env={"PYTHONPATH": str(blocker)})
-    _one_line_error(result, "pip install matplotlib")
+    one_line_error(result, "pip install matplotlib")
 
 
 def test_export_tensorboard_command(cli, run_dir, tb, tmp_path):

@@ -9,20 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from support import one_line_error
 
 from smdebug import layout
 
 LOSS = "CrossEntropyLoss_output_0"
-
-
-def _one_line_error(result, *fragments):
-    assert result.returncode == 2, result
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 # -- item 13: unreachable S3 or no credentials ----------------------------------------------------------
@@ -54,7 +45,7 @@ def test_unreachable_s3_is_one_line_exit_2_in_bounded_time(cli, dead_endpoint, c
     started = time.monotonic()
     result = cli(*args, env=env)
     elapsed = time.monotonic() - started
-    line = _one_line_error(result, uri)
+    line = one_line_error(result, uri)
     assert "connect" in line.lower(), line  # the cause, as the storage client words it
     assert elapsed < 30, elapsed
 
@@ -68,7 +59,7 @@ def test_no_credentials_is_one_line_exit_2(cli, dead_endpoint, tmp_path):
         AWS_EC2_METADATA_DISABLED="true",  # no instance metadata service on a test machine
     )
     started = time.monotonic()
-    line = _one_line_error(cli("ls", uri, env=env), uri)
+    line = one_line_error(cli("ls", uri, env=env), uri)
     assert "credentials" in line.lower(), line
     assert time.monotonic() - started < 30
 
@@ -103,13 +94,13 @@ def test_show_with_a_damaged_record_shows_the_other_steps_and_marks_it(cli, run_
 # -- item 18: messages --------------------------------------------------------------------------------------
 def test_smdebug_run_errors_start_with_the_subcommand(cli):
     result = cli("run")
-    line = _one_line_error(result, "give the command to run after --")
+    line = one_line_error(result, "give the command to run after --")
     assert line.startswith("smdebug run: error:"), line
 
 
 def test_smdebug_run_config_errors_name_the_subcommand(cli, tmp_path):
     result = cli("run", "--config", tmp_path, "--", "python", "-c", "pass")
-    line = _one_line_error(result, str(tmp_path), "is a directory")
+    line = one_line_error(result, str(tmp_path), "is a directory")
     assert line.startswith("smdebug run: error:"), line
     assert "does not exist" not in line
 
@@ -119,7 +110,7 @@ def test_collection_configurations_as_an_object_is_named(cli, tmp_path):
     config.write_text(json.dumps({"LocalPath": str(tmp_path / "o"), "CollectionConfigurations": {"a": 1}}))
     for extra in ([], ["--collections", "weights"]):
         result = cli("run", "--config", config, *extra, "--", "python", "-c", "pass")
-        line = _one_line_error(result, "CollectionConfigurations", "expected a list")
+        line = one_line_error(result, "CollectionConfigurations", "expected a list")
         assert "CollectionName" not in line.split("expected")[0], line
 
 
@@ -163,12 +154,12 @@ def _blocked(tmp_path, *modules):
 
 def test_missing_matplotlib_names_the_plot_extra(cli, run_dir, tmp_path):
     result = cli("plot", run_dir, LOSS, "-o", tmp_path / "x.png", env=_blocked(tmp_path, "matplotlib"))
-    _one_line_error(result, "pip install 'smdebug-core[plot]'")
+    one_line_error(result, "pip install 'smdebug-core[plot]'")
 
 
 def test_missing_s3fs_names_the_s3_extra(cli, tmp_path):
     result = cli("ls", "s3://bucket/run", env=_blocked(tmp_path, "s3fs"))
-    _one_line_error(result, "s3://bucket/run", "pip install 'smdebug-core[s3]'")
+    one_line_error(result, "s3://bucket/run", "pip install 'smdebug-core[s3]'")
 
 
 def test_missing_pandas_names_the_pandas_extra(tmp_path, run_dir):

@@ -54,7 +54,7 @@ def script_errors(stderr):
 
 @pytest.fixture(scope="module")
 def report(run_dir, tmp_path_factory):
-    from conftest import smdebug_cli
+    from support import smdebug_cli
 
     out = tmp_path_factory.mktemp("report") / "report.html"
     result = smdebug_cli("report", run_dir, "-o", out)

@@ -4,17 +4,10 @@ run, the same runs on moto's S3 server, and a LocalCluster of 2 worker processes
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-import sweep_runs  # noqa: E402
-from s3server import serving  # noqa: E402 (tests/s3server.py)
+import sweep_runs
+from s3server import serving  # tests/s3server.py (tests/ is on pytest's pythonpath)
 
 N_RUNS = 20
 STEPS = 24

@@ -10,6 +10,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 from conftest import Run, batches, make_net
+from support import NUMPY_REDUCTIONS
 
 import smdebug.mxnet as smd
 import smdebug_mxnet
@@ -291,10 +292,7 @@ def test_hybridized_graph_built_before_registration_warns_once(tmp_path, caplog)
 
 
 REDUCTIONS = ["min", "max", "mean", "std", "variance", "sum", "prod", "median", "l1", "l2"]
-NUMPY = {
-    "min": np.min, "max": np.max, "mean": np.mean, "std": np.std, "variance": np.var, "sum": np.sum,
-    "prod": np.prod, "median": np.median, "l1": lambda a: np.sum(np.abs(a)), "l2": lambda a: np.sqrt(np.sum(a * a)),
-}  # fmt: skip
+NUMPY = NUMPY_REDUCTIONS
 
 
 def test_reductions_match_numpy():

@@ -6,16 +6,14 @@ import mxnet as mx
 import numpy as np
 import pytest
 from conftest import Run, batches, make_net
+from support import NUMPY_REDUCTIONS
 
 import smdebug.mxnet as smd
 import smdebug_mxnet.tensors
 from smdebug import plugins
 from smdebug.trials import create_trial
 
-NUMPY = {
-    "min": np.min, "max": np.max, "mean": np.mean, "std": np.std, "variance": np.var, "sum": np.sum,
-    "prod": np.prod, "median": np.median, "l1": lambda a: np.sum(np.abs(a)), "l2": lambda a: np.sqrt(np.sum(a * a)),
-}  # fmt: skip
+NUMPY = NUMPY_REDUCTIONS
 PAIRS = [(r, a) for r in NUMPY for a in (False, True)]
 HOST = np.random.RandomState(3).randn(4, 6).astype(np.float32)
 

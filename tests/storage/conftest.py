@@ -10,10 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-
-from s3server import serving  # noqa: E402 (tests/s3server.py)
+from s3server import serving  # tests/s3server.py (tests/ is on pytest's pythonpath)
 
 HERE = Path(__file__).parent
 # Deliberately recognisable: tests assert they never show up in a log or an error message.

@@ -105,7 +105,14 @@ def test_workers_of_one_distributed_run_share_the_directory(tmp_path):
 def test_dry_run_is_never_refused(tmp_path):
     out_dir = str(tmp_path / "run")
     save_steps(out_dir)
-    BaseHook(out_dir=out_dir, dry_run=True)
+    before = sorted(str(p.relative_to(out_dir)) for p in (tmp_path / "run").rglob("*"))
+    hook = BaseHook(out_dir=out_dir, dry_run=True)  # an existing run: no OutDirExistsError
+    hook.begin_step()
+    hook.save_for_step("w", np.ones(3, dtype=np.float32))
+    hook.end_step()
+    hook.close()
+    assert not hook.writing
+    assert sorted(str(p.relative_to(out_dir)) for p in (tmp_path / "run").rglob("*")) == before
 
 
 UNSAFE = [

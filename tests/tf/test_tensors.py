@@ -4,22 +4,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import NUMPY_REDUCTIONS
 
 from smdebug import plugins
 
 A = np.array([[1.0, -2.5, 7.0], [3.0, 0.5, -4.0]], dtype=np.float32)
-NUMPY = {
-    "min": np.min,
-    "max": np.max,
-    "median": np.median,
-    "mean": np.mean,
-    "std": np.std,
-    "variance": np.var,
-    "sum": np.sum,
-    "prod": np.prod,
-    "l1": lambda a: np.abs(a).sum(),
-    "l2": lambda a: np.sqrt((a**2).sum()),
-}
+NUMPY = NUMPY_REDUCTIONS
 
 
 @pytest.mark.parametrize(

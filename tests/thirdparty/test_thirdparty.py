@@ -256,14 +256,16 @@ def test_unsupported_version_skips_activation_with_one_line(caplog):
     ]
 
 
-def test_activation_error_never_breaks_the_import(tmp_path):
+def test_activation_with_a_bad_configuration_stops_with_one_line(tmp_path):
+    """smdebug was asked for (SMDEBUG_CONFIG_FILE_PATH) and its configuration is wrong: the script stops
+    before training, exit code 2, as `smdebug run --config` does with the same file."""
     out = tmp_path / "run"
     config = _config(tmp_path, out, reductions="maxx")
     done = _train(tmp_path, _env(SMDEBUG_CONFIG_FILE_PATH=str(config)))
-    assert done.returncode == 0, done.stderr
-    assert len(json.loads(done.stdout)) == 4 and not out.exists()
-    failed = [line for line in done.stderr.splitlines() if "activating toyml" in line]
-    assert len(failed) == 1 and "maxx" in failed[0]
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and not out.exists() and "Traceback" not in done.stderr
+    failed = [line for line in done.stderr.splitlines() if "bad hook configuration" in line]
+    assert len(failed) == 1 and "maxx" in failed[0] and str(config) in failed[0]
 
 
 # -- a broken third-party plugin ---------------------------------------------------------------------

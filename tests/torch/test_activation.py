@@ -185,7 +185,9 @@ def test_disable_switches(tmp_path, switch):
     assert not out.exists()
 
 
-def test_bad_configuration_is_logged_and_torch_still_imports(tmp_path):
+def test_bad_configuration_stops_the_script_with_one_line(tmp_path):
+    """smdebug was asked for and its configuration is wrong: no training without it (exit code 2, as
+    `smdebug run --config` with the same file), one line naming the problem and the fix."""
     config = tmp_path / "hook.json"
     config.write_text(
         json.dumps({"LocalPath": str(tmp_path / "run"), "HookParameters": {"save_intervall": "1"}})
@@ -193,11 +195,11 @@ def test_bad_configuration_is_logged_and_torch_still_imports(tmp_path):
     script = _script(tmp_path)
     env = _env(SMDEBUG_CONFIG_FILE_PATH=str(config))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert len(_losses(done.stdout)) == 4
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.strip() == "" and "Traceback" not in done.stderr
     lines = [line for line in done.stderr.splitlines() if "smdebug" in line]
     assert len(lines) == 1, done.stderr
-    assert "activating pytorch on import of torch failed" in lines[0]
+    assert "bad hook configuration" in lines[0] and "SMDEBUG_CONFIG_FILE_PATH" in lines[0]
     assert "HookParameters.save_intervall: unknown key" in lines[0]
     assert not (tmp_path / "run").exists()
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from support import NUMPY_REDUCTIONS
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -219,18 +220,7 @@ def test_collection_save_config_overrides_the_hook_one(out_dir):
 
 
 # -- ReductionConfig -------------------------------------------------------------------------------
-NUMPY = {
-    "min": np.min,
-    "max": np.max,
-    "median": np.median,
-    "mean": np.mean,
-    "std": np.std,
-    "variance": np.var,
-    "sum": np.sum,
-    "prod": np.prod,
-    "l1": lambda a: np.abs(a).sum(),
-    "l2": lambda a: np.sqrt((a * a).sum()),
-}
+NUMPY = NUMPY_REDUCTIONS
 
 
 def weights_seen(hook, steps):

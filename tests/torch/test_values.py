@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from scenarios import Net, batch
+from support import NUMPY_REDUCTIONS
 from torch import nn
 
 import smdebug.pytorch as smd
@@ -340,18 +341,7 @@ def test_reductions_instead_of_raw_tensors_equal_numpy(out_dir):
     seen = train_recording(hook, model, steps=2)
     hook.close()
     trial = smd.create_trial(out_dir)
-    numpy_of = {
-        "min": np.min,
-        "max": np.max,
-        "median": np.median,
-        "mean": np.mean,
-        "std": np.std,
-        "variance": np.var,
-        "sum": np.sum,
-        "prod": np.prod,
-        "l1": lambda a: np.sum(np.abs(a)),
-        "l2": lambda a: np.sqrt(np.sum(a * a)),
-    }
+    numpy_of = NUMPY_REDUCTIONS
     for step, rec in enumerate(seen):
         for name, value in [
             ("MLP_fc2.weight", rec["params"]["fc2.weight"]),

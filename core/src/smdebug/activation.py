@@ -107,6 +107,8 @@ def activate(framework, module) -> Any:
             return _activated[framework.alias]
         _activated[framework.alias] = None
     name = getattr(module, "__name__", "?")
+    from smdebug.exceptions import ConfigError
+
     try:
         problem = framework.version_problem()
         if problem is not None:
@@ -115,6 +117,15 @@ def activate(framework, module) -> Any:
         from smdebug import plugins
 
         hook = plugins.activate(framework, module)
+    except ConfigError as exc:
+        # smdebug was asked for and its configuration is wrong: stop, as `smdebug run --config` does,
+        # rather than train for hours without it
+        print(
+            f"smdebug: bad hook configuration: {exc} (fix it, or unset {CONFIG_FILE_PATH_ENV} to train "
+            "without smdebug)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
     except Exception as exc:
         logger.warning(
             "smdebug: activating %s on import of %s failed, the script runs without smdebug: %s: %s",

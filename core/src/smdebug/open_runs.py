@@ -7,6 +7,7 @@ imports the other."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import weakref
@@ -19,6 +20,8 @@ class _Flushable(Protocol):
     def flush(self) -> None: ...
 
 
+# `smdebug run` asks its command's hooks to say where they write (a script may make a hook of its own)
+RUN_REPORT_ENV = "SMDEBUG_RUN_REPORT"
 _open: list[tuple[str, weakref.ref, int]] = []  # (run key, weak ref to the hook, its training thread)
 _lock = threading.Lock()
 
@@ -39,6 +42,13 @@ def register(path: str, hook: _Flushable) -> None:
     with _lock:
         _open[:] = [e for e in _open if e[1]() is not None and e[1]() is not hook]
         _open.append((key, weakref.ref(hook), thread))
+    report = os.environ.get(RUN_REPORT_ENV)
+    if report:
+        try:
+            with open(report, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"out_dir": path}) + "\n")
+        except OSError:
+            pass  # only a note for `smdebug run`'s closing line
 
 
 def flush(path: str) -> None:

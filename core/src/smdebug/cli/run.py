@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from smdebug.exceptions import SMDebugValueError
+from smdebug.open_runs import RUN_REPORT_ENV
 
 USAGE = (
     "smdebug run [--out-dir DIR] [--config FILE] [--collections NAME ...] [--save-interval N] -- COMMAND ..."
@@ -81,16 +82,32 @@ def run(args) -> int:
             json.dump(data, f, indent=2)
         env = dict(os.environ)
         env["SMDEBUG_CONFIG_FILE_PATH"] = config_path
+        report = os.path.join(workdir, "hooks.jsonl")
+        env[RUN_REPORT_ENV] = report
         for name in ("SMDEBUG_DISABLE", "USE_SMDEBUG"):  # asking for smdebug run overrides them
             env.pop(name, None)
         print(f"smdebug run: saving to {out_dir}", file=sys.stderr, flush=True)
         code = _run_child(command, env)
+        written = _written(report)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
+    elsewhere = [d for d in written if d != out_dir]
     if _has_run(out_dir):
         print(f"smdebug run: run saved to {out_dir}", flush=True)
-    else:
+        if not (args.config or args.collections or args.save_interval or args.health):
+            print(
+                "smdebug run: the defaults save the losses every 500 steps; to save more: "
+                "--collections weights gradients losses --save-interval 10",
+                file=sys.stderr,
+            )
+    if elsewhere:
+        print(
+            f"smdebug run: the script's own hook saved to {', '.join(elsewhere)} (a hook the script makes "
+            f"keeps its out_dir){'' if _has_run(out_dir) else f'; nothing went to {out_dir}'}",
+            flush=True,
+        )
+    elif not _has_run(out_dir):
         from smdebug import plugins
 
         served = ", ".join(sorted(n for fw in plugins.frameworks().values() for n in fw.import_names))
@@ -100,6 +117,21 @@ def run(args) -> int:
             file=sys.stderr,
         )
     return code
+
+
+def _written(report: str) -> list[str]:
+    """Where the command's hooks wrote, in order (each hook notes its out_dir when it starts writing)."""
+    try:
+        with open(report, encoding="utf-8") as f:
+            found = [json.loads(line)["out_dir"] for line in f if line.strip()]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    seen = []
+    for path in found:
+        path = path if "://" in path else os.path.abspath(path)
+        if path not in seen:
+            seen.append(path)
+    return seen
 
 
 def _interpreter(command: list[str]) -> list[str]:

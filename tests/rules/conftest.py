@@ -1,3 +1,0 @@
-import torch
-
-torch.set_num_threads(1)
