@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -157,3 +158,23 @@ def test_the_writer_does_not_write_through_a_linked_folder(tmp_path):
     assert list(elsewhere.iterdir()) == []
     trial = create_trial(str(out))
     assert 0 in trial.unsaved_steps and trial.tensor("a").value(1)[0] == 1
+
+
+@pytest.mark.parametrize(
+    "signal", ['{"step": null}', '{"step": "x", "rule": 3}', '{"step": 1e999}', "[1]", "{"]
+)
+def test_a_bad_stop_signal_never_raises_in_the_training_thread(tmp_path, signal):
+    from smdebug.exceptions import StopTraining
+    from smdebug.stop_signal import STOP_SIGNAL_FILE
+
+    out = tmp_path / "run"
+    hook = BaseHook(out_dir=str(out), save_config=smdebug.SaveConfig(save_interval=1000))
+    hook.begin_step()
+    (out / STOP_SIGNAL_FILE).write_text(signal)
+    for _ in range(3):  # steps that save nothing; the signal is looked for at most every 50 ms
+        time.sleep(0.06)
+        hook.begin_step()
+    with pytest.raises(StopTraining) as info:  # the file's presence asks for the stop
+        hook.raise_if_stop_requested()
+    assert info.value.step == -1 and info.value.source == "signal"
+    hook.close()

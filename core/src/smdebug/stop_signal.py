@@ -15,7 +15,8 @@ import os
 import threading
 import time
 
-from smdebug.exceptions import StopTraining
+from smdebug.exceptions import CorruptRunError, StopTraining
+from smdebug.layout import MAX_NUMBER, load_json
 
 logger = logging.getLogger("smdebug")
 
@@ -57,10 +58,28 @@ def read_stop_signal(out_dir) -> dict | None:
     if not store.exists(STOP_SIGNAL_FILE):
         return None
     try:
-        signal = json.loads(store.read_bytes(STOP_SIGNAL_FILE))
-    except (OSError, ValueError):
+        signal = load_json(store.read_bytes(STOP_SIGNAL_FILE))
+    except (OSError, ValueError, CorruptRunError):
         signal = None
-    return signal if isinstance(signal, dict) else {"rule": "unknown", "step": -1, "reason": ""}
+    return _checked(signal)
+
+
+def _checked(signal) -> dict:
+    """The signal with its fields of the expected types: anyone can write the file, and a bad value
+    (``"step": null``, a list, a huge number) must not raise in the training thread. The file's presence
+    is what asks for the stop."""
+    if not isinstance(signal, dict):
+        signal = {}
+    step = signal.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not -1 <= step < MAX_NUMBER:
+        step = -1
+    rule, reason = signal.get("rule"), signal.get("reason")
+    return {
+        **signal,
+        "rule": rule[:200] if isinstance(rule, str) and rule else "unknown",
+        "step": step,
+        "reason": reason[:1000] if isinstance(reason, str) else "",
+    }
 
 
 def clear_stop_signal(out_dir) -> None:
@@ -148,7 +167,7 @@ class StopSignal:
             return
         if signal is not None and self.stop is None:
             reason = signal.get("reason") or "stop signal"
-            stop = StopTraining(str(signal.get("rule", "unknown")), int(signal.get("step", -1)), reason)
+            stop = StopTraining(signal["rule"], signal["step"], reason)
             stop.source = "signal"
             self.stop = stop
             logger.warning("smdebug: stop signal found in %s: %s", self.out_dir, stop)
