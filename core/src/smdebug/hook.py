@@ -16,6 +16,7 @@ Declared by a plugin (class attributes):
     scalar_collections            collections saved raw, without reductions or histograms
     train_only_collections        collections skipped in EVAL and PREDICT
     tensor_types                  what ``save_numbered`` saves out of nested outputs
+    reduction_names_keep_index    reductions of ``name:0`` keep the ``:0`` in their names (TF graphs)
 
 Overridden by a plugin (all optional):
     setup()                       per-hook set-up, at the end of ``__init__`` (a plugin defines no __init__)
@@ -124,6 +125,7 @@ class BaseHook:
     scalar_collections: ClassVar[frozenset[str]] = SCALAR_COLLECTIONS
     train_only_collections: ClassVar[frozenset[str]] = TRAIN_ONLY_COLLECTIONS
     tensor_types: ClassVar[tuple[type, ...]] = (object,)
+    reduction_names_keep_index: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -797,7 +799,7 @@ class BaseHook:
                 for pair in c.reduction_config.reduction_pairs()
             }
         )
-        names = [reduction_tensor_name(name, r, a) for r, a in pairs]
+        names = [reduction_tensor_name(name, r, a, self.reduction_names_keep_index) for r, a in pairs]
         raw = not numeric or any(c.reduction_config.save_raw_tensor for c in colls)
         shape = any(c.reduction_config.save_shape for c in colls)
         return pairs, names, raw, shape
@@ -860,7 +862,7 @@ class BaseHook:
         """A tensor's reductions: started where it lives (with the others of a ``together`` block) and
         brought to the host with the rest of the step's at its end (one transfer per step)."""
         if names is None:
-            names = [reduction_tensor_name(name, r, a) for r, a in pairs]
+            names = [reduction_tensor_name(name, r, a, self.reduction_names_keep_index) for r, a in pairs]
         if self._gathered is not None:
             self._gathered.append((name, value, pairs, names))
         else:
@@ -898,7 +900,9 @@ class BaseHook:
                 return
             # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
             result = np.asarray(result if isinstance(result, np.generic) else float(result))
-            self._queue(reduction_tensor_name(name, reduction, absolute), result)
+            self._queue(
+                reduction_tensor_name(name, reduction, absolute, self.reduction_names_keep_index), result
+            )
 
     def _flush_reductions(self) -> None:
         """Queue the step's pending reductions, brought to the host together."""

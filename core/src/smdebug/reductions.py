@@ -43,9 +43,10 @@ def numpy_reduction(array, reduction: str, abs: bool = False) -> float:
     return float(_NUMPY[reduction](array))
 
 
-def reduction_tensor_name(tensor_name: str, reduction: str, abs: bool) -> str:
-    """smdebug's stored name, e.g. ``smdebug/reductions/abs_mean/gradient/fc.weight``."""
-    name = re.sub(r":\d+", "", tensor_name)
+def reduction_tensor_name(tensor_name: str, reduction: str, abs: bool, keep_index: bool = False) -> str:
+    """smdebug's stored name, e.g. ``smdebug/reductions/abs_mean/gradient/fc.weight``; a TF graph
+    tensor's output index (``:0``) is dropped unless ``keep_index`` (smdebug 1.0's TF hooks keep it)."""
+    name = tensor_name if keep_index else re.sub(r":\d+", "", tensor_name)
     return f"{REDUCTIONS_PREFIX}{'abs_' if abs else ''}{reduction}/{name}"
 
 

@@ -13,6 +13,6 @@ __getattr__, __dir__, get_hook, __all__ = exports(
     "smdebug_tf.hook",
     Collection="smdebug_tf.collection",
     KerasHook="smdebug_tf.hook",
-    SessionHook="smdebug_tf.hook",
+    SessionHook="smdebug_tf.session",
     EstimatorHook="smdebug_tf.hook",
 )

@@ -1,4 +1,6 @@
-"""Zero code change: with a hook configuration present, every Keras fit/evaluate/predict gets the hook.
+"""Zero code change: with a hook configuration present, every Keras fit/evaluate/predict gets the hook, and
+so does every ``tf.compat.v1.train.MonitoredTrainingSession`` (the hook then becomes a SessionHook, and
+every ``tf.compat.v1.train.Optimizer`` shows it its gradients).
 
 Activation runs just after ``import tensorflow`` (or ``import keras``). Keras' TensorFlow trainer may not be
 imported yet then (``import keras`` imports TensorFlow half-way through its own import), so the trainer's
@@ -17,7 +19,7 @@ logger = logging.getLogger("smdebug")
 
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 _METHODS = ("fit", "evaluate", "predict")
-_state = {"hook": None, "patched": False}
+_state = {"hook": None, "patched": False, "sessions": False}
 
 
 def activate():
@@ -38,6 +40,77 @@ def activate():
         patch(module)
     else:
         sys.meta_path.insert(0, _TrainerWatcher())
+    patch_sessions()
+    return hook
+
+
+# where tf.compat.v1.train.MonitoredTrainingSession is defined, and the API module that offers it; both
+# exist once `import tensorflow` has started them, before it has finished (when activation may run)
+SESSION_MODULES = ("tensorflow.python.training.monitored_session", "tensorflow._api.v2.compat.v1.train")
+OPTIMIZER_MODULE = "tensorflow.python.training.optimizer"
+
+
+def patch_sessions() -> None:
+    """Wrap tf.compat.v1.train.MonitoredTrainingSession (it adds the hook) and v1 optimizers'
+    apply_gradients (they record their gradients for it)."""
+    modules = [sys.modules.get(name) for name in SESSION_MODULES]
+    if _state["sessions"] or any(m is None or not hasattr(m, "MonitoredTrainingSession") for m in modules):
+        return
+    _state["sessions"] = True
+    try:
+        original = modules[0].MonitoredTrainingSession
+        wrapped = _with_session_hook(original)
+        for module in modules:
+            if module.MonitoredTrainingSession is original:
+                module.MonitoredTrainingSession = wrapped
+        optimizer = sys.modules.get(OPTIMIZER_MODULE)
+        if optimizer is not None:
+            from smdebug_tf.graph import wrap_optimizer_class
+
+            wrap_optimizer_class(optimizer.Optimizer)
+    except Exception as exc:
+        logger.warning(
+            "smdebug: could not attach the hook to TF 1.x sessions: %s: %s", type(exc).__name__, exc
+        )
+
+
+def _with_session_hook(function):
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        hook = _state["hook"]
+        if hook is not None and not hook.closed:
+            try:
+                bound = signature.bind(*args, **kwargs)
+                hooks = list(bound.arguments.get("hooks") or ())
+                session_hook = as_session_hook(hook, hooks)
+                if session_hook is not None:
+                    bound.arguments["hooks"] = [*hooks, session_hook]
+                    args, kwargs = bound.args, bound.kwargs
+            except Exception as exc:  # never stand between the script and TensorFlow
+                hook.warn_once("attach-session", "smdebug: could not attach the hook to the session: %s", exc)
+        return function(*args, **kwargs)
+
+    return call
+
+
+def as_session_hook(hook, hooks):
+    """The activated hook as a SessionHook (the same object), or None when the session has a SessionHook
+    already or the hook saved Keras steps."""
+    from smdebug_tf.session import SessionHook
+
+    if any(isinstance(h, SessionHook) for h in hooks):
+        return None
+    if not isinstance(hook, SessionHook):
+        if hook.step >= 0:
+            hook.warn_once(
+                "session-after-keras",
+                "smdebug: the hook saved Keras steps already; this MonitoredTrainingSession runs without it",
+            )
+            return None
+        hook.__class__ = SessionHook  # both keep their state in the instance dict
+        hook.setup_graph()
     return hook
 
 
@@ -53,6 +126,7 @@ def patch(module) -> None:
     keras = sys.modules.get("keras")
     if keras is not None and not _initializing(keras):
         upgrade()  # else at the first fit/evaluate/predict, when Keras is complete
+    patch_sessions()
     trainer = getattr(module, "TensorFlowTrainer", None)
     if trainer is None:
         logger.warning("smdebug: this Keras has no TensorFlowTrainer; the hook is not attached to fit")
@@ -66,8 +140,9 @@ def upgrade():
     """Make the activated TFHook a KerasHook: the same object, now also a keras.callbacks.Callback."""
     hook = _state["hook"]
     from smdebug_tf.hook import KerasHook
+    from smdebug_tf.session import SessionHook
 
-    if hook is not None and not isinstance(hook, KerasHook):
+    if hook is not None and not isinstance(hook, (KerasHook, SessionHook)):
         hook.__class__ = KerasHook  # both keep their state in the instance dict
         import keras
 
@@ -80,7 +155,7 @@ def _with_hook(method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         hook = _state["hook"]
-        if hook is not None and not hook.closed:
+        if hook is not None and not hook.closed and not _is_session_hook(hook):
             try:
                 upgrade()
                 bound = signature.bind(self, *args, **kwargs)
@@ -94,6 +169,11 @@ def _with_hook(method):
         return method(self, *args, **kwargs)
 
     return call
+
+
+def _is_session_hook(hook) -> bool:
+    session = sys.modules.get("smdebug_tf.session")
+    return session is not None and isinstance(hook, session.SessionHook)
 
 
 def _add(callbacks, hook):

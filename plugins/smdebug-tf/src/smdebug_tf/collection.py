@@ -40,12 +40,23 @@ class Collection(BaseCollection):
             self.include(f"^{re.escape(name)}/outputs(_\\d+)?$")
 
     def add(self, arg) -> None:
-        """Add a tf.Variable / keras.Variable (by its path), a named graph tensor, or a list or set of them."""
+        """Add a tf.Variable / keras.Variable (by its path), a named graph tensor, or a list or set of them;
+        in a TF 1.x graph (``tf.compat.v1``), a tf.Tensor, tf.Variable or tf.Operation (its outputs), by
+        its graph name (``dense/kernel:0``), for a SessionHook to fetch."""
         if isinstance(arg, (list, tuple, set)):
             for item in arg:
                 self.add(item)
             return
         from smdebug_tf.capture import variable_name
+        from smdebug_tf.graph import graph_tensors
+
+        found = graph_tensors(arg)
+        if found is not None:
+            objects = self.__dict__.setdefault("graph_objects", {})
+            for name, obj in found:
+                objects[name] = obj
+                self.include(exact(name))
+            return
 
         path = getattr(arg, "path", None)
         name = path if isinstance(path, str) else None

@@ -23,26 +23,16 @@ class KerasHook(TFHook, keras.callbacks.Callback):
 Hook = KerasHook  # smdebug 1.0 spells it smd.KerasHook; smd.Hook is every other framework's name
 
 
-class _TF1Hook:
-    """TF 1.x hook classes: gone with tf.estimator and tf.compat.v1 sessions (TF 2.16+ has neither)."""
-
-    interface = ""
+class EstimatorHook:
+    """tf.estimator left TensorFlow in 2.16: this class only says what to use instead."""
 
     def __init__(self, *args, **kwargs):
         raise NotImplementedError(
-            f"smdebug.tensorflow.{type(self).__name__} served TF 1.x {self.interface}, which TensorFlow "
-            "2.16+ no longer has: use smd.KerasHook as a callback of model.fit/evaluate/predict, or "
-            "hook.wrap_tape(tf.GradientTape()) in a custom training loop"
+            "smdebug.tensorflow.EstimatorHook served tf.estimator, which TensorFlow 2.16+ no longer has: "
+            "use smd.KerasHook as a callback of model.fit/evaluate/predict, hook.wrap_tape(tf.GradientTape()) "
+            "in a custom training loop, or smd.SessionHook with tf.compat.v1.train.MonitoredTrainingSession"
         )
 
     @classmethod
     def create_from_json_file(cls, json_file_path=None):
         return cls()
-
-
-class SessionHook(_TF1Hook):
-    interface = "tf.train.MonitoredSession"
-
-
-class EstimatorHook(_TF1Hook):
-    interface = "tf.estimator"

@@ -52,8 +52,28 @@ def _key(layout: Layout) -> str:
         return key
 
 
-def _in_graph(t: tf.Tensor) -> bool:
+def reducible_in_graph(t: tf.Tensor) -> bool:
     return not (t.dtype.is_complex or t.dtype == tf.string)
+
+
+def reduction_vector(t: tf.Tensor, pairs: tuple) -> tuple[tf.Tensor | None, bool, bool]:
+    """``(vector, sized, empty)``: the ops computing every pair of ``t`` in one vector (None when there
+    are no pairs, or ``t`` is empty, which the core says it cannot reduce), followed by ``t``'s element
+    count when its shape is not known while tracing (``sized``: whether it is empty is known only when
+    the step runs); ``empty`` when it is known to have no elements."""
+    static = t.shape.is_fully_defined()
+    empty = static and t.shape.num_elements() == 0
+    if not pairs or empty:
+        return None, False, empty
+    vector = every_pair(t, pairs)
+    if static:
+        return vector, False, False
+    return tf.concat([vector, tf.cast(tf.reshape(tf.size(t), [1]), vector.dtype)], 0), True, False
+
+
+def raw_value(t: tf.Tensor) -> tf.Tensor:
+    """The tensor as the host receives it: float32 for the dtypes numpy cannot hold."""
+    return tf.cast(t, tf.float32) if t.dtype in UPCAST else t
 
 
 def pack(tensors: dict[str, tf.Tensor], plan_of) -> dict[str, tuple]:
@@ -69,7 +89,7 @@ def pack(tensors: dict[str, tf.Tensor], plan_of) -> dict[str, tuple]:
             continue
         pairs, raw = plan
         entry = dict(name=name, raw=None, reduced=None, pairs=(), sized=False, host=False, empty=False)
-        if not _in_graph(t):  # the core reduces these on the host: always hand over the value
+        if not reducible_in_graph(t):  # the core reduces these on the host: always hand over the value
             entry["host"] = True
             entry["raw"] = (len(buffers), None, None, None)
             buffers.append(t)
@@ -77,16 +97,12 @@ def pack(tensors: dict[str, tf.Tensor], plan_of) -> dict[str, tuple]:
             entries.append(entry)
             continue
         static = t.shape.is_fully_defined()
-        entry["empty"] = static and t.shape.num_elements() == 0
-        if pairs and not entry["empty"]:  # empty: the core says it cannot reduce it
-            vector = every_pair(t, pairs)
-            if not static:  # whether it is empty is known only when the step runs
-                vector = tf.concat([vector, tf.cast(tf.reshape(tf.size(t), [1]), vector.dtype)], 0)
-                entry["sized"] = True
+        vector, entry["sized"], entry["empty"] = reduction_vector(t, pairs)
+        if vector is not None:
             entry["pairs"] = pairs
             red_groups.setdefault(vector.dtype, []).append((len(entries), vector))
         if raw:
-            value = tf.cast(t, tf.float32) if t.dtype in UPCAST else t  # numpy cannot hold them
+            value = raw_value(t)
             if static:
                 size = t.shape.num_elements()
                 raw_groups.setdefault(value.dtype, []).append(
@@ -138,13 +154,10 @@ def unpack(packed: dict[str, tuple]) -> list[list[tuple[str, object]]]:
             if e.host:
                 values.append((e.name, host))
                 continue
-            row, empty = None, e.empty
+            row = None
             if e.reduced is not None:
                 index, offset = e.reduced
                 row = arrays[index][offset : offset + len(e.pairs) + e.sized]
-                if e.sized:
-                    empty = bool(row[-1] == 0)
-                    row = None if empty else row[:-1]
-            values.append((e.name, Captured(e.name, host, row, e.pairs, empty)))
+            values.append((e.name, Captured.of(e.name, host, row, e.pairs, e.sized, e.empty)))
         out.append(values)
     return out

@@ -22,6 +22,15 @@ class Captured:
         self.pairs = pairs
         self.empty = empty
 
+    @classmethod
+    def of(cls, name: str, host, row, pairs: tuple, sized: bool, empty: bool) -> Captured:
+        """From what the step returned: ``row`` (``packing.reduction_vector``'s value) ends with the
+        element count when ``sized``."""
+        if row is not None and sized:
+            empty = bool(row[-1] == 0)
+            row = None if empty else row[:-1]
+        return cls(name, host, row, pairs, empty)
+
     def to_numpy(self) -> np.ndarray:
         if self.host is None:
             raise ValueError(f"the step did not bring the raw value of {self.name} over")

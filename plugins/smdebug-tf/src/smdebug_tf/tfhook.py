@@ -99,9 +99,9 @@ class TFHook(BaseHook):
                 coll.include(exact(name))
             known.update(new)
 
-    def include_variables(self, variables) -> list:
+    def include_variables(self, variables, name_of=capture.variable_name) -> list:
         """(name, variable) of model variables, each in weights or biases (smdebug: "bias" in its name)."""
-        pairs = [(capture.variable_name(v), v) for v in variables]
+        pairs = [(name_of(v), v) for v in variables]
         biases = [n for (n, v) in pairs if "bias" in str(getattr(v, "name", n)).split(":")[0]]
         self.include_names(CollectionKeys.BIASES, biases)
         self.include_names(CollectionKeys.WEIGHTS, [n for n, _ in pairs if n not in set(biases)])

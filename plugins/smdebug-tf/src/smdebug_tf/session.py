@@ -1,0 +1,208 @@
+"""SessionHook: smdebug for TF 1.x graphs (``tf.compat.v1``) run by a MonitoredSession.
+
+A ``tf.compat.v1.train.SessionRunHook``: each ``run`` call of the MonitoredSession is one step. In
+``begin`` (the graph is still open) the hook finds the tensors of its collections, by smdebug 1.0's
+graph-mode names (``dense/kernel:0``, the gradient tensors' own names, ...), and adds to the graph, for
+each, the ops computing its reductions. At a step where some are due, ``before_run`` asks the step's own
+run call to fetch them too (their reductions, their values where saved); other steps fetch nothing more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from smdebug.plugin import CollectionKeys
+from smdebug_tf import graph as tfgraph
+from smdebug_tf.packing import raw_value, reducible_in_graph, reduction_vector
+from smdebug_tf.tensors import Captured
+from smdebug_tf.tfhook import TFHook
+
+
+class Fetchable:
+    """A tensor the hook may fetch: its value (``raw``) and the ops of its reductions (``vector``)."""
+
+    __slots__ = ("tensor", "raw", "vector", "pairs", "sized", "empty", "host")
+
+    def __init__(self, tensor, pairs: tuple):
+        self.tensor = tensor
+        self.host = not reducible_in_graph(tensor)  # complex, text: the core reduces the value
+        self.raw = tensor if self.host else raw_value(tensor)
+        self.pairs = () if self.host else pairs
+        self.vector, self.sized, self.empty = reduction_vector(tensor, self.pairs)
+        if self.vector is None:
+            self.pairs = ()
+
+
+class GraphState:
+    def __init__(self):
+        self.graph = None
+        self.tensors: dict[str, Fetchable] = {}  # name -> what to fetch
+        self.reach = None  # graph.Reach of the graph
+        self.fetched: list[str] = []  # the names this step's run call fetches
+
+
+class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
+    # graph tensors are found by what they are (variables, the optimizer's gradients, the graph's
+    # losses, what collections were given), not by the forms of names that Keras 3 runs use
+    builtin_patterns = {}
+    reduction_names_keep_index = True  # smdebug 1.0's TF form: smdebug/reductions/mean/dense/kernel:0
+
+    def setup(self) -> None:
+        super().setup()
+        self.setup_graph()
+
+    def setup_graph(self) -> None:
+        """Also run on a hook made a SessionHook (activation): Keras' name patterns do not apply here."""
+        self.graph_state = GraphState()
+        for name, pattern in TFHook.builtin_patterns.items():
+            coll = self.get_collection(name)
+            if pattern in coll.include_regex:
+                coll.include_regex = [p for p in coll.include_regex if p != pattern]
+        self.collections_changed()
+
+    # -- SessionRunHook --------------------------------------------------------------------------------
+    def begin(self):
+        if self.closed:
+            return
+        with self.guard("find the graph's tensors"):
+            graph = tf.compat.v1.get_default_graph()
+            if graph is not self.graph_state.graph and not graph.finalized:
+                self.find_tensors(graph)
+
+    def before_run(self, run_context):
+        state = self.graph_state
+        state.fetched = []
+        if self.closed:
+            return None
+        if not self.next_idle_step():
+            self.begin_step()
+        if not self.anything_due() or not state.tensors:
+            return None
+        with self.guard("choose the step's tensors"):
+            fetches = self.fetches(run_context.original_args)
+            if fetches:
+                state.fetched = list(fetches)
+                return tf.compat.v1.train.SessionRunArgs(fetches)
+        return None
+
+    def after_run(self, run_context, run_values):
+        state = self.graph_state
+        if state.fetched:
+            with self.guard("save the step's tensors"), self.together():
+                for name, got in (run_values.results or {}).items():
+                    self.save_fetched(name, state.tensors[name], got)
+            state.fetched = []
+            self.end_step()
+        if self.should_stop():
+            run_context.request_stop()
+
+    def end(self, session):
+        if not self.closed:
+            self.flush()  # a Trial reads the run; it stays open for a later session
+
+    # -- the graph's tensors ---------------------------------------------------------------------------
+    def find_tensors(self, graph) -> None:
+        """Name the graph's tensors of every included collection, and add the ops fetching them."""
+        state = self.graph_state
+        found: dict = {}  # name -> tensor
+        records = tfgraph.applied(graph)
+        before = {k: r for a in records for k, r in a.weights.items()}
+        with graph.as_default():
+            variables = tf.compat.v1.trainable_variables()
+            self.include_variables(variables, name_of=lambda v: v.name)
+            with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/weights"):
+                for v in variables:
+                    read = before.get(v.ref())
+                    found[v.name] = read if read is not None else v.read_value()
+            for a in records:
+                grads = [(g.name, g) for g, _ in a.gradients]
+                self.include_names(CollectionKeys.GRADIENTS, [n for n, _ in grads])
+                found.update(grads)
+                opt = [(v.name, read) for v, read in a.optimizer_variables]
+                self.include_names(CollectionKeys.OPTIMIZER_VARIABLES, [n for n, _ in opt])
+                found.update(opt)
+            losses = tf.compat.v1.losses.get_losses()
+            self.include_names(CollectionKeys.LOSSES, [t.name for t in losses])
+            found.update((t.name, t) for t in losses)
+            with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/added"):
+                for coll in self.get_collections().values():
+                    for name, obj in getattr(coll, "graph_objects", {}).items():
+                        if name not in found and getattr(obj, "graph", graph) is graph:
+                            found[name] = obj.read_value() if isinstance(obj, tf.Variable) else obj
+            for op in graph.get_operations():  # what the collections' patterns match (include_regex)
+                if op.name.startswith(tfgraph.SCOPE + "/") or not graph.is_fetchable(op):
+                    continue
+                for t in op.outputs:
+                    if t.name not in found and t.dtype not in (tf.resource, tf.variant):
+                        if self.collections_of(t.name):
+                            found[t.name] = t
+            with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/reductions"):
+                state.tensors = {
+                    name: Fetchable(t, self.reduction_pairs(name))
+                    for name, t in found.items()
+                    if self.collections_of(name)
+                }
+        state.graph = graph
+        state.reach = tfgraph.Reach(graph)
+
+    def reduction_pairs(self, name: str) -> tuple:
+        """Every (reduction, abs) pair any included collection of the tensor may ask for."""
+        return tuple(
+            dict.fromkeys(
+                (reduction, bool(absolute))
+                for c in self.collections_of(name)
+                if c.name not in self.scalar_collections
+                for reduction, absolute in (c.reduction_config or self.reduction_config).reduction_pairs()
+            )
+        )
+
+    def fetches(self, args) -> dict:
+        """``{name: {"raw": tensor, "row": reductions}}`` of the due tensors this run call can fetch."""
+        state = self.graph_state
+        out = {}
+        for name, entry in state.tensors.items():
+            plan = self.capture_plan(name)
+            if plan is None:
+                continue
+            if not state.reach.allowed(entry.tensor, args.fetches, args.feed_dict):
+                self.warn_once(
+                    f"unreachable:{name}",
+                    "smdebug: %s is not saved at steps whose run call does not compute it (it needs a "
+                    "placeholder not fed, or an op the call does not run)",
+                    name,
+                )
+                continue
+            pairs, raw = plan
+            in_row = all(p in entry.pairs for p in pairs)
+            fetch = {}
+            if raw or entry.host or not in_row:
+                fetch["raw"] = entry.raw
+            if pairs and in_row and entry.vector is not None:
+                fetch["row"] = entry.vector
+            if fetch:
+                out[name] = fetch
+        return out
+
+    def save_fetched(self, name: str, entry: Fetchable, got: dict) -> None:
+        host = got.get("raw")
+        host = None if host is None else np.asarray(host)
+        if entry.host:
+            self.save_for_step(name, host)
+            return
+        row = got.get("row")
+        self.save_for_step(name, Captured.of(name, host, row, entry.pairs, entry.sized, entry.empty))
+
+    # -- TensorFlow-specific API -----------------------------------------------------------------------
+    def wrap_optimizer(self, optimizer):
+        """Return the same ``tf.compat.v1.train.Optimizer``; its gradients, the variables it updates and
+        its own variables are now seen by the hook."""
+        if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+            self.warn_once(
+                "optimizer",
+                "smdebug: SessionHook.wrap_optimizer expects a tf.compat.v1.train.Optimizer, got %s; "
+                "gradients are not saved",
+                type(optimizer).__name__,
+            )
+            return optimizer
+        return tfgraph.wrap_optimizer(optimizer)

@@ -1,0 +1,208 @@
+"""SessionHook on TF 1.x graphs: a MonitoredTrainingSession under tf.compat.v1.disable_eager_execution(),
+in subprocesses (the other tests run eagerly), by the hook's arguments, its JSON configuration and with no
+code change at all; smdebug 1.0.34 reads the run as we do."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_compat import _describe
+
+from smdebug import modes
+from smdebug.trials import create_trial
+
+HERE = Path(__file__).parent
+TRAIN, EVAL = modes.TRAIN, modes.EVAL
+LR, MOMENTUM = 0.1, 0.9
+KERNEL, BIAS = "dense/kernel:0", "dense/bias:0"
+LOSS = "mean_squared_error/value:0"
+
+
+def _run(args, env_extra=None, cwd=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMDEBUG")}
+    env.update(env_extra or {}, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _train(out_dir, *config):
+    proc = _run([sys.executable, str(HERE / "graph_train.py"), out_dir, *config])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def graph_run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("session") / "run")
+    return out, _train(out)
+
+
+def test_monitored_training_session_saves_what_the_session_fetches(graph_run):
+    out, got = graph_run
+    trial = create_trial(out)
+    assert trial.steps(mode=TRAIN) == [0, 1, 2, 3, 5]  # save_steps, in TRAIN mode
+    assert trial.steps(mode=EVAL) == [0, 1]
+    assert trial.tensor_names(collection="weights") == [KERNEL]
+    assert trial.tensor_names(collection="biases") == [BIAS]
+    assert trial.tensor_names(collection="losses") == [LOSS]
+    assert trial.tensor_names(collection="metrics") == ["mae:0"]
+    assert trial.tensor_names(collection="custom") == ["relu_out:0", "scaled:0"]  # a Tensor, an Operation
+    assert sorted(trial.tensor_names(collection="optimizer_variables")) == [
+        "dense/bias/Momentum:0",
+        "dense/kernel/Momentum:0",
+    ]
+    grads = trial.tensor_names(collection="gradients")
+    assert len(grads) == 2 and all(name.startswith("gradients/") for name in grads)
+    # the values the script's own run calls fetched, step by step, in both modes
+    for mode in ("TRAIN", "EVAL"):
+        for step, (loss, hidden, mae, scaled) in enumerate(got["fetched"][mode]):
+            if step not in trial.steps(mode=modes.ModeKeys[mode]):
+                continue
+            m = modes.ModeKeys[mode]
+            assert trial.tensor(LOSS).value(step, mode=m) == np.float32(loss)
+            np.testing.assert_array_equal(trial.tensor("relu_out:0").value(step, mode=m), np.float32(hidden))
+            np.testing.assert_array_equal(trial.tensor("scaled:0").value(step, mode=m), np.float32(scaled))
+            assert trial.tensor("mae:0").value(step, mode=m) == np.float32(mae)
+    # weights as each step starts, the gradients computed with them, the optimizer's update after it
+    xs, ys = np.array(got["xs"], np.float64), np.array(got["ys"], np.float64)
+    grad_of = {trial.tensor(g).value(0, mode=TRAIN).shape: g for g in grads}
+    for step in (0, 1, 2):
+        w = trial.tensor(KERNEL).value(step, mode=TRAIN).astype(np.float64)
+        b = trial.tensor(BIAS).value(step, mode=TRAIN).astype(np.float64)
+        residual = xs @ w + b - ys
+        np.testing.assert_allclose(
+            trial.tensor(grad_of[(3, 1)]).value(step, mode=TRAIN), 2 * xs.T @ residual / len(xs), rtol=1e-4
+        )
+        np.testing.assert_allclose(
+            trial.tensor(grad_of[(1,)]).value(step, mode=TRAIN), 2 * residual.sum(0) / len(xs), rtol=1e-4
+        )
+        accumulated = trial.tensor("dense/kernel/Momentum:0").value(step, mode=TRAIN)
+        np.testing.assert_allclose(
+            trial.tensor(KERNEL).value(step + 1, mode=TRAIN), w - LR * accumulated, rtol=1e-5
+        )
+    np.testing.assert_array_equal(trial.tensor(KERNEL).value(0, mode=TRAIN), np.full((3, 1), 0.5, np.float32))
+    # reductions computed in the graph, named as smdebug 1.0 names them (the :0 kept)
+    kernel = trial.tensor(KERNEL).value(2, mode=TRAIN)
+    assert trial.tensor(KERNEL).reduction_value(2, "l2", mode=TRAIN) == pytest.approx(
+        np.linalg.norm(kernel), 1e-6
+    )
+    assert trial.tensor(KERNEL).reduction_value(2, "mean", mode=TRAIN) == pytest.approx(kernel.mean(), 1e-6)
+    assert any(n.endswith("/dense/kernel:0") for n in _stored_names(out))
+
+
+def _stored_names(out):
+    names = set()
+    for path in Path(out, "index").rglob("*.json"):
+        names.update(t["tensorname"] for t in json.loads(path.read_text())["tensor_payload"])
+    return names
+
+
+def test_only_due_steps_fetch_more_and_unfed_tensors_are_skipped(graph_run):
+    out, got = graph_run
+    # TRAIN 0-3 due, 4 not, 5 due (a run call feeding nothing), EVAL 0-1 due
+    assert got["asked"] == [True, True, True, True, False, True, True, True]
+    trial = create_trial(out)
+    assert 5 in trial.tensor(KERNEL).steps(mode=TRAIN)  # variables need no feed
+    for name in (LOSS, "relu_out:0", "mae:0", *trial.tensor_names(collection="gradients")):
+        assert 5 not in trial.tensor(name).steps(mode=TRAIN)
+    # gradients and optimizer variables are training-only
+    for name in trial.tensor_names(collection="gradients") + trial.tensor_names(
+        collection="optimizer_variables"
+    ):
+        assert trial.tensor(name).steps(mode=EVAL) == []
+
+
+def test_session_hook_from_json_configuration(tmp_path):
+    out = str(tmp_path / "run")
+    config = tmp_path / "hook.json"
+    config.write_text(
+        json.dumps(
+            {
+                "LocalPath": out,
+                "HookParameters": {"save_interval": "2"},
+                "CollectionConfigurations": [
+                    {"CollectionName": "gradients"},
+                    {"CollectionName": "weights", "CollectionParameters": {"save_interval": "3"}},
+                ],
+            }
+        )
+    )
+    got = _train(out, str(config))
+    trial = create_trial(out)
+    assert trial.tensor(KERNEL).steps(mode=TRAIN) == [0, 3]
+    assert trial.tensor(LOSS).steps(mode=TRAIN) == [0, 2, 4]
+    assert trial.tensor(LOSS).value(4, mode=TRAIN) == np.float32(got["fetched"]["TRAIN"][4][0])
+    for name in trial.tensor_names(collection="gradients"):
+        assert trial.tensor(name).steps(mode=TRAIN) == [0, 2, 4]
+    assert trial.tensor_names(collection="custom") == []  # not included by the configuration
+
+
+UNMODIFIED = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(16, 3)).astype("float32")
+    ys = rng.normal(size=(16, 1)).astype("float32")
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    w = tf.compat.v1.get_variable("dense/kernel", [3, 1])
+    loss = tf.compat.v1.losses.mean_squared_error(y, tf.matmul(x, w))
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    losses = []
+    with tf.compat.v1.train.MonitoredTrainingSession() as sess:
+        for _ in range(4):
+            losses.append(float(sess.run([train_op, loss], feed_dict={x: xs, y: ys})[1]))
+    print(json.dumps(losses))
+    """
+)
+
+
+def test_zero_code_change_monitored_training_session(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(UNMODIFIED)
+    out = str(tmp_path / "run")
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "LocalPath": out,
+                "HookParameters": {"save_interval": "2"},
+                "CollectionConfigurations": [{"CollectionName": "weights"}, {"CollectionName": "gradients"}],
+            }
+        )
+    )
+    proc = _run([sys.executable, str(script)], {"SMDEBUG_CONFIG_FILE_PATH": str(config)}, cwd=tmp_path)
+    losses = json.loads(proc.stdout.strip().splitlines()[-1])
+    trial = create_trial(out)
+    assert trial.steps() == [0, 2]
+    assert trial.tensor_names(collection="weights") == [KERNEL]
+    (grad,) = trial.tensor_names(collection="gradients")  # the script's optimizer, not wrapped by it
+    assert trial.tensor(grad).value(2).shape == (3, 1)
+    assert [float(trial.tensor(LOSS).value(s)) for s in (0, 2)] == [
+        np.float32(losses[0]),
+        np.float32(losses[2]),
+    ]
+
+
+def test_smdebug_1_0_34_reads_a_graph_mode_run_as_we_do(graph_run):
+    python = os.environ.get("SMDEBUG_1034_PYTHON")
+    if not python or not os.path.exists(python):
+        pytest.fail(
+            "SMDEBUG_1034_PYTHON must name the python of a venv with smdebug 1.0.34: run `nox -s tests-tf`"
+        )
+    out, _ = graph_run
+    theirs = _describe(python, out)
+    ours = _describe(sys.executable, out)
+    assert KERNEL in theirs["tensor_names"] and "relu_out:0" in theirs["tensor_names"]
+    assert theirs["collections"]["custom"] == ["relu_out:0", "scaled:0"]
+    assert set(theirs["tensors"][KERNEL]["TRAIN/0"][3]) == {"mean", "l2"}  # stored reductions, :0 kept
+    assert theirs == ours
