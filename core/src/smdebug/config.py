@@ -640,10 +640,16 @@ class HookConfig(ConfigModel):
             raise ConfigError(f"out_dir: invalid value {v!r} (expected a path or URI)")
         return v
 
-    @field_validator("export_tensorboard", "dry_run", "save_all", "health", mode="before")
+    @field_validator("export_tensorboard", "dry_run", "health", mode="before")
     @classmethod
     def _bools(cls, v, info):
         return to_bool(v, info.field_name)
+
+    @field_validator("save_all", mode="before")
+    @classmethod
+    def _save_all(cls, v):
+        # smdebug 1.0 only asks whether it is truthy (``save_all=["true"]`` works there); words still parse
+        return to_bool(v, "save_all") if isinstance(v, str) else bool(v)
 
     @field_validator("include_regex", "include_collections", mode="before")
     @classmethod

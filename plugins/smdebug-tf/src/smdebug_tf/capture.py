@@ -86,26 +86,46 @@ def recording(recorder: Recorder):
 
 
 # -- the optimizer: gradients as ``apply`` receives them ------------------------------------------
-def wrap_optimizer(optimizer, on_eager_gradients=None):
+def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None):
     """Wrap ``optimizer.apply`` on this instance (not its class): while a Recorder is active the
-    gradients are recorded, unscaled when the optimizer scales the loss; in eager code they are handed to
-    ``on_eager_gradients(pairs)``. Returns the same optimizer; wrapping twice wraps once."""
+    gradients are recorded, unscaled when the optimizer scales the loss, and the variables as they are
+    before the update (the weights of a model built inside the step, which the step could not read at
+    its start); in eager code the gradients are handed to ``on_eager_gradients(pairs)``, and
+    ``on_eager_applied()`` is called after the update (while a function is traced outside a Recorder,
+    ``on_eager_applied(optimizer)``: a custom loop's step in a tf.function). Returns the same optimizer;
+    wrapping twice wraps once."""
     if optimizer in _wrapped_optimizers:
         if on_eager_gradients is not None:
             optimizer.smdebug_on_eager_gradients = on_eager_gradients
+        if on_eager_applied is not None:
+            optimizer.smdebug_on_eager_applied = on_eager_applied
         return optimizer
     original = optimizer.apply
     optimizer.smdebug_on_eager_gradients = on_eager_gradients
+    optimizer.smdebug_on_eager_applied = on_eager_applied
 
     def apply(grads, trainable_variables=None):
         recorder = active()
-        eager = optimizer.smdebug_on_eager_gradients
-        if recorder is not None and GRADIENTS in recorder.kinds:
-            for variable, grad in _unscaled_pairs(optimizer, grads, trainable_variables):
-                recorder.add(gradient_name(variable), grad)
-        elif eager is not None and recorder is None and tf.executing_eagerly():
-            eager(_unscaled_pairs(optimizer, grads, trainable_variables))
-        return original(grads, trainable_variables)
+        eager = recorder is None and tf.executing_eagerly()
+        if recorder is not None:
+            if WEIGHTS in recorder.kinds and trainable_variables is not None:
+                for variable in trainable_variables:  # the ones read at the step's start are kept
+                    name = variable_name(variable)
+                    if name not in recorder.tensors:
+                        recorder.tensors[name] = tf.identity(tf.convert_to_tensor(variable))
+            if GRADIENTS in recorder.kinds:
+                for variable, grad in _unscaled_pairs(optimizer, grads, trainable_variables):
+                    recorder.add(gradient_name(variable), grad)
+        elif eager and optimizer.smdebug_on_eager_gradients is not None:
+            optimizer.smdebug_on_eager_gradients(_unscaled_pairs(optimizer, grads, trainable_variables))
+        result = original(grads, trainable_variables)
+        applied = optimizer.smdebug_on_eager_applied
+        if applied is not None and recorder is None:
+            if eager:
+                applied()
+            elif tf.inside_function():
+                applied(optimizer)
+        return result
 
     optimizer.apply = apply
     _wrapped_optimizers.add(optimizer)
@@ -201,11 +221,12 @@ def _reduce(values, strategy, reduction: str):
     return reduce_per_replica(values, strategy, reduction)
 
 
-def build(model, mode: str, kinds: frozenset[str], plan_of):
+def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
     """A function taking what Keras' own ``<mode>_function`` takes, returning ``(its result, packed)``:
     the due tensors in a few buffers (smdebug_tf.packing; ``plan_of(name)`` says what is due of each, and
     is asked once per name: every trace of the function packs the same). mode is "train", "test" or
-    "predict". ``function.plans`` holds the plans it was traced with."""
+    "predict". ``function.plans`` holds the plans it was traced with. ``on_built()`` is called once the
+    step has run while tracing (a model built by its first call has its variables then)."""
     strategy = model.distribute_strategy
     step_fn = {"train": model.train_step, "test": model.test_step, "predict": model.predict_step}[mode]
     reduction = "concat" if mode == "predict" else "auto"
@@ -235,6 +256,8 @@ def build(model, mode: str, kinds: frozenset[str], plan_of):
             elif mode == "predict" and INPUTS in kinds:
                 recorder.add(MODEL_INPUT, data[0] if isinstance(data, tuple) else data)
             result = step_fn(data)
+        if on_built is not None:
+            on_built()
         return result, pack(recorder.tensors, planned)
 
     @tf.autograph.experimental.do_not_convert

@@ -48,6 +48,7 @@ class WrappedTape:
                 )
             else:
                 self.due = tf.py_function(self.host_step_begin, [], Tout=tf.bool)
+                self.hook.tf_state.traced_tape = (tf.compat.v1.get_default_graph(), self)
         return self
 
     def __exit__(self, *exc_info):
@@ -94,6 +95,27 @@ class WrappedTape:
         tf.cond(
             self.due,
             lambda: tf.py_function(save, values, Tout=tf.bool),
+            lambda: tf.constant(False),
+        )
+
+    def optimizer_applied(self, optimizer) -> None:
+        """While the step is traced, after the wrapped optimizer's update: on due steps, a host call
+        receiving its variables (read after the update: TF orders a function's ops on a variable)."""
+        variables = list(getattr(optimizer, "variables", None) or ())
+        if self.inert or self.due is None or not variables:
+            return
+        from smdebug_tf.capture import variable_name
+
+        names = [variable_name(v) for v in variables]
+        hook = self.hook
+
+        def save(*arrays):
+            hook.traced_optimizer_variables(names, arrays)
+            return np.bool_(True)
+
+        tf.cond(
+            self.due,
+            lambda: tf.py_function(save, [tf.convert_to_tensor(v) for v in variables], Tout=tf.bool),
             lambda: tf.constant(False),
         )
 

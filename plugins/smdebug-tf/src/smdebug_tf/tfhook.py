@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 
 from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
@@ -63,6 +64,12 @@ class TFState:
         self.saved_step = -1  # ... this one
         self.devices: list[str] = []  # a distribution strategy's replicas, as smdebug 1.0 names them
         self.replicas: list = []  # include_workers "all": a hook writing each further replica's tensors
+        self.batch = 0  # Keras' batch number of the step (the `batch` metric)
+        self.logged = (-1, frozenset())  # (step, the log keys saved at it)
+        self.epoch_logged = False  # the epoch's training logs are saved (before its validation)
+        self.fitting = False  # between on_train_begin and on_train_end
+        self.pending: list = []  # (method, arguments) of save_scalar/save_tensor calls before the first step
+        self.traced_tape = None  # (graph, WrappedTape) of the custom loop's step being traced
 
 
 class TFHook(BaseHook):
@@ -188,24 +195,33 @@ class TFHook(BaseHook):
             self.register_model(model)
 
     def on_train_begin(self, logs=None):
+        self.tf_state.fitting = True
         self.mode_begin(ModeKeys.TRAIN)
 
     def on_test_begin(self, logs=None):
+        state = self.tf_state
+        if state.fitting and self.mode == ModeKeys.TRAIN and state.model is not None and not self.closed:
+            # fit's validation starts: the training step that ends here is the epoch's last one, and the
+            # model's metrics are still the epoch's (smdebug 1.0 saves them at the end of each epoch)
+            with self.guard("save the epoch's training logs"):
+                self.save_epoch_logs(state.model.get_metrics_result())
+                state.epoch_logged = True
         self.mode_begin(ModeKeys.EVAL)
 
     def on_predict_begin(self, logs=None):
         self.mode_begin(ModeKeys.PREDICT)
 
     def on_train_batch_begin(self, batch, logs=None):
-        self.batch_begin(ModeKeys.TRAIN)
+        self.batch_begin(ModeKeys.TRAIN, batch)
 
     def on_test_batch_begin(self, batch, logs=None):
-        self.batch_begin(ModeKeys.EVAL)
+        self.batch_begin(ModeKeys.EVAL, batch)
 
     def on_predict_batch_begin(self, batch, logs=None):
-        self.batch_begin(ModeKeys.PREDICT)
+        self.batch_begin(ModeKeys.PREDICT, batch)
 
     def on_train_end(self, logs=None):
+        self.tf_state.fitting = False
         self.mode_end()
 
     def on_test_end(self, logs=None):
@@ -215,15 +231,31 @@ class TFHook(BaseHook):
         self.mode_end()
 
     def on_epoch_end(self, epoch, logs=None):
-        # validation results exist only here; smdebug 1.0 saves them with the epoch's last step
+        # smdebug 1.0 saves the epoch's logs whatever the save configuration: the training ones with the
+        # epoch's last training step (before validation, if any: on_test_begin), the validation results,
+        # which exist only here, with the epoch's last validation step
+        logged, self.tf_state.epoch_logged = self.tf_state.epoch_logged, False
         if self.closed or not logs:
             return
-        with self.guard("save the validation metrics"):
-            for key, value in logs.items():
-                if key.startswith("val_"):
-                    collection = CollectionKeys.LOSSES if self.is_loss(key) else CollectionKeys.METRICS
-                    self.include_names(collection, [key])
-                    self.save_tensor(key, value, collection)
+        with self.guard("save the epoch's logs"):
+            if not logged and self.mode == ModeKeys.TRAIN:
+                self.save_epoch_logs({k: v for k, v in logs.items() if not k.startswith("val_")})
+            self.save_epoch_logs({k: v for k, v in logs.items() if k.startswith("val_")}, batch=False)
+
+    def save_epoch_logs(self, logs, batch: bool = True) -> None:
+        """Save these logs at the current step, but those the step saved already."""
+        state = self.tf_state
+        done = state.logged[1] if state.logged[0] == self.step else frozenset()
+        if batch:
+            logs = {**logs, "batch": state.batch}
+        for key, value in logs.items():
+            if key not in done:
+                if isinstance(value, float):  # Keras' epoch logs: 0-d float32, as the steps' logs are
+                    value = np.asarray(value, np.float32)
+                collection = CollectionKeys.LOSSES if self.is_loss(key) else CollectionKeys.METRICS
+                self.include_names(collection, [key])
+                self.save_tensor(key, value, collection)
+        state.logged = (self.step, done | set(logs))
 
     def mode_begin(self, mode) -> None:
         if self.closed:
@@ -239,10 +271,11 @@ class TFHook(BaseHook):
         if not self.closed:
             self.flush()  # ends the step; a Trial reads everything saved so far, the run stays open
 
-    def batch_begin(self, mode) -> None:
+    def batch_begin(self, mode, batch: int = 0) -> None:
         self.restore_function()  # a call that never came (the data ended)
         if self.closed:
             return
+        self.tf_state.batch = batch
         if self.mode != mode:
             self.set_mode(mode)
         if not self.next_idle_step():
@@ -262,7 +295,6 @@ class TFHook(BaseHook):
 
     def step_done(self, mode, result, packed) -> None:
         """The due step's function returned: save what it computed, end the step."""
-        state = self.tf_state
         with self.guard("save the step's tensors"):
             replicas = unpack(packed) if packed else [[]]
             with self.together():  # their reductions are on the host already: hand them over at once
@@ -270,13 +302,21 @@ class TFHook(BaseHook):
                     self.save_for_step(name, value)
             self.save_replicas(replicas)
             self.save_logs(mode, result)
-            if mode == ModeKeys.TRAIN and state.optimizer is not None:
-                self.refresh_optimizer_variables()
-                for name, variable in state.optimizer_variables:
-                    if self.is_due(name):
-                        self.save_for_step(name, snapshot(variable))
+            if mode == ModeKeys.TRAIN:
+                self.save_optimizer_variables()
         self.end_step()
         self.stop_if_asked(mode)
+
+    def save_optimizer_variables(self) -> None:
+        """The optimizer's variables, as the step's update left them (once a step)."""
+        state = self.tf_state
+        if state.optimizer is None or not self.has_due_collection(CollectionKeys.OPTIMIZER_VARIABLES):
+            return
+        self.refresh_optimizer_variables()
+        saved = self.saved_this_step()
+        for name, variable in state.optimizer_variables:
+            if name not in saved and self.save_for_step(name, snapshot(variable)):
+                saved.add(name)
 
     def stop_if_asked(self, mode) -> None:
         model = self.tf_state.model
@@ -287,9 +327,14 @@ class TFHook(BaseHook):
     def capture_kinds(self, mode) -> frozenset:
         state = self.tf_state
         kinds = set()
-        if any(self.is_due(name) for name, _ in state.weights):
+        unbuilt = state.model is not None and not state.weights  # built by the step: names unknown yet
+        due = CollectionKeys.WEIGHTS, CollectionKeys.BIASES
+        if any(self.is_due(name) for name, _ in state.weights) or (unbuilt and self.has_due_collection(*due)):
             kinds.add(capture.WEIGHTS)
-        if mode == ModeKeys.TRAIN and any(self.is_due(n) for n in state.gradient_names):
+        if mode == ModeKeys.TRAIN and (
+            any(self.is_due(n) for n in state.gradient_names)
+            or (unbuilt and self.has_due_collection(CollectionKeys.GRADIENTS))
+        ):
             kinds.add(capture.GRADIENTS)
         if any(self.is_due(n) for n in state.layer_names):
             kinds.add(capture.LAYERS)
@@ -363,10 +408,17 @@ class TFHook(BaseHook):
                 if i:
                     built.insert(0, built.pop(i))
                 return function
-        function = capture.build(state.model, name, kinds, self.capture_plan)
+        function = capture.build(state.model, name, kinds, self.capture_plan, on_built=self.model_built)
         built.insert(0, (plain, function))
         del built[_KEEP_FUNCTIONS:]  # plans that change all the time: do not keep every trace
         return function
+
+    def model_built(self) -> None:
+        """While an instrumented step is traced: a model its first call built gets its names now."""
+        model = self.tf_state.model
+        if model is not None and not self.tf_state.weights and model.weights:
+            with self.guard("register the Keras model"):
+                self.register_model(model)
 
     def capture_plan(self, name: str) -> tuple | None:
         """What of a tensor the instrumented step computes at this step: ``((reduction, abs), ...), raw``
@@ -407,13 +459,18 @@ class TFHook(BaseHook):
 
     def save_logs(self, mode, logs) -> None:
         """What Keras' step function returned: its logs, or in predict the batch's predictions."""
+        self.include_names(CollectionKeys.METRICS, ["batch"])  # smdebug 1.0 adds it to the logs
+        self.save_for_step("batch", self.tf_state.batch)
         if mode == ModeKeys.PREDICT:
             self.save_structure(capture.PREDICTIONS, logs)
             return
+        saved = {"batch"}
         for key, value in dict(logs or {}).items():
             if not self.is_loss(key):
                 self.include_names(CollectionKeys.METRICS, [key])
-            self.save_for_step(key, value)
+            if self.save_for_step(key, value):
+                saved.add(key)
+        self.tf_state.logged = (self.step, frozenset(saved))
 
     def save_structure(self, name: str, value) -> None:
         """A (nested) value: one tensor as ``name``, several as ``name_0``, ``name_1``..."""
@@ -436,7 +493,9 @@ class TFHook(BaseHook):
             )
             return optimizer
         self.tf_state.optimizer = optimizer
-        return capture.wrap_optimizer(optimizer, on_eager_gradients=self.eager_gradients)
+        return capture.wrap_optimizer(
+            optimizer, on_eager_gradients=self.eager_gradients, on_eager_applied=self.eager_applied
+        )
 
     def wrap_tape(self, tape):
         """Return a tape that behaves as ``tape`` and shows the hook its loss, gradients and variables;
@@ -494,15 +553,40 @@ class TFHook(BaseHook):
                 if name not in saved and self.save_for_step(name, grad):
                     saved.add(name)
 
+    def eager_applied(self, optimizer=None) -> None:
+        """A wrapped optimizer applied its update in eager code (a custom loop, or fit run eagerly); with
+        the optimizer: while a function is traced (a wrapped tape's step then saves its variables)."""
+        if optimizer is not None:
+            traced = self.tf_state.traced_tape
+            if traced is not None and traced[0] is tf.compat.v1.get_default_graph():
+                with self.guard("save the optimizer variables"):
+                    traced[1].optimizer_applied(optimizer)
+        elif self.anything_due() and self.mode == ModeKeys.TRAIN:
+            with self.guard("save the optimizer variables"):
+                self.save_optimizer_variables()
+
+    def traced_optimizer_variables(self, names, arrays) -> None:
+        """The optimizer's variables a traced custom-loop step hands over after its update (due steps)."""
+        self.include_names(CollectionKeys.OPTIMIZER_VARIABLES, names)
+        saved = self.saved_this_step()
+        for name, array in zip(names, arrays):
+            if name not in saved and self.save_for_step(name, array):
+                saved.add(name)
+
     def save_tensor(self, tensor_name, tensor_value, collections_to_write="default"):
-        """Save a TF tensor, variable (its value now) or numpy array at the current step."""
-        super().save_tensor(tensor_name, snapshot(tensor_value), collections_to_write)
+        """Save a TF tensor, variable (its value now) or numpy array at the current step; before the
+        first step, into the first step (as the other plugins do: no step of its own before training)."""
+        value = snapshot(tensor_value)
+        if not self.defer(self.save_tensor, tensor_name, value, collections_to_write):
+            super().save_tensor(tensor_name, value, collections_to_write)
 
     def save_scalar(self, name, value, sm_metric=False, timestamp=None):
-        """Save a scalar at the current step; ``sm_metric=True`` also lists it in sm_metrics (which is
-        only ever written locally)."""
+        """Save a scalar at the current step (before the first step: into the first step);
+        ``sm_metric=True`` also lists it in sm_metrics (which is only ever written locally)."""
         if isinstance(value, (tf.Tensor, tf.Variable)):
             value = value.numpy()
+        if self.defer(self.save_scalar, name, value, sm_metric, timestamp):
+            return
         super().save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
         if sm_metric:
             self.add_to_collection(CollectionKeys.SM_METRICS, f"scalar/{name}")
@@ -514,8 +598,26 @@ class TFHook(BaseHook):
         else:
             self.get_collection(collection_name).add(variable)
 
+    def defer(self, method, *args) -> bool:
+        """Keep a save for the first step when no step has begun yet (True if kept)."""
+        if self.step >= 0 or self.in_step or self.closed:
+            return False
+        self.tf_state.pending.append((method, args))
+        return True
+
+    def begin_step(self, step=None, mode_step=None) -> None:
+        super().begin_step(step, mode_step)
+        pending = self.tf_state.pending
+        if pending and self.in_step:
+            self.tf_state.pending = []
+            for method, args in pending:
+                with self.guard("save a value given before training"):
+                    method(*args)
+
     def close(self) -> None:
         self.restore_function()
+        if self.tf_state.pending and not self.closed:
+            self.begin_step()  # saved before any step: they get the first one
         for replica in self.tf_state.replicas:
             replica.close()
         super().close()
