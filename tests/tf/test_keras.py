@@ -23,12 +23,13 @@ def test_reference_example(out_dir, data):
     model.fit(x, y, epochs=2, batch_size=8, callbacks=[hook], verbose=0)
     model.evaluate(x, y, batch_size=8, callbacks=[hook], verbose=0)
     trial = smd.create_trial(out_dir=out_dir)
-    # default collections only: losses and metrics, at step 0 of each mode (save_interval 500)
-    assert set(trial.tensor_names()) == {"loss", "accuracy"}
-    assert trial.steps(mode=smd.modes.TRAIN) == [0]
+    # default collections only: losses and metrics (and smdebug 1.0's `batch`), at step 0 of each mode
+    # (save_interval 500), and the epoch's training logs at the last step of each epoch
+    assert set(trial.tensor_names()) == {"loss", "accuracy", "batch"}
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 3, 7]
     assert trial.steps(mode=smd.modes.EVAL) == [0]
     assert trial.tensor_names(collection="losses") == ["loss"]
-    assert trial.tensor_names(collection="metrics") == ["accuracy"]
+    assert trial.tensor_names(collection="metrics") == ["accuracy", "batch"]
     assert (
         trial.tensor("loss").value(0, mode=smd.modes.TRAIN).shape == ()
     )  # a 0-d tensor, as Keras returns it
@@ -53,7 +54,7 @@ def test_collections_steps_and_modes(out_dir, data, jit):
         f"gradients/{n}Grad" for n in KERNELS + BIASES
     )
     assert trial.tensor_names(collection="losses") == ["loss"]
-    assert trial.tensor_names(collection="metrics") == ["accuracy"]
+    assert trial.tensor_names(collection="metrics") == ["accuracy", "batch"]
     assert trial.tensor_names(collection="outputs") == ["labels", "predictions"]
     assert trial.tensor_names(collection="inputs") == ["model_input"]
     assert trial.tensor_names(collection="layers") == [
@@ -62,11 +63,12 @@ def test_collections_steps_and_modes(out_dir, data, jit):
         "hidden/inputs",
         "hidden/outputs",
     ]
-    # 4 train steps, 2 eval steps, 2 predict steps; global steps count across modes
-    assert trial.steps(mode=smd.modes.TRAIN) == [0, 2]
+    # 4 train steps (the last one: the epoch's logs), 2 eval steps, 2 predict steps; global steps count
+    # across modes
+    assert trial.steps(mode=smd.modes.TRAIN) == [0, 2, 3]
     assert trial.steps(mode=smd.modes.EVAL) == [0]
     assert trial.steps(mode=smd.modes.PREDICT) == [0]
-    assert trial.steps() == [0, 2, 4, 6]
+    assert trial.steps() == [0, 2, 3, 4, 6]
     # gradients only in training; the model's inputs and labels are the batch fed at that step
     assert trial.tensor("gradients/mlp/head/kernelGrad").steps(mode=smd.modes.EVAL) == []
     np.testing.assert_array_equal(trial.tensor("model_input").value(2, mode=smd.modes.TRAIN), x[16:24])
@@ -152,7 +154,7 @@ def test_set_mode_modes_and_validation(out_dir, data):
     assert trial.steps(mode=smd.modes.EVAL) == [0, 1]
     # validation results of each epoch go with that epoch's validation step, as smdebug 1.0 saves them
     assert trial.tensor_names(collection="losses") == ["loss", "val_loss"]
-    assert trial.tensor_names(collection="metrics") == ["accuracy", "val_accuracy"]
+    assert trial.tensor_names(collection="metrics") == ["accuracy", "batch", "val_accuracy"]
     assert trial.tensor("val_loss").steps(mode=smd.modes.EVAL) == [0, 1]
     # the hook's mode follows Keras: set_mode before fit is overridden by fit itself
     hook2 = smd.KerasHook(out_dir=out_dir + "2", save_config=smd.SaveConfig(save_interval=1))
@@ -256,7 +258,7 @@ def test_json_configuration(tmp_path, data):
     trial = create_trial(str(tmp_path / "run"))
     assert trial.tensor("gradients/mlp/head/kernelGrad").steps() == [0, 2]
     assert trial.tensor("mlp/head/kernel").steps() == [0, 1, 2]  # save_steps joins the interval
-    assert trial.tensor("loss").steps() == [0, 2]
+    assert trial.tensor("loss").steps() == [0, 2, 3]  # 3: the epoch's logs
 
 
 def test_estimator_hook_says_what_to_use_instead():

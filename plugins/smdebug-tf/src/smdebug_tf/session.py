@@ -167,9 +167,9 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
                 continue
             if not state.reach.allowed(entry.tensor, args.fetches, args.feed_dict):
                 self.warn_once(
-                    f"unreachable:{name}",
-                    "smdebug: %s is not saved at steps whose run call does not compute it (it needs a "
-                    "placeholder not fed, or an op the call does not run)",
+                    "unreachable",
+                    "smdebug: tensors such as %s are not saved at steps whose run call could not compute them "
+                    "(they need a placeholder it does not feed, or a stateful op it does not run)",
                     name,
                 )
                 continue

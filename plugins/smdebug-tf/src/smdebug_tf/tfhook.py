@@ -310,7 +310,7 @@ class TFHook(BaseHook):
     def save_optimizer_variables(self) -> None:
         """The optimizer's variables, as the step's update left them (once a step)."""
         state = self.tf_state
-        if state.optimizer is None or not self.has_due_collection(CollectionKeys.OPTIMIZER_VARIABLES):
+        if state.optimizer is None or not self.anything_due():
             return
         self.refresh_optimizer_variables()
         saved = self.saved_this_step()
