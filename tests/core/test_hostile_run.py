@@ -178,3 +178,23 @@ def test_a_bad_stop_signal_never_raises_in_the_training_thread(tmp_path, signal)
         hook.raise_if_stop_requested()
     assert info.value.step == -1 and info.value.source == "signal"
     hook.close()
+
+
+def test_ls_escapes_control_characters_and_caps_column_widths(tmp_path, capsys):
+    from smdebug.cli import main
+
+    out = str(tmp_path / "run")
+    long_name = "w" * 10_000
+    names = ["evil\x1b[2J\x1b[31mred", "b\nforged  99  (1,)  value", long_name] + [f"t{i}" for i in range(50)]
+    hook = BaseHook(out_dir=out, save_config=smdebug.SaveConfig(save_interval=1))
+    hook.begin_step()
+    for name in names:
+        hook.save_tensor(name, np.zeros((1,), dtype=np.float32))
+    hook.close()
+    assert main(["ls", out]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\\x1b[31mred" in printed
+    assert not any(line.startswith("forged") for line in printed.splitlines())
+    assert "b\\nforged" in printed
+    assert long_name in printed  # printed whole, once; no other row padded to it
+    assert len(printed) < 10_000 + 53 * 200, len(printed)

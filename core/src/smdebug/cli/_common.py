@@ -99,8 +99,29 @@ def compact_steps(steps: list[int], limit: int = 8) -> str:
     return f"{head}, ..., {steps[-1]} ({len(steps)} steps)"
 
 
+# A column is padded to at most this width: a longer cell is printed whole, unpadded (a 10,000-character
+# name must not pad every other row to it).
+MAX_COLUMN_WIDTH = 60
+
+
+def printable(text) -> str:
+    """text with control characters (and Unicode format characters such as bidi overrides) escaped,
+    so that a name from a run cannot move the cursor, recolour the terminal or forge a table row."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(char) or (
+        f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    )
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
-    """Left-aligned plain-text columns."""
-    rows = [header, *rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    """Left-aligned plain-text columns, control characters escaped, padded to at most MAX_COLUMN_WIDTH."""
+    rows = [header, *([printable(c) for c in r] for r in rows)]
+    widths = [min(max(len(r[i]) for r in rows), MAX_COLUMN_WIDTH) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from smdebug.cli._common import compact_steps, open_trial, table
+from smdebug.cli._common import compact_steps, open_trial, printable, table
 from smdebug.exceptions import SMDebugError
 from smdebug.modes import ModeKeys
 
@@ -76,29 +76,31 @@ def run(args) -> int:
     lost = sorted({int(s) for steps in info["unsaved_steps"].values() for s in steps})
     if lost:
         state += f", {len(lost)} step(s) NOT SAVED"
-    print(f"Run {info['path']}: {state}")
-    print(f"Workers: {', '.join(info['workers']) or '-'}")
+    print(f"Run {printable(info['path'])}: {state}")
+    print(f"Workers: {printable(', '.join(info['workers'])) or '-'}")
     print(f"Steps: {compact_steps(info['steps'])}")
     for worker, steps in info["unsaved_steps"].items():
         by_reason: dict[str, list[int]] = {}
         for step, why in steps.items():
             by_reason.setdefault(why, []).append(int(step))
         for why, group in by_reason.items():
-            print(f"Unsaved steps ({worker}): {_ranges(group)} ({why})")
+            print(printable(f"Unsaved steps ({worker}): {_ranges(group)} ({why})"))
     if "first_nonfinite" in info:
         first = info["first_nonfinite"]
         print(
             "First non-finite: none"
             if first is None
-            else f"First non-finite: step {first['step']} ({first['mode']}) on {first['worker']}, "
-            f"{first['direction']} {first['tensor']} (module {first['module']}); `smdebug why` explains"
+            else printable(
+                f"First non-finite: step {first['step']} ({first['mode']}) on {first['worker']}, "
+                f"{first['direction']} {first['tensor']} (module {first['module']}); `smdebug why` explains"
+            )
         )
     print("Modes:")
     for name, steps in info["modes"].items():
         print(f"  {name:<8} mode steps {compact_steps(steps['mode_steps'])}")
     print("Collections:")
     for name, count in info["collections"].items():
-        print(f"  {name:<20} {count} tensor{'s' if count != 1 else ''}")
+        print(f"  {printable(name):<20} {count} tensor{'s' if count != 1 else ''}")
     print(f"Tensors ({len(info['tensors'])}):")
     rows = [
         [
