@@ -272,11 +272,14 @@ def test_watch_regenerates_the_page_while_the_run_is_written(tmp_path, cli):
     assert "training ended" in page.read_text()
 
 
-def test_report_errors_are_one_line(tmp_path, cli):
+def test_report_errors_are_one_line(run_dir, tmp_path, cli):
     result = cli("report", tmp_path / "nothing", "-o", tmp_path / "x.html")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "smdebug report: error:" in result.stderr
     assert not (tmp_path / "x.html").exists()
+    result = cli("report", run_dir, "-o", tmp_path / "no" / "x.html")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "folder does not exist" in result.stderr and not (tmp_path / "no").exists()
     os.makedirs(tmp_path / "empty")
     result = cli("report", tmp_path / "empty", "--max-steps", "0")
     assert result.returncode == 2 and "--max-steps" in result.stderr

@@ -37,10 +37,18 @@ def build_report(
 
 def write_report(trial, output: str, **kwargs) -> str:
     """Write the page to the local file ``output`` (replaced whole, so a browser never reads half a page)."""
+    from smdebug.exceptions import SMDebugValueError
+
+    output = os.path.abspath(os.fspath(output))
+    if not os.path.isdir(os.path.dirname(output)):
+        raise SMDebugValueError(f"{output}: cannot write the report: its folder does not exist")
     page = build_report(trial, **kwargs)
-    output = os.path.abspath(output)
     tmp = f"{output}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, output)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return output
