@@ -41,9 +41,10 @@ def run(tmp_path_factory):
     return write_run(str(tmp_path_factory.mktemp("typos") / "run"))
 
 
-def smdebug_cli(*args):
+def smdebug_cli(*args, columns="250"):
     exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "COLUMNS": columns}  # the table's width when piped
+    return subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_cli_rule_with_a_misspelled_collection_is_an_error_naming_the_fix(run):
@@ -104,3 +105,50 @@ def test_create_trial_on_a_run_says_nothing(run, caplog):
     caplog.set_level(logging.WARNING, logger="smdebug")
     assert create_trial(run).steps() == [0, 1, 2, 3]
     assert "no such file" not in caplog.text and "no smdebug run" not in caplog.text
+
+
+# -- smaller edges (issue 33 item 6) ----------------------------------------------------------------------
+def write_nan_run(out):
+    hook = BaseHook(
+        out_dir=out, save_config=smdebug.SaveConfig(save_interval=1), include_collections=["weights"]
+    )
+    hook.get_collection("weights").include("^weight/")
+    for step in range(3):
+        hook.begin_step()
+        hook.save_for_step("weight/fc", np.full((2, 2), np.nan if step == 2 else 1.0, dtype=np.float32))
+        hook.end_step()
+    hook.close()
+    return out
+
+
+def test_rules_watch_on_a_finished_run_leaves_no_stop_signal_and_says_so(tmp_path):
+    from smdebug.rules.actions import STOP_SIGNAL_FILE
+
+    run = write_nan_run(str(tmp_path / "run"))
+    result = smdebug_cli("rules", run, "--watch", "--rule", "exploding_tensor")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert not (tmp_path / "run" / STOP_SIGNAL_FILE).exists()
+    assert "no stop signal left" in " ".join(result.stdout.split())
+
+
+def test_rules_table_follows_columns_when_piped(run):
+    long = "tensor_regex=" + "no_tensor_is_named_like_this_" * 3  # an error row with a long reason
+    result = smdebug_cli("rules", run, "--rule", "all_zero", "--param", long, columns="90")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "checked" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 90
+
+
+def test_ls_lists_no_empty_collection(run):
+    result = smdebug_cli("ls", run)
+    assert result.returncode == 0, result.stderr
+    assert " 0 tensors" not in result.stdout
+    assert "weights" in result.stdout and "losses" in result.stdout
+
+
+def test_export_tensorboard_without_tensorboard_is_one_coherent_line(run, tmp_path):
+    result = smdebug_cli("export-tensorboard", run, str(tmp_path / "logs"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and "install" in lines[0] and "tensorboard --logdir" in lines[0], result.stdout
+    assert "view them with" not in lines[0]

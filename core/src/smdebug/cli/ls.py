@@ -100,7 +100,8 @@ def run(args) -> int:
         print(f"  {name:<8} mode steps {compact_steps(steps['mode_steps'])}")
     print("Collections:")
     for name, count in info["collections"].items():
-        print(f"  {printable(name):<20} {count} tensor{'s' if count != 1 else ''}")
+        if count:  # an empty one ("all", "default" of a run saving named collections) says nothing
+            print(f"  {printable(name):<20} {count} tensor{'s' if count != 1 else ''}")
     print(f"Tensors ({len(info['tensors'])}):")
     rows = [
         [

@@ -259,9 +259,13 @@ def _watch(trial, active, args, progress) -> str:
     signalled: list = []
 
     def stop_training(state: _State, step: int) -> None:
-        if not signalled:
-            write_stop_signal(trial.store, state.rule.rule_name, step, state.reason)
-            signalled.append(state.name)
+        if signalled:
+            return
+        if trial.training_ended():  # nobody left to stop: no signal to lie in the run
+            signalled.append("")
+            return
+        write_stop_signal(trial.store, state.rule.rule_name, step, state.reason)
+        signalled.append(state.name)
 
     trial.refresh_interval = 0.2
     task = progress.add_task("steps (watching)", total=None)
@@ -286,8 +290,10 @@ def _watch(trial, active, args, progress) -> str:
             return f"stopped watching: no new step for {args.timeout:g}s"
         later = [s for s in trial.steps(show_incomplete_steps=True) if s > step]
         step = later[0] if later else step + 1
-    if signalled:
+    if signalled and signalled[0]:
         return f"stop signal left in {trial.path} when {signalled[0]} fired"
+    if signalled:
+        return "the run had already ended: no stop signal left"
     return ""
 
 
@@ -319,7 +325,8 @@ def _print_table(states: list[_State], trial, message: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    # piped: COLUMNS when set (rich reads it), else wide enough not to fold
+    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
     table = Table(title=f"Rules on {trial.path}", title_justify="left")
     for column in ("Rule", "Result", "Fired at steps", "Details"):
         table.add_column(column, overflow="fold")

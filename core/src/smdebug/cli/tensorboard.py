@@ -29,12 +29,14 @@ def run(args) -> int:
         raise ValueError(f"worker {args.worker!r} not in the run (workers: {', '.join(trial.workers())})")
     counts = export_tensorboard(trial, args.logdir, worker=args.worker)
     modes = ", ".join(m.name for m in trial.modes())
-    print(
-        f"wrote {counts['scalars']} scalars and {counts['histograms']} histograms to {args.logdir} "
-        f"(modes: {modes or '-'}); view them with: tensorboard --logdir {args.logdir}"
-    )
     try:  # writing needs no TensorBoard, viewing does
         import tensorboard  # noqa: F401
+
+        view = f"view them with: tensorboard --logdir {args.logdir}"
     except ImportError:
-        print(f"smdebug export-tensorboard: tensorboard is not installed: {install_hint('tensorboard')}")
+        view = f"to view them, install TensorBoard ({install_hint('tensorboard')}), then: tensorboard --logdir {args.logdir}"
+    print(
+        f"wrote {counts['scalars']} scalars and {counts['histograms']} histograms to {args.logdir} "
+        f"(modes: {modes or '-'}); {view}"
+    )
     return 0
