@@ -79,13 +79,13 @@ def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, **hook_args
     return hook, seen
 
 
-def why(out_dir, *args):
+def why(out_dir, *args, command="why"):
     from contextlib import redirect_stdout
     from io import StringIO
 
     buffer = StringIO()
     with redirect_stdout(buffer):
-        code = cli(["why", *args, out_dir])
+        code = cli([command, *args, out_dir])
     assert code == 0
     return buffer.getvalue()
 
@@ -110,6 +110,7 @@ def test_healthy_run_writes_nothing_between_save_steps(out_dir):
     grad = trial.tensor("gradient/Net_fc1.weight").reduction_value(5, "l2")
     assert grad == pytest.approx(seen[5]["gradient/Net_fc1.weight"], rel=1e-5)
     assert "Nothing was found" in why(out_dir)
+    assert "First non-finite: none" in why(out_dir, command="ls")
     assert json.loads(why(out_dir, "--json")) is None
     (record,) = trial.health_records()
     assert record["triggers"] == [] and record["recorder"]["steps"] == 100
@@ -146,6 +147,9 @@ def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, modu
     text = why(out_dir)
     assert f"step {FAULT}" in text and tensor in text and "steps 0, 1, 2, 3, 4, 5 before it" in text
     assert json.loads(why(out_dir, "--json"))["tensor"] == tensor
+    listing = why(out_dir, command="ls")
+    assert f"First non-finite: step {FAULT} (GLOBAL) on worker_0, {direction} {tensor}" in listing
+    assert json.loads(why(out_dir, "--json", command="ls"))["first_nonfinite"]["module"] == module
 
 
 def test_raw_tensors_of_the_triggering_step_follow_the_users_collections(out_dir):

@@ -140,7 +140,8 @@ class HealthMonitor:
             with hook.guard("save the step's health statistics"):
                 self._write_row(slot, host, hook._writer or hook._get_writer(), time.time())
         maxes = host[n:]
-        if not np.isfinite(maxes).all():
+        total = float(maxes.sum())  # non-finite if any is (or if the sum overflows: then look closer)
+        if total - total != 0 and not np.isfinite(maxes).all():
             if self._nonfinite_seen:
                 return False
             self._nonfinite_seen = True

@@ -49,39 +49,42 @@ class _Plan:
             groups.setdefault(key, []).append(i)
         self.stacks: list[tuple[Any, torch.Tensor, int]] = []
         singles: list[int] = []
-        order: list[int] = []
+        stacked: list[int] = []  # the row's columns of the stacks' results, in their order
         for members in groups.values():
             if len(members) >= STACK_MEMBERS:
                 first = tensors[members[0]]
                 buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
                 self.stacks.append((operator.itemgetter(*members), buffer, len(members)))
-                order.extend(members)
+                stacked += [columns[i] for i in members] + [width + columns[i] for i in members]
             else:
                 singles.extend(members)
-        order.extend(singles)
+        order = [columns[i] for i in singles] + [width + columns[i] for i in singles] + stacked
         self.singles = operator.itemgetter(*singles) if singles else None
         self.one_single = len(singles) == 1
-        self.count = len(tensors)
-        cols = [columns[i] for i in order] + [width + columns[i] for i in order]
-        self.columns = torch.tensor(cols, dtype=torch.long, device=device)
+        self.columns = torch.tensor(order, dtype=torch.long, device=device)
         self.partial = len(tensors) < width
 
     def fill(self, tensors: list[torch.Tensor], row: torch.Tensor) -> None:
-        l2s, maxes = [], []
-        for pick, buffer, n in self.stacks:
-            torch.stack(pick(tensors), out=buffer)
-            m = buffer.view(n, -1)
-            l2s.append(torch.linalg.vector_norm(m, 2, dim=1, dtype=torch.float32))
-            maxes.append(m.abs_().amax(1).float())  # the buffer is ours: no copy for |x|
+        parts = []
         if self.singles is not None:
             singles = self.singles(tensors)
             if self.one_single:
                 singles = (singles,)
-            l2s.append(torch.stack(torch._foreach_norm(singles, 2, dtype=torch.float32)))
-            maxes.append(torch.stack(torch._foreach_max(torch._foreach_abs(singles))).float())
-        values = torch.cat(l2s + maxes)
-        if values.device != row.device:
-            values = values.to(row.device, non_blocking=True)
+            # one stack of every l2 norm and max |x| (0-d results of two foreach kernels)
+            parts.append(
+                torch.stack(
+                    torch._foreach_norm(singles, 2, dtype=torch.float32)
+                    + torch._foreach_max(torch._foreach_abs(singles))
+                )
+            )
+        for pick, buffer, n in self.stacks:
+            torch.stack(pick(tensors), out=buffer)
+            m = buffer.view(n, -1)
+            parts.append(torch.linalg.vector_norm(m, 2, dim=1, dtype=torch.float32))
+            parts.append(m.abs_().amax(1))  # the buffer is ours: no copy for |x|
+        values = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if values.dtype != row.dtype or values.device != row.device:
+            values = values.to(row.device, row.dtype, non_blocking=True)
         if self.partial:
             row.fill_(-1.0)  # absent this step (smdebug.health.ABSENT)
         row.index_copy_(0, self.columns, values)
