@@ -174,7 +174,7 @@ class CheckpointWatcher:
         the end-of-job marker and the earlier job's claim of the worker's name go (at most the check
         timeout; the hook's writer starts only after this)."""
         from smdebug import plugins
-        from smdebug.hook import DEFAULT_WORKER
+        from smdebug.layout import DEFAULT_WORKER
         from smdebug.store import redact
         from smdebug.writing.bounded import run_bounded
         from smdebug.writing.settings import check_timeout_from_env

@@ -77,7 +77,7 @@ from smdebug.collection import (
 )
 from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
 from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError, StopTraining, did_you_mean
-from smdebug.layout import END_OF_JOB_FILE, collections_file_path
+from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE, collections_file_path
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
 from smdebug.stop_signal import StopSignal
@@ -89,7 +89,6 @@ from smdebug.writing.settings import RESERVE_BYTES
 logger = logging.getLogger("smdebug")
 
 SCALAR_PREFIX = "scalar/"
-DEFAULT_WORKER = "worker_0"
 _NOTHING: frozenset = frozenset()
 _active_hook: BaseHook | None = None
 

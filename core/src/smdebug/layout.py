@@ -26,8 +26,12 @@ lies in the full tensor, and the tensors it could not capture (the first step, a
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from smdebug.exceptions import SMDebugValueError
 
 END_OF_JOB_FILE = "training_job_end.ts"
 EVENTS_DIR = "events"
@@ -36,6 +40,7 @@ COLLECTIONS_DIR = "collections"
 WRITERS_DIR = "writers"
 UNSAVED_DIR = "unsaved_steps"
 NOTES_DIR = "tensor_notes"
+DEFAULT_WORKER = "worker_0"  # the worker name of a job that is not distributed
 STEPS_PER_INDEX_DIR = 1000  # index files are grouped in folders of this many steps
 MAX_NUMBER = 2**62  # steps, offsets and lengths of a run are below it (a larger one is damage)
 
@@ -262,3 +267,50 @@ def existing_run(store, worker: str | None) -> str | None:
         if mine:
             return f"an earlier smdebug run of {worker} ({mine[0]} is there)"
     return None
+
+
+# -- which runs -------------------------------------------------------------------------------------------
+def is_run(fs, root: str) -> bool:
+    """Whether root holds an smdebug run (its index or collections folder)."""
+    return any(fs.exists(f"{root}/{name}") for name in (INDEX_DIR, COLLECTIONS_DIR))
+
+
+def find_runs(runs) -> list[str]:
+    """The runs named by paths, URIs, globs (``runs/lr-*``, ``s3://bucket/sweep/*``) or folders holding
+    runs (searched two levels down), or Trials; in the order given, each folder's runs sorted."""
+    from smdebug import plugins
+
+    if isinstance(runs, (str, os.PathLike)) or not isinstance(runs, Iterable):
+        runs = [runs]
+    found: list[str] = []
+    for item in runs:
+        if not isinstance(item, (str, os.PathLike)):
+            found.append(item)  # a Trial
+            continue
+        uri = os.fspath(item).rstrip("/") or "/"
+        store = plugins.open_store(uri)
+        fs, root = store.fs, store.root
+        prefix = uri[: len(uri) - len(uri.split("://", 1)[-1])] if "://" in uri else ""
+        if any(c in root for c in "*?["):
+            matches = sorted(fs.glob(root))
+        elif is_run(fs, root):
+            found.append(uri)
+            continue
+        elif not fs.exists(root):
+            found.append(uri)  # reported as an error row: no such folder
+            continue
+        else:
+            matches = []
+            for depth in ("*", "*/*"):
+                for marker in (INDEX_DIR, COLLECTIONS_DIR):
+                    matches += [m.rsplit("/", 1)[0] for m in fs.glob(f"{root}/{depth}/{marker}")]
+            matches = sorted(set(matches))
+        for match in matches:
+            if match.endswith("/" + INDEX_DIR) or match.endswith("/" + COLLECTIONS_DIR):
+                continue
+            path = f"{prefix}{match}" if prefix and not match.startswith(prefix) else match
+            if path not in found and (not any(c in root for c in "*?[") or is_run(fs, match)):
+                found.append(path)
+    if not found:
+        raise SMDebugValueError(f"no smdebug run found in {', '.join(map(str, runs))}")
+    return found

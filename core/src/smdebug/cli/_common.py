@@ -10,6 +10,8 @@ from smdebug.exceptions import SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys, to_mode
 
 # How long the CLI waits for a remote store's first answer before saying it is unreachable (seconds).
+EXIT_FIRED = 1  # `smdebug rules`: a rule fired
+EXIT_ERROR = 2  # `smdebug rules`: a rule or a run could not be evaluated
 REACH_TIMEOUT = float(os.environ.get("SMDEBUG_CLI_REACH_TIMEOUT", "20"))
 
 
@@ -125,3 +127,29 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     rows = [header, *([printable(c) for c in r] for r in rows)]
     widths = [min(max(len(r[i]) for r in rows), MAX_COLUMN_WIDTH) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def rules_progress():
+    """The progress bar of `smdebug rules` (on a terminal only)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    return Progress(
+        TextColumn("[bold]rules[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=console.is_terminal,
+        disable=not console.is_terminal,
+    )
+
+
+def steps_text(steps: list[int], limit: int = 6) -> str:
+    """The steps a rule fired at, the first few of many."""
+    if not steps:
+        return "-"
+    if len(steps) <= limit:
+        return ", ".join(map(str, steps))
+    return f"{', '.join(map(str, steps[:limit]))}, ... ({len(steps)} steps)"

@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from smdebug.cli._common import EXIT_ERROR, EXIT_FIRED, rules_progress, steps_text
 from smdebug.exceptions import (
     NoMoreData,
     RuleEvaluationConditionMet,
@@ -34,8 +35,6 @@ from smdebug.exceptions import (
     TensorUnavailableForStep,
 )
 
-EXIT_FIRED = 1
-EXIT_ERROR = 2
 _SKIPPABLE = (TensorUnavailableForStep, TensorUnavailable, StepUnavailable, StepNotYetAvailable)
 
 
@@ -127,7 +126,7 @@ def _many(args) -> bool:
         return True
     from smdebug import plugins
     from smdebug.cli._common import REACH_TIMEOUT
-    from smdebug.rules.sweep import is_run
+    from smdebug.layout import is_run
 
     answer: list[bool] = []
 
@@ -163,7 +162,7 @@ def _run_one(args) -> int:
     # wait for the step without one, never keep it from firing.
     active.sort(key=lambda s: not isinstance(s.rule, StalledTrainingRule))
 
-    with _progress() as progress:
+    with rules_progress() as progress:
         if args.watch:
             message = _watch(trial, active, args, progress)
         else:
@@ -297,30 +296,6 @@ def _watch(trial, active, args, progress) -> str:
     return ""
 
 
-def _progress():
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    return Progress(
-        TextColumn("[bold]rules[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=console.is_terminal,
-        disable=not console.is_terminal,
-    )
-
-
-def _steps_text(steps: list[int], limit: int = 6) -> str:
-    if not steps:
-        return "-"
-    if len(steps) <= limit:
-        return ", ".join(map(str, steps))
-    return f"{', '.join(map(str, steps[:limit]))}, ... ({len(steps)} steps)"
-
-
 def _print_table(states: list[_State], trial, message: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -339,7 +314,7 @@ def _print_table(states: list[_State], trial, message: str) -> None:
             result, details = "[dim]skipped[/dim]", s.skipped
         else:
             result, details = "[green]ok[/green]", ""
-        table.add_row(s.name, result, _steps_text(s.fired), details)
+        table.add_row(s.name, result, steps_text(s.fired), details)
     console.print(table)
     if message:
         console.print(message)

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from smdebug.cli.rules import EXIT_ERROR, EXIT_FIRED, _progress
+from smdebug.cli._common import EXIT_ERROR, EXIT_FIRED, rules_progress, steps_text
 
 DEFAULT_LIVE_TIMEOUT = 60.0  # seconds without a new step before a live run stops being followed
 
@@ -31,7 +31,7 @@ def run_many(args) -> int:
             workers = None
     timeout = args.timeout if args.timeout is not None or args.watch else DEFAULT_LIVE_TIMEOUT
     try:
-        with _progress() as progress:
+        with rules_progress() as progress:
             task = progress.add_task(f"{len(runs)} runs", total=None)
             df = sweep.evaluate_runs(
                 runs,
@@ -67,8 +67,6 @@ def _print_table(df, show_all: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from smdebug.cli.rules import _steps_text
-
     console = Console(width=None if sys.stdout.isatty() else 200)
     runs = list(dict.fromkeys(df["run"]))
     shown = df if show_all else df[df["status"].isin(["fired", "error"])]
@@ -96,7 +94,7 @@ def _print_table(df, show_all: bool = False) -> None:
             row.rule if isinstance(row.rule, str) else "-",
             _params_text(row.parameters),
             style[row.status],
-            _steps_text(row.fired_steps),
+            steps_text(row.fired_steps),
             ", ".join(row.tensors) or "-",
             details,
         )

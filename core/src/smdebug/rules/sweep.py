@@ -21,7 +21,7 @@ import os
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +36,7 @@ from smdebug.exceptions import (
     TensorUnavailable,
     TensorUnavailableForStep,
 )
+from smdebug.layout import find_runs, is_run  # noqa: F401 (run discovery, importable from here too)
 
 logger = logging.getLogger("smdebug")
 
@@ -148,55 +149,6 @@ def rule_specs(rules=None, *, with_comparisons: bool = True) -> list[RuleSpec]:
             )
         )
     return specs
-
-
-# -- which runs -------------------------------------------------------------------------------------------
-def is_run(fs, root: str) -> bool:
-    """Whether root holds an smdebug run (its index or collections folder)."""
-    from smdebug import layout
-
-    return any(fs.exists(f"{root}/{name}") for name in (layout.INDEX_DIR, layout.COLLECTIONS_DIR))
-
-
-def find_runs(runs) -> list[str]:
-    """The runs named by paths, URIs, globs (``runs/lr-*``, ``s3://bucket/sweep/*``) or folders holding
-    runs (searched two levels down), or Trials; in the order given, each folder's runs sorted."""
-    from smdebug import layout, plugins
-
-    if isinstance(runs, (str, os.PathLike)) or not isinstance(runs, Iterable):
-        runs = [runs]
-    found: list[str] = []
-    for item in runs:
-        if not isinstance(item, (str, os.PathLike)):
-            found.append(item)  # a Trial
-            continue
-        uri = os.fspath(item).rstrip("/") or "/"
-        store = plugins.open_store(uri)
-        fs, root = store.fs, store.root
-        prefix = uri[: len(uri) - len(uri.split("://", 1)[-1])] if "://" in uri else ""
-        if any(c in root for c in "*?["):
-            matches = sorted(fs.glob(root))
-        elif is_run(fs, root):
-            found.append(uri)
-            continue
-        elif not fs.exists(root):
-            found.append(uri)  # reported as an error row: no such folder
-            continue
-        else:
-            matches = []
-            for depth in ("*", "*/*"):
-                for marker in (layout.INDEX_DIR, layout.COLLECTIONS_DIR):
-                    matches += [m.rsplit("/", 1)[0] for m in fs.glob(f"{root}/{depth}/{marker}")]
-            matches = sorted(set(matches))
-        for match in matches:
-            if match.endswith("/" + layout.INDEX_DIR) or match.endswith("/" + layout.COLLECTIONS_DIR):
-                continue
-            path = f"{prefix}{match}" if prefix and not match.startswith(prefix) else match
-            if path not in found and (not any(c in root for c in "*?[") or is_run(fs, match)):
-                found.append(path)
-    if not found:
-        raise SMDebugValueError(f"no smdebug run found in {', '.join(map(str, runs))}")
-    return found
 
 
 # -- tasks (run in this process or on Dask workers) ---------------------------------------------------------

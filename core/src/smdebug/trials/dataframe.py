@@ -74,7 +74,7 @@ def to_dataframe(
     )
     many = isinstance(source, (list, tuple)) or (isinstance(source, str) and any(c in source for c in "*?["))
     if dask or many:
-        from smdebug.rules.sweep import find_runs
+        from smdebug.layout import find_runs
 
         runs = find_runs(source)
         if dask:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -19,6 +20,14 @@ from smdebug.reductions import numpy_reduction
 
 if TYPE_CHECKING:
     from smdebug.trials.trial import Trial
+
+
+class StepState(Enum):
+    """Whether a step of a run can be read (Trial.has_passed_step)."""
+
+    UNAVAILABLE = 0
+    AVAILABLE = 1
+    NOT_YET_AVAILABLE = 2
 
 
 class Location(NamedTuple):
@@ -141,8 +150,6 @@ class Tensor:
                 return per_worker
             if attempt == 0:
                 trial.maybe_refresh(force=True)
-        from smdebug.trials.trial import StepState
-
         state = self.trial.has_passed_step(step_num, mode)
         if state == StepState.AVAILABLE:
             raise TensorUnavailableForStep(self.name, step_num, mode)

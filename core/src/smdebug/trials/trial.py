@@ -10,7 +10,6 @@ import time
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
-from enum import Enum
 
 import numpy as np
 
@@ -27,15 +26,9 @@ from smdebug.exceptions import (
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import parse_reduction_tensor_name
 from smdebug.trials.fetch import RecordFetcher
-from smdebug.trials.tensor import Location, Tensor, _StepData
+from smdebug.trials.tensor import Location, StepState, Tensor, _StepData
 
 logger = logging.getLogger("smdebug")
-
-
-class StepState(Enum):
-    UNAVAILABLE = 0
-    AVAILABLE = 1
-    NOT_YET_AVAILABLE = 2
 
 
 def create_trial(
