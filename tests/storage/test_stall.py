@@ -53,7 +53,9 @@ def unsaved_in_log(text: str) -> list[int]:
     """The steps a 'could not be saved' report names."""
     match = re.search(r"(\d+) step\(s\) could not be saved: (.*)", text)
     assert match, text[-3000:]
-    steps = sorted(int(s) for s in re.findall(r"(?:^|, |; )(\d+)(?=,| \()", match.group(2)))
+    # "3, 4, 6 (why)", or a long list as ranges: "6-59 (54 steps) (why)"
+    found = re.findall(r"(?:^|, |; )(\d+)(?:-(\d+))?(?=,| \()", match.group(2))
+    steps = sorted(s for a, b in found for s in range(int(a), int(b or a) + 1))
     assert len(steps) == int(match.group(1))
     return steps
 

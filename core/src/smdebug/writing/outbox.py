@@ -26,7 +26,19 @@ logger = logging.getLogger("smdebug")
 
 
 def format_steps(steps) -> str:
-    return ", ".join(str(s) for s in sorted(steps))
+    """ "3, 4, 6"; a long list as ranges, cut in the middle ("0-99, 200-299, ..., 9000-9999 (N steps)"), so
+    that losing 20,000 steps is said in one short line."""
+    steps = sorted(steps)
+    if len(steps) <= 20:
+        return ", ".join(str(s) for s in steps)
+    ranges, start = [], steps[0]
+    for prev, step in zip(steps, steps[1:] + [None]):
+        if step != prev + 1 if step is not None else True:
+            ranges.append(str(start) if start == prev else f"{start}-{prev}")
+            start = step
+    if len(ranges) > 10:
+        ranges = ranges[:5] + ["..."] + ranges[-2:]
+    return f"{', '.join(ranges)} ({len(steps)} steps)"
 
 
 def unsaved_report(failed_steps: dict[int, str], failed_files: dict[str, str]) -> str:

@@ -50,6 +50,7 @@ logger = logging.getLogger("smdebug")
 
 SPAWN_AFTER_STEPS = 4  # a run that saved this many steps gets a writer process (a short one never does)
 REPLY_GRACE = 5.0  # seconds beyond a request's own timeout that the child may take to answer
+RECORD_SECONDS = 2.0  # what a takeover at close gets at least, for the record of the steps the child held
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fcntl does not name it
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
@@ -379,10 +380,15 @@ class ProcessWriter:
                 self._stop_child()
                 self._ring = None  # unmapped here (a process that makes many hooks keeps none of them)
                 return self.failed_steps
+            with self._cond:  # said before the kill, which the reply thread would report as the cause
+                self._gone = self._gone or (
+                    f"it did not finish within the close timeout ({timeout:g} s); the hook stopped it"
+                )
             self._take_over()  # gone or hung: this process finishes the run
         self._stop_child()  # started, not yet handed over: it has nothing
         self._ring = None
-        self._local.close(max(0.0, deadline - time.monotonic()), end_of_job)
+        # past the deadline when the child hung: still the time to record the steps it held
+        self._local.close(max(RECORD_SECONDS, deadline - time.monotonic()), end_of_job)
         return self.failed_steps
 
     def unsaved_report(self) -> str:

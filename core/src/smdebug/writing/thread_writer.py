@@ -34,6 +34,7 @@ from smdebug.writing.settings import (
 )
 
 logger = logging.getLogger("smdebug")
+_BACKLOG = "still queued for the writer at the close timeout (not encoded)"
 
 
 @dataclass
@@ -233,6 +234,8 @@ class RunWriter(Outbox):
             try:
                 if self._abandoned and kind in ("tensor", "scalars", "shape", "end", "file"):
                     pass  # close() gave up on a store that hangs: nothing more is written
+                elif self._drain_deadline is not None and self._past_drain(item):
+                    pass  # close()'s deadline came before this backlog: recorded unsaved, not encoded
                 elif kind == "tensor":
                     self._tensor(*item[1:7])
                 elif kind == "scalars":
@@ -246,7 +249,10 @@ class RunWriter(Outbox):
                 elif kind == "flush":
                     item[1].set()
                 elif kind == "stop":
-                    if self._open is not None and item[1]:
+                    if self._drain_deadline is not None and time.monotonic() >= self._drain_deadline:
+                        if self._open is not None:
+                            self._backlog_unsaved(self._open.step)
+                    elif self._open is not None and item[1]:
                         self._finish(self._open.step)
                     elif self._open is not None and self._open.staged is not None:
                         self._open.staged.discard()
@@ -262,6 +268,25 @@ class RunWriter(Outbox):
                     with self._lock:
                         self._encoded_all = True
                         self._lock.notify_all()
+
+    def _past_drain(self, item: tuple) -> bool:
+        """Whether close()'s drain deadline has passed: then a step still queued (tensor, scalars, shape
+        or end) is recorded unsaved instead of encoded, so that the publisher still has the time to
+        write the record of unsaved steps before close() returns."""
+        if item[0] not in ("tensor", "scalars", "shape", "end") or time.monotonic() < self._drain_deadline:
+            return False
+        self._backlog_unsaved(item[1])
+        return True
+
+    def _backlog_unsaved(self, step: int) -> None:
+        st = self._open
+        if st is not None:  # the step being encoded goes too: its files would be incomplete
+            self._open = None
+            if st.staged is not None:
+                st.staged.discard()
+            self.failed_steps.setdefault(st.step, _BACKLOG)
+        if step not in self.failed_steps:
+            self.failed_steps[step] = _BACKLOG
 
     def _describe(self, exc: BaseException) -> str:
         if self.store is not None:
