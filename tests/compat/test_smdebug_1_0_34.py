@@ -212,3 +212,52 @@ def test_a_job_restarted_with_the_other_library_resumes_from_its_state(
     expected = [(0, 4), (1, 6)] if then == "ours" else [(0, 4)]
     assert [(s["training-run"], s["latest-global-step-seen"]) for s in states] == expected
     assert all(s["latest-mode-step"]["TRAIN"] == s["latest-global-step-seen"] for s in states)
+
+
+def test_smdebug_reads_the_health_recorder(smdebug_python, tmp_path):
+    """A health=True run whose recorder was written by a planted NaN gradient: smdebug 1.0.34 reads the
+    recorded steps' l2 and max |x| as we do, and is not confused by the health record."""
+    import torch
+    from torch import nn
+
+    out = str(tmp_path / "health")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = smd.Hook(out_dir=out, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    for step in range(6):
+        opt.zero_grad()
+        criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        if step == 4:
+            model[2].bias.grad[0] = float("nan")
+        opt.step()
+    hook.close()
+    trial = create_trial(out)
+    assert trial.first_nonfinite()["tensor"] == "gradient/Sequential_2.bias"
+    names = ["Sequential_0.weight", "gradient/Sequential_2.bias", "CrossEntropyLoss_output_0"]
+    ours = {
+        n: {
+            str(s): [
+                float(trial.tensor(n).reduction_value(s, "l2")),
+                float(trial.tensor(n).reduction_value(s, "max", abs=True)),
+            ]
+            for s in (1, 2, 3)
+        }
+        for n in names
+    }
+    code = (
+        "import json, sys\n"
+        "from smdebug.trials import create_trial\n"
+        "t = create_trial(sys.argv[1])\n"
+        "names = json.loads(sys.argv[2])\n"
+        "print(json.dumps({'steps': t.steps(), 'values': {n: {str(s): [float(t.tensor(n).reduction_value(s, 'l2')), "
+        "float(t.tensor(n).reduction_value(s, 'max', abs=True))] for s in (1, 2, 3)} for n in names}}))\n"
+    )
+    theirs = json.loads(
+        _run(smdebug_python, "-c", code, out, json.dumps(names)).stdout.strip().splitlines()[-1]
+    )
+    assert theirs["steps"] == [0, 1, 2, 3, 4]
+    assert theirs["values"] == ours
