@@ -284,3 +284,37 @@ def test_fault_on_rank_one_of_two(out_dir):
     norms = read_norms(out_dir, 1)
     value = trial.tensor("gradient/Net_fc2.weight").reduction_value(3, "l2", worker="worker_1")
     assert value == pytest.approx(norms[3], rel=1e-5)
+
+
+UNMODIFIED = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+criterion = nn.CrossEntropyLoss()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(8):
+    x = torch.randn(8, 4)
+    if step == 5:
+        x[0, 0] = float("nan")
+    opt.zero_grad()
+    criterion(model(x), torch.randint(0, 3, (8,))).backward()
+    opt.step()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_smdebug_run_health_watches_an_unmodified_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(UNMODIFIED)
+    out = str(tmp_path / "run")
+    smdebug = os.path.join(os.path.dirname(sys.executable), "smdebug")
+    done = subprocess.run(
+        [smdebug, "run", "--health", "--out-dir", out, "--", "python", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr
+    first = smd.create_trial(out).first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (5, "input", "Sequential_input_0")
