@@ -41,6 +41,7 @@ from smdebug.writing.settings import (
     BATCH_BYTES,
     close_timeout_from_env,
     max_queue_bytes_from_env,
+    record_bytes,
     writer_process_allowed,
 )
 from smdebug.writing.thread_writer import RunWriter, write_copy
@@ -294,9 +295,7 @@ class ProcessWriter:
             return
         wall_time = time.time() if wall_time is None else wall_time
         self._batch.append(("tensor", step, mode, mode_step, name, array, wall_time))
-        self._batch_bytes += array.nbytes
-        if self._batch_bytes >= BATCH_BYTES:
-            self._send()
+        self._held(array.nbytes + record_bytes(name))
 
     def write_view(self, step: int, mode: ModeKeys, mode_step: int, name: str, view: np.ndarray) -> None:
         """write_tensor of a view of memory that training changes once this returns: copied into the
@@ -320,6 +319,7 @@ class ProcessWriter:
             self._local.write_scalars(step, mode, mode_step, names, values, wall_time)
         else:
             self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time))
+            self._held(sum(record_bytes(n) for row in names for n in row))
 
     def write_shape(self, step, mode, mode_step, name, shape) -> None:
         self._step_has_data = True
@@ -327,6 +327,14 @@ class ProcessWriter:
             self._local.write_shape(step, mode, mode_step, name, shape)
         else:
             self._batch.append(("shape", step, mode, mode_step, name, list(shape)))
+            self._held(record_bytes(name))
+
+    def _held(self, nbytes: int) -> None:
+        """Count what the step's batch holds (names and records too, not only arrays): past the batch
+        size, or the queue bound when smaller, it goes to the child, whose own queue is bounded."""
+        self._batch_bytes += nbytes
+        if self._batch_bytes >= min(BATCH_BYTES, self.max_queue_bytes):
+            self._send()
 
     def reserve(self, nbytes: int) -> None:
         """Before a large tensor is copied: what waits here goes first (the child's queue is bounded)."""

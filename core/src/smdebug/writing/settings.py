@@ -10,12 +10,20 @@ DEFAULT_CHECK_TIMEOUT = 5.0  # seconds a new hook waits for the out_dir check be
 BATCH_BYTES = 1024 * 1024  # a step's tensors reach the encoder thread together below this size
 RESERVE_BYTES = 1024 * 1024  # a tensor this large is copied for the writer only once the queue has room
 SCALAR_BYTES = 256  # what a tensor's reductions count in the queue (encoded: a few small records)
+# What each queued record counts in the queue besides its array's bytes and its name's: the item tuple,
+# the array object, its index entry and its event header (measured: ~300-450 bytes a scalar record).
+RECORD_BYTES = 512
 RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
 CLOSE_RETRY_MAX = 2.0  # backoff cap while close() drains
 # Environment variables of launchers that start several workers (each then names itself by its rank,
 # possibly only once its framework's distributed setup is done).
 _WORLD_SIZE_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "DMLC_NUM_WORKER")
 WRITER_PROCESS_ENV = "SMDEBUG_WRITER_PROCESS"  # 0 keeps a local run's writer on threads
+
+
+def record_bytes(name: str) -> int:
+    """What a record named ``name`` counts in a writer's queue besides its array's bytes."""
+    return len(name) + RECORD_BYTES
 
 
 def max_queue_bytes_from_env() -> int:

@@ -31,6 +31,7 @@ from smdebug.writing.settings import (
     SCALAR_BYTES,
     close_timeout_from_env,
     max_queue_bytes_from_env,
+    record_bytes,
 )
 
 logger = logging.getLogger("smdebug")
@@ -107,7 +108,7 @@ class RunWriter(Outbox):
     ) -> None:
         """Queue a tensor of a step; wall_time (seconds since the epoch) defaults to now. ``reserved``:
         bytes the caller already counted in the queue with ``reserve`` (before copying the tensor)."""
-        nbytes = int(array.nbytes)
+        nbytes = int(array.nbytes) + record_bytes(name)  # every byte held for it, not just the array's
         if reserved:
             with self._room:
                 self._queued_bytes += nbytes - reserved
@@ -126,7 +127,7 @@ class RunWriter(Outbox):
     ) -> None:
         """Queue a step's reductions as one item: ``values[i]``, a 1-d host array, holds the 0-d tensors
         named ``names[i]`` (encoded together on the writer's thread)."""
-        nbytes = SCALAR_BYTES * len(values)
+        nbytes = SCALAR_BYTES * len(values) + sum(record_bytes(n) for row in names for n in row)
         self.reserve(nbytes)
         self._step_has_data = True
         self._submitted.add(step)
@@ -153,7 +154,9 @@ class RunWriter(Outbox):
     def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
         self._step_has_data = True
         self._submitted.add(step)
-        self._batch.append(("shape", step, mode, mode_step, name, list(shape)))
+        nbytes = record_bytes(name)
+        self.reserve(nbytes)
+        self._batch.append(("shape", step, mode, mode_step, name, list(shape), nbytes))
 
     def end_step(self, step: int) -> None:
         # A step that saved nothing has nothing to finish: waking the writer thread for it at every
@@ -241,7 +244,7 @@ class RunWriter(Outbox):
                 elif kind == "scalars":
                     self._scalars(*item[1:7])
                 elif kind == "shape":
-                    self._shape(*item[1:])
+                    self._shape(*item[1:6])
                 elif kind == "end":
                     self._finish(item[1])
                 elif kind == "file":
@@ -260,9 +263,9 @@ class RunWriter(Outbox):
             except Exception as exc:  # the writer thread must survive anything
                 logger.warning("smdebug: writer error: %s", self._describe(exc))
             finally:
-                if kind in ("tensor", "scalars"):
+                if kind in ("tensor", "scalars", "shape"):
                     with self._room:
-                        self._queued_bytes -= item[7]
+                        self._queued_bytes -= item[7 if kind != "shape" else 6]
                         self._room.notify_all()
                 if kind == "stop":
                     with self._lock:
