@@ -132,15 +132,36 @@ def _ensure_chromium(session: nox.Session) -> None:
             return
 
 
+def side_venv(session: nox.Session, name: str, requirements: list[str], python: str | None = None) -> str:
+    """The python of .nox/<name>, a venv outside nox's sessions holding ``requirements`` (made and filled
+    with uv where it is installed: hard links from its cache, as the sessions' venvs)."""
+    venv = ROOT / ".nox" / name
+    bin_python = venv / "bin" / "python"
+    if shutil.which("uv"):
+        if not bin_python.exists():
+            session.run("uv", "venv", "-q", "-p", python or sys.executable, str(venv), external=True)
+        session.run("uv", "pip", "install", "-q", "-p", str(bin_python), *requirements, external=True)
+        return str(bin_python)
+    if not bin_python.exists():
+        session.run(
+            sys.executable, "-m", "virtualenv", "-q", "-p", python or sys.executable, str(venv), external=True
+        )
+    session.run(str(bin_python), "-m", "pip", "install", "-q", *requirements, external=True)
+    return str(bin_python)
+
+
 def smdebug_1034_python(session: nox.Session) -> str:
     """The python of a venv of its own holding the real smdebug 1.0.34 (for compat and bench)."""
-    venv = ROOT / ".nox" / "smdebug-1.0.34"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        session.run(sys.executable, "-m", "virtualenv", "-q", str(venv), external=True)
-    session.run(str(python), "-m", "pip", "install", "-q", *SMDEBUG_1034, external=True)
-    session.run(str(python), "-c", "import smdebug.pytorch, smdebug.trials", external=True)
-    return str(python)
+    python = side_venv(session, "smdebug-1.0.34", SMDEBUG_1034)
+    session.run(python, "-c", "import smdebug.pytorch, smdebug.trials", external=True)
+    return python
+
+
+def smdebug_1034_mxnet_python(session: nox.Session) -> str:
+    """The python of an MXNet venv of its own holding the real smdebug 1.0.34 (tests-mxnet and bench)."""
+    python = side_venv(session, "smdebug-1.0.34-mxnet", SMDEBUG_1034_MXNET, "python3.11")
+    session.run(python, "-c", "import smdebug.mxnet, smdebug.trials", external=True)
+    return python
 
 
 @nox.session
@@ -170,13 +191,7 @@ def tests_mxnet(session: nox.Session) -> None:
     """The MXNet plugin on MXNet 1.9.1; its compat tests run the same scripts under the real smdebug
     1.0.34, in an MXNet venv of its own (.nox/smdebug-1.0.34-mxnet)."""
     _install(session, [*TEST_DEPS, *MXNET], ["plugins/smdebug-mxnet"])
-    venv = ROOT / ".nox" / "smdebug-1.0.34-mxnet"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        session.run(sys.executable, "-m", "virtualenv", "-q", "-p", "python3.11", str(venv), external=True)
-    session.run(str(python), "-m", "pip", "install", "-q", *SMDEBUG_1034_MXNET, external=True)
-    session.run(str(python), "-c", "import smdebug.mxnet, smdebug.trials", external=True)
-    env = {"SMDEBUG_1034_MXNET_PYTHON": str(python)}
+    env = {"SMDEBUG_1034_MXNET_PYTHON": smdebug_1034_mxnet_python(session)}
     session.run("pytest", str(ROOT / "tests" / "mxnet"), CONTRACT, *session.posargs, env=env)
 
 
@@ -214,12 +229,8 @@ def _bench_venv(session: nox.Session, name: str, requirements: list[str], local:
 def _framework_bench_args(session: nox.Session) -> list[str]:
     tf = _bench_venv(session, "bench-tf", ["tensorflow-cpu==2.21.0"], ["plugins/smdebug-tf"])
     mxnet = _bench_venv(session, "bench-mxnet", MXNET, ["plugins/smdebug-mxnet"])
-    reference = ROOT / ".nox" / "smdebug-1.0.34-mxnet" / "bin" / "python"  # as tests-mxnet makes it
-    if not reference.exists():
-        venv = str(reference.parent.parent)
-        session.run(sys.executable, "-m", "virtualenv", "-q", "-p", "python3.11", venv, external=True)
-    session.run(str(reference), "-m", "pip", "install", "-q", *SMDEBUG_1034_MXNET, external=True)
-    return ["--tf-python", tf, "--mxnet-python", mxnet, "--smdebug-mxnet-python", str(reference)]
+    reference = smdebug_1034_mxnet_python(session)  # as tests-mxnet makes it
+    return ["--tf-python", tf, "--mxnet-python", mxnet, "--smdebug-mxnet-python", reference]
 
 
 @nox.session
@@ -234,17 +245,14 @@ def bench(session: nox.Session) -> None:
     session.install("--force-reinstall", "--no-deps", *ours)
     reference = smdebug_1034_python(session)
     # torch alone (no smdebug at all): the baseline of the import-time row
-    baseline = ROOT / ".nox" / "bench-baseline"
-    if not (baseline / "bin" / "python").exists():
-        session.run(sys.executable, "-m", "virtualenv", "-q", str(baseline), external=True)
-    session.run(str(baseline / "bin" / "python"), "-m", "pip", "install", "-q", TORCH, "numpy", external=True)
+    baseline = side_venv(session, "bench-baseline", [TORCH, "numpy"])
     session.run(
         "python",
         str(ROOT / "bench" / "run.py"),
         "--smdebug-python",
         reference,
         "--baseline-python",
-        str(baseline / "bin" / "python"),
+        baseline,
         *_framework_bench_args(session),
         *session.posargs,
     )
