@@ -32,7 +32,7 @@ class Net(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, **hook_args):
+def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, lagged=False, **hook_args):
     """Train Net with health on; a fault planted at step FAULT. Returns (hook, every step's record of
     what torch computed before the optimizer step)."""
     torch.manual_seed(0)
@@ -58,6 +58,8 @@ def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, **hook_args
     xs, ys = torch.randn(steps, 16, 4, generator=g), torch.randint(0, 3, (steps, 16), generator=g)
     seen = {}
     for step in range(steps):
+        if lagged and step == 1:  # judge each row a step late, as on an accelerator
+            hook._health._ring_host = None
         if step == lr_jump_at:
             for group in opt.param_groups:
                 group["lr"] = 300.0
@@ -150,6 +152,18 @@ def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, modu
     listing = why(out_dir, command="ls")
     assert f"First non-finite: step {FAULT} (GLOBAL) on worker_0, {direction} {tensor}" in listing
     assert json.loads(why(out_dir, "--json", command="ls"))["first_nonfinite"]["module"] == module
+
+
+def test_rows_judged_a_step_late_name_the_gradient_and_its_step(out_dir):
+    # an accelerator's rows reach the host a step late: the parameters have moved on, no re-run
+    _, seen = train(out_dir, fault="gradient", lagged=True)
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (
+        FAULT,
+        "backward",
+        "gradient/Net_fc2.bias",
+    )
+    assert_recorded_before(smd.create_trial(out_dir), seen, FAULT)
 
 
 def test_raw_tensors_of_the_triggering_step_follow_the_users_collections(out_dir):

@@ -106,6 +106,7 @@ class TorchHealth:
         self._ring = None
         self._ring_host = None  # CPU: the ring's numpy view
         self._lagged: tuple | None = None  # GPU: (slot, host row, event) judged at the next step
+        self._pinned: list | None = None  # GPU: two host rows the copies alternate between
         self._handles: list = []
         import torch.optim.optimizer as optimizer
 
@@ -198,7 +199,10 @@ class TorchHealth:
             if self.monitor.check(slot, row):
                 self._first_nonfinite(row, rerun_safe, tensors, names)
         else:
-            host = torch.empty(ring.shape[1], pin_memory=torch.cuda.is_available())
+            if self._pinned is None or self._pinned[0].shape[0] != ring.shape[1]:
+                pin = ring.device.type == "cuda"
+                self._pinned = [torch.empty(ring.shape[1], pin_memory=pin) for _ in range(2)]
+            host = self._pinned[hook.step % 2]  # the other one may still be judged
             host.copy_(ring[slot], non_blocking=True)
             event = torch.cuda.Event() if ring.device.type == "cuda" else None
             if event is not None:
