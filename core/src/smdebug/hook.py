@@ -76,7 +76,7 @@ from smdebug.collection import (
     CollectionManager,
 )
 from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
-from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugTypeError, StopTraining, did_you_mean
+from smdebug.exceptions import ConfigError, SMDebugTypeError, StopTraining, did_you_mean
 from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE, collections_file_path
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
@@ -84,6 +84,7 @@ from smdebug.stop_signal import StopSignal
 from smdebug.store import redact
 from smdebug.writing import Writer, open_writer
 from smdebug.writing.bounded import at_exit, run_bounded
+from smdebug.writing.ownership import check_out_dir, claims_name, writer_claim
 from smdebug.writing.settings import RESERVE_BYTES
 
 logger = logging.getLogger("smdebug")
@@ -931,13 +932,7 @@ class BaseHook:
     def _get_writer(self) -> Writer:
         if self._writer is None:
             # The store is opened and the run claimed on the writer's threads, never on this one.
-            check = getattr(self, "_out_dir_check", None)
-            store = check.store if check is not None else None
-            claim = None
-            if check is not None and not (check.claimed and check.worker == self.worker):
-                claim = (check.token, check.worker if check.claimed else None)
-            if check is not None:
-                check.in_use = True
+            store, claim, token = writer_claim(getattr(self, "_out_dir_check", None), self.worker)
             self._writer = open_writer(
                 self.out_dir,
                 self.worker,
@@ -945,7 +940,7 @@ class BaseHook:
                 lambda: plugins.open_store(self.out_dir),
                 self.max_queue_bytes,
                 claim=claim,
-                claim_token=check.token if check is not None else None,
+                claim_token=token,
             )
             at_exit(_close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
             open_runs.register(self.out_dir, self)  # a Trial opened in this process flushes us first
@@ -971,14 +966,7 @@ class BaseHook:
 
     def _check_out_dir(self) -> None:
         """Refuse an out_dir that already holds a run, or that another writer of this worker is writing
-        (no silent mixing of two runs). The workers of one distributed run share it: files of other
-        workers are fine, this worker's own are not. The check claims the worker's name in the run
-        (atomically: of two writers starting together one is refused); it runs on a thread of its own
-        and is waited for at most SMDEBUG_CHECK_TIMEOUT seconds, so an unreachable store never holds
-        training up (the writer then claims the name before it writes anything)."""
-        from smdebug.writing.ownership import OutDirCheck
-        from smdebug.writing.settings import check_timeout_from_env, one_of_many_workers
-
+        (smdebug.writing.ownership.check_out_dir); nothing to check in a dry run."""
         self._out_dir_check = None
         if self.dry_run:
             return
@@ -986,33 +974,10 @@ class BaseHook:
             worker = self.worker_name()
         except Exception:  # a plugin not initialised yet: only a finished run can be recognised
             worker = None
-        # A worker launched as one of several may not know its rank yet (the default name then is not
-        # its own): its writer claims the name it has when it first writes.
-        claim = (
-            worker is not None
-            and (self.include_workers == "all" or worker == DEFAULT_WORKER)
-            and not (worker == DEFAULT_WORKER and one_of_many_workers())
+        claim = claims_name(worker, self.include_workers == "all")
+        self._out_dir_check = check_out_dir(
+            self.out_dir, lambda: plugins.open_store(self.out_dir), worker, claim
         )
-        check = self._out_dir_check = OutDirCheck(lambda: plugins.open_store(self.out_dir), worker, claim)
-        # a hook that never writes leaves nothing behind (an activated hook a script's own replaces)
-        at_exit(check.release_if_unused)
-        timeout = check_timeout_from_env()
-        if not check.wait(timeout):
-            logger.warning(
-                "smdebug: %s did not answer within %g s; training goes on, and the run is checked before "
-                "anything is written to it",
-                redact(self.out_dir),
-                timeout,
-            )
-            return
-        if check.error is not None:  # an unreachable location is reported when writing, not here
-            logger.debug("smdebug: could not check %s: %s", redact(self.out_dir), type(check.error).__name__)
-            return
-        if check.found:
-            raise OutDirExistsError(
-                f"out_dir: {redact(self.out_dir)} already holds {check.found}; smdebug does not mix two runs "
-                "in one directory: choose a new out_dir"
-            )
 
     # -- copies ------------------------------------------------------------------------------------
     def __reduce__(self):

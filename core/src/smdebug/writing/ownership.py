@@ -20,10 +20,10 @@ from collections.abc import Callable
 
 from smdebug import layout
 from smdebug.exceptions import OutDirExistsError
-from smdebug.layout import existing_run
-from smdebug.store import Store
-from smdebug.writing.bounded import run_bounded
-from smdebug.writing.settings import check_timeout_from_env
+from smdebug.layout import DEFAULT_WORKER, existing_run
+from smdebug.store import Store, redact
+from smdebug.writing.bounded import at_exit, run_bounded
+from smdebug.writing.settings import check_timeout_from_env, one_of_many_workers
 
 logger = logging.getLogger("smdebug")
 
@@ -152,3 +152,55 @@ class ClaimPublication:
 
     def discard(self) -> None:
         pass
+
+
+def claims_name(worker: str | None, every_worker_writes: bool) -> bool:
+    """Whether a new hook of ``worker`` claims the name at creation. A worker launched as one of several
+    may not know its rank yet (the default name then is not its own): its writer claims the name it has
+    when it first writes."""
+    if worker is None:
+        return False
+    if worker == DEFAULT_WORKER:
+        return not one_of_many_workers()
+    return every_worker_writes
+
+
+def check_out_dir(uri: str, open_store: Callable[[], Store], worker: str | None, claim: bool) -> OutDirCheck:
+    """Refuse an out_dir that already holds a run, or that another writer of this worker is writing (no
+    silent mixing of two runs): OutDirExistsError. The workers of one distributed run share it: files of
+    other workers are fine, this worker's own are not. The check claims the worker's name in the run
+    (atomically: of two writers starting together one is refused); it runs on a thread of its own and is
+    waited for at most SMDEBUG_CHECK_TIMEOUT seconds, so an unreachable store never holds training up (the
+    writer then claims the name before it writes anything)."""
+    check = OutDirCheck(open_store, worker, claim)
+    # a hook that never writes leaves nothing behind (an activated hook a script's own replaces)
+    at_exit(check.release_if_unused)
+    timeout = check_timeout_from_env()
+    if not check.wait(timeout):
+        logger.warning(
+            "smdebug: %s did not answer within %g s; training goes on, and the run is checked before "
+            "anything is written to it",
+            redact(uri),
+            timeout,
+        )
+    elif check.error is not None:  # an unreachable location is reported when writing, not here
+        logger.debug("smdebug: could not check %s: %s", redact(uri), type(check.error).__name__)
+    elif check.found:
+        raise OutDirExistsError(
+            f"out_dir: {redact(uri)} already holds {check.found}; smdebug does not mix two runs "
+            "in one directory: choose a new out_dir"
+        )
+    return check
+
+
+def writer_claim(check: OutDirCheck | None, worker: str) -> tuple[Store | None, tuple | None, str | None]:
+    """What a hook's writer starts from: the store the check opened (or None), the claim it still has to
+    make ``(token, name claimed at creation or None)`` (None when the check's claim is its own already),
+    and the claim's token. The check's claim is the writer's from now on."""
+    if check is None:
+        return None, None, None
+    check.in_use = True
+    claim = None
+    if not (check.claimed and check.worker == worker):
+        claim = (check.token, check.worker if check.claimed else None)
+    return check.store, claim, check.token
