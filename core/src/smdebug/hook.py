@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import json
 import logging
 import time
@@ -77,6 +76,7 @@ from smdebug.collection import (
 )
 from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
 from smdebug.exceptions import ConfigError, SMDebugTypeError, StopTraining, did_you_mean
+from smdebug.hook_helpers import NESTED, Guard, close_at_exit, leaves, options_signature
 from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE, collections_file_path
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
@@ -130,7 +130,7 @@ class BaseHook:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "__init__" not in cls.__dict__:  # help(Hook) and IDEs show the options, not *args, **kwargs
-            cls.__signature__ = _signature(cls.options_class)
+            cls.__signature__ = options_signature(cls.options_class)
 
     def __init__(self, *args, **kwargs):
         """Every option of ``options_class`` (HookConfig: out_dir, export_tensorboard, tensorboard_dir,
@@ -460,10 +460,10 @@ class BaseHook:
         return not self.dry_run and (self.include_workers == "all" or self.worker == DEFAULT_WORKER)
 
     # -- never break training ----------------------------------------------------------------------
-    def guard(self, what: str) -> _Guard:
+    def guard(self, what: str) -> Guard:
         """A context manager for a block that must not break training: an exception in it is logged once
         per ``what`` ("could not <what> at step N: ...") and swallowed. StopTraining passes through."""
-        return _Guard(self, what)
+        return Guard(self, what)
 
     def warn_once(self, key: str, message: str, *args) -> None:
         """Log a warning the first time ``key`` is seen by this hook."""
@@ -543,7 +543,7 @@ class BaseHook:
         """Give every collection its effective configs (its own, completed by the hook's)."""
         if self._closed_at_exit is None:  # training started: the run is finished at exit at the latest
             self._closed_at_exit = weakref.ref(self)
-            at_exit(_close_at_exit, self._closed_at_exit, None)
+            at_exit(close_at_exit, self._closed_at_exit, None)
         self.worker = self.worker_name()
         self.prepare_collections()
         for name in self.include_collections:
@@ -690,17 +690,17 @@ class BaseHook:
         index = self._numbered.get(prefix, 0)
         if type(values) is tuple and len(values) == 1:  # a layer's inputs, most often
             values = values[0]
-        if values is not None and not isinstance(values, _NESTED) and isinstance(values, self.tensor_types):
+        if values is not None and not isinstance(values, NESTED) and isinstance(values, self.tensor_types):
             named = [(f"{prefix}{index}", values)]  # one tensor: no walk
         else:
-            named = [(f"{prefix}{i}", v) for i, v in enumerate(_leaves(values, self.tensor_types), index)]
+            named = [(f"{prefix}{i}", v) for i, v in enumerate(leaves(values, self.tensor_types), index)]
         self._numbered[prefix] = index + len(named)
         return named
 
     def tensors_in(self, values: Any) -> Iterator[Any]:
         """The tensors (``tensor_types``) of a (nested) tuple, list or dict, in order, or the value itself:
         what numbered_tensors names, without taking numbers."""
-        return _leaves(values, self.tensor_types)
+        return leaves(values, self.tensor_types)
 
     def save_numbered(self, prefix: str, values: Any) -> None:
         """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>`` (see numbered_tensors)."""
@@ -942,7 +942,7 @@ class BaseHook:
                 claim=claim,
                 claim_token=token,
             )
-            at_exit(_close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
+            at_exit(close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
             open_runs.register(self.out_dir, self)  # a Trial opened in this process flushes us first
         return self._writer
 
@@ -1004,67 +1004,4 @@ def _rebuild_copy(cls: type[BaseHook], options: HookConfig, collection_manager, 
     return hook
 
 
-_NESTED = (tuple, list, dict)
-
-
-class _Guard:
-    """BaseHook.guard's context manager (a class: entered several times a step, it must cost little)."""
-
-    __slots__ = ("hook", "what")
-
-    def __init__(self, hook: BaseHook, what: str):
-        self.hook = hook
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if exc is None or isinstance(exc, StopTraining) or not isinstance(exc, Exception):
-            return False
-        hook = self.hook
-        hook.warn_once(
-            self.what, "smdebug: could not %s at step %d: %s: %s", self.what, hook.step, kind.__name__, exc
-        )
-        return True
-
-
-def _leaves(value: Any, types: tuple[type, ...]) -> Iterator[Any]:
-    if isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _leaves(item, types)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item, types)
-    elif value is not None and isinstance(value, types):
-        yield value
-
-
-def _signature(options_class: type[HookConfig]) -> inspect.Signature:
-    """The constructor's signature: the options, positional ones first (as from_arguments binds them)."""
-    params = [
-        inspect.Parameter(
-            name,
-            inspect.Parameter.KEYWORD_ONLY
-            if name in options_class.KEYWORD_ONLY
-            else inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            default=None if field.is_required() else field.get_default(call_default_factory=True),
-        )
-        for name, field in options_class.model_fields.items()
-    ]
-    return inspect.Signature(sorted(params, key=lambda p: p.kind))
-
-
-BaseHook.__signature__ = _signature(HookConfig)
-
-
-def _close_at_exit(ref, writer: Writer | None) -> None:
-    """Interpreter exit: close the hook (flush, collections, end marker), or at least its writer."""
-    hook = ref()
-    try:
-        if hook is not None:
-            hook.close()
-        elif writer is not None:
-            writer.close()
-    except Exception as exc:  # never let saving break interpreter exit
-        logger.warning("smdebug: could not close at exit: %s: %s", type(exc).__name__, redact(str(exc)))
+BaseHook.__signature__ = options_signature(HookConfig)
