@@ -45,14 +45,13 @@ from smdebug.writing.settings import (
     writer_process_allowed,
 )
 from smdebug.writing.thread_writer import RunWriter, write_copy
-from smdebug.writing.wire import Names, Ring, encode, feed, message, owned, steps_of
+from smdebug.writing.wire import Gone, Names, Ring, encode, feed, message, owned, steps_of, write_all
 
 logger = logging.getLogger("smdebug")
 
 SPAWN_AFTER_STEPS = 4  # a run that saved this many steps gets a writer process (a short one never does)
 REPLY_GRACE = 5.0  # seconds beyond a request's own timeout that the child may take to answer
 RECORD_SECONDS = 2.0  # what a takeover at close gets at least, for the record of the steps the child held
-_IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fcntl does not name it
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
 RING_BYTES = 8 * 1024 * 1024  # shared with the child for the arrays' bytes: a few steps of a small model
@@ -61,10 +60,6 @@ RING_BYTES = 8 * 1024 * 1024  # shared with the child for the arrays' bytes: a f
 _pid = [os.getpid()]
 if hasattr(os, "register_at_fork"):  # (where it is missing, there is no fork either)
     os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
-
-
-class _Gone(Exception):
-    """The child process cannot take more: it exited."""
 
 
 class ProcessWriter:
@@ -187,7 +182,7 @@ class ProcessWriter:
             "log_level": logger.getEffectiveLevel(),
             "ring": [self._ring.fd, len(self._ring.map)] if self._ring is not None else None,
         }
-        self._write_all(message(["start", start]))
+        write_all(self._fd, message(["start", start]))
 
     def _listen(self) -> None:
         """The reply thread: the child's answers and log records, until it exits."""
@@ -441,36 +436,20 @@ class ProcessWriter:
                 header, buffers = encode(items, self._names)
                 ring = self._ring
                 if ring is None:
-                    self._write_all(message(["items", header], buffers))
+                    write_all(self._fd, message(["items", header], buffers))
                 else:  # the child gives back the ring up to all that was put in it so far, once it has read
                     nbytes = sum(memoryview(b).nbytes for b in buffers)
                     shared = ring.put(buffers, nbytes) if nbytes else None
                     head = ["items", header, shared, ring.used]
-                    self._write_all(message(head) if shared else message(head, buffers))
+                    write_all(self._fd, message(head) if shared else message(head, buffers))
                 self._sent_steps.update(steps_of(items))
                 items = []  # the child has them
             if request is not None:
-                self._write_all(message(request))
-        except _Gone as exc:
+                write_all(self._fd, message(request))
+        except Gone as exc:
             with self._cond:
                 self._gone = self._gone or str(exc)
             self._take_over(unsent=items)  # a message cut short is never read by the child
-
-    def _write_all(self, parts: list) -> None:
-        """Write every part to the child's pipe; _Gone when the child exited. While the child's queue
-        is full the pipe takes nothing and training waits, as for the thread writer: nothing is dropped."""
-        views = [view.cast("B") for view in map(memoryview, parts) if view.nbytes]
-        while views:
-            try:
-                written = os.writev(self._fd, views[:_IOV_MAX])
-            except OSError as exc:  # BrokenPipeError: the child exited
-                raise _Gone(f"it stopped reading ({type(exc).__name__})") from None
-            while written:  # a signal may end a write part way
-                if written >= views[0].nbytes:
-                    written -= views.pop(0).nbytes
-                else:
-                    views[0] = views[0][written:]
-                    written = 0
 
     # -- when the child is gone ---------------------------------------------------------------------
     def _take_over(self, unsent: list = ()) -> None:

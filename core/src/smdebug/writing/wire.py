@@ -24,9 +24,10 @@ logger = logging.getLogger("smdebug")
 FRAME = struct.Struct("<II")  # header length, payload length
 RING_READ = struct.Struct("<Q")  # at the ring's start: how many bytes the child has read (it writes it)
 _RING_START = 64  # where the arrays' bytes begin
+_IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
 
 
-class _Gone(Exception):
+class Gone(Exception):
     """The child process cannot take more: it exited."""
 
 
@@ -288,3 +289,20 @@ def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mm
         elif kind == "f":
             writer.write_file(item[1], bytes(payload[offset : offset + item[2]]))
             offset += item[2]
+
+
+def write_all(fd: int, parts: list) -> None:
+    """Write every part to the child's pipe; Gone when the child exited. While the child's queue is full
+    the pipe takes nothing and training waits, as for the thread writer: nothing is dropped."""
+    views = [view.cast("B") for view in map(memoryview, parts) if view.nbytes]
+    while views:
+        try:
+            written = os.writev(fd, views[:_IOV_MAX])
+        except OSError as exc:  # BrokenPipeError: the child exited
+            raise Gone(f"it stopped reading ({type(exc).__name__})") from None
+        while written:  # a signal may end a write part way
+            if written >= views[0].nbytes:
+                written -= views.pop(0).nbytes
+            else:
+                views[0] = views[0][written:]
+                written = 0
