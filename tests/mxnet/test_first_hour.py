@@ -1,5 +1,9 @@
 """A new user's first hour with the MXNet hook: no built-in rule fires on a healthy run."""
 
+import subprocess
+import sys
+import textwrap
+
 import mxnet as mx
 import numpy as np
 from conftest import make_net
@@ -7,6 +11,7 @@ from mxnet import autograd, gluon
 from support import assert_no_rule_fires
 
 import smdebug.mxnet as smd
+from smdebug.trials import create_trial
 
 
 def test_no_builtin_rule_fires_on_a_healthy_run(out_dir):
@@ -31,3 +36,41 @@ def test_no_builtin_rule_fires_on_a_healthy_run(out_dir):
             trainer.step(32)
     hook.close()
     assert_no_rule_fires(out_dir)
+
+
+def test_hybridize_after_register_block_warns_nothing(tmp_path):
+    """MXNet's 8-line UserWarning about hooks on a block hybridized afterwards: the plugin captures
+    hybridized blocks itself, so the user sees nothing."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import mxnet as mx
+            from mxnet import autograd, gluon
+            import smdebug.mxnet as smd
+
+            net = gluon.nn.HybridSequential()
+            net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
+            net.initialize()
+            loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+            hook = smd.Hook({str(tmp_path / "run")!r}, save_config=smd.SaveConfig(save_interval=1),
+                            include_collections=["weights", "gradients", "losses"])
+            hook.register_block(net)
+            net.hybridize()
+            for _ in range(2):
+                with autograd.record():
+                    loss = loss_fn(net(mx.nd.ones((4, 5))), mx.nd.array([0, 1, 2, 0]))
+                loss.backward()
+            hook.close()
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "default::UserWarning", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "is being hybridized" not in done.stderr, done.stderr
+    assert create_trial(str(tmp_path / "run")).steps() == [0, 1]

@@ -24,3 +24,15 @@ def test_no_builtin_rule_fires_on_a_healthy_run(out_dir):
     model.evaluate(x, y, batch_size=32, callbacks=[hook], verbose=0)
     hook.close()
     assert_no_rule_fires(out_dir)
+
+
+def test_validation_logs_are_0d_like_the_training_ones(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    model = make_model()
+    model.fit(x, y, epochs=1, batch_size=8, validation_split=0.25, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    for name in ("loss", "val_loss", "accuracy", "val_accuracy"):
+        tensor = trial.tensor(name)
+        assert tensor.value(tensor.steps()[-1]).shape == (), name

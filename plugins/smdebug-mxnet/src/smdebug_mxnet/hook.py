@@ -25,6 +25,7 @@ copied on the engine when the forward starts all the same, so that their saved v
 from __future__ import annotations
 
 import functools
+import warnings
 import weakref
 
 import mxnet as mx
@@ -42,6 +43,8 @@ from smdebug_mxnet.collection import (
     Collection,
 )
 from smdebug_mxnet.hybrid import HybridTaps
+
+HYBRIDIZE_WARNING = r'(?s)".*" is being hybridized while still having forward hook'
 
 # Collections whose tensors are parameters, gradients or loss outputs: none needs the layers' tensors.
 PARAMETER_COLLECTIONS = frozenset(
@@ -100,6 +103,9 @@ class Hook(BaseHook):
     def register_block(self, block) -> None:
         """Save this Gluon block's tensors: a model (its forward starts a step; parameters, gradients and,
         when a collection asks, its blocks' inputs/outputs) or a loss block (its outputs are the losses)."""
+        # MXNet warns (8 lines) when a block with hooks is hybridized that a hybridized child's hooks do
+        # not run: this plugin captures hybridized blocks itself (smdebug_mxnet.hybrid), nothing is lost
+        warnings.filterwarnings("ignore", message=HYBRIDIZE_WARNING, category=UserWarning)
         if not isinstance(block, mx.gluon.Block):
             self.warn_once(
                 f"register:{type(block).__name__}",
