@@ -157,47 +157,88 @@ def _contributes(dt) -> bool:
     return all(c == 0 for c, p in zip(coordinate, dt.placements) if p.is_replicate())
 
 
-def partials(shards: list[torch.Tensor]) -> torch.Tensor:
-    """The partial statistics of each shard, a [shards, 13] float64 matrix: shards of one device and dtype
-    are reduced together (one segment_reduce per statistic for all of them, not a dozen calls each)."""
+# the statistics each reduction needs (besides the count)
+_NEEDS = {
+    ("min", False): {MIN},
+    ("max", False): {MAX},
+    ("mean", False): {SUM},
+    ("sum", False): {SUM},
+    ("prod", False): {PROD},
+    ("variance", False): {SUM, M2},
+    ("std", False): {SUM, M2},
+    ("min", True): {AMIN},
+    ("max", True): {AMAX},
+    ("mean", True): {ASUM},
+    ("sum", True): {ASUM},
+    ("prod", True): {APROD},
+    ("variance", True): {ASUM, AM2},
+    ("std", True): {ASUM, AM2},
+}
+_ALL = set(range(len(_EMPTY)))
+
+
+def needed(pairs) -> set[int]:
+    """The statistics the reductions ``pairs`` need (the count, the sum of squares and the non-finite
+    count always: they are cheap); l1 needs the sum of magnitudes, l2 the sum of squares."""
+    found = {N, SUMSQ, NONFINITE}
+    for reduction, absolute in pairs:
+        found |= _NEEDS.get((reduction, absolute), {ASUM} if reduction == "l1" else set())
+    return found
+
+
+def partials(shards: list[torch.Tensor], stats: set[int] = _ALL) -> torch.Tensor:
+    """The partial statistics of each shard, a [shards, 13] float64 matrix, computed where the shards live:
+    only ``stats`` (the others keep the neutral values of an empty shard), by torch's foreach kernels
+    where they exist (one call for all the shards), else a call per shard."""
     out = torch.tensor([_EMPTY] * len(shards), dtype=torch.float64)
     groups: dict = {}
     for i, shard in enumerate(shards):
         t = _prepared(shard.detach())
         if t is not None:  # (None: empty, its row stays _EMPTY)
-            groups.setdefault((t.device, t.dtype), []).append((i, t))
+            groups.setdefault((t.device, t.dtype), []).append((i, t.reshape(-1)))
     for members in groups.values():
         rows = [i for i, _ in members]
-        out[rows] = _segment_partials([t.reshape(-1) for _, t in members]).double().cpu()
+        columns = _columns([t for _, t in members], stats)
+        for column, values in columns.items():
+            out[rows, column] = values.double().cpu()
+        bad = [r for r, v in zip(rows, out[rows, SUMSQ].tolist()) if not math.isfinite(v)]
+        for row, (_, t) in zip(rows, members):  # rare: a shard with NaN or inf
+            if row in bad:
+                out[row, NONFINITE] = float((~torch.isfinite(t)).sum())
     return out
 
 
-def _segment_partials(flats: list[torch.Tensor]) -> torch.Tensor:
-    lengths = torch.tensor([f.numel() for f in flats], device=flats[0].device)
-    data = torch.cat(flats) if len(flats) > 1 else flats[0]
-    a = data.abs()
-
-    def seg(values, how="sum"):
-        return torch.segment_reduce(values, how, lengths=lengths)
-
-    n = lengths.to(data.dtype)
-    total, asum = seg(data), seg(a)
-    columns = [
-        n,
-        total,
-        seg((data - (total / n).repeat_interleave(lengths)) ** 2),
-        seg(data, "min"),
-        seg(data, "max"),
-        seg(data, "prod"),
-        asum,
-        seg((a - (asum / n).repeat_interleave(lengths)) ** 2),
-        seg(a, "min"),
-        seg(a, "max"),
-        seg(a, "prod"),
-        seg(data * data),
-        seg((~torch.isfinite(data)).to(data.dtype)),
-    ]
-    return torch.stack(columns, 1)
+def _columns(ts: list[torch.Tensor], stats: set[int]) -> dict[int, torch.Tensor]:
+    stack = torch.stack
+    n = torch.tensor([float(t.numel()) for t in ts], dtype=torch.float64)
+    cols = {N: n, SUMSQ: stack(torch._foreach_norm(ts, 2)).double() ** 2}
+    if stats & {SUM, M2}:
+        var_mean = [torch.var_mean(t, correction=0) for t in ts]
+        cols[SUM] = stack([m for _, m in var_mean]).double().cpu() * n
+        cols[M2] = stack([v for v, _ in var_mean]).double().cpu() * n
+    if stats & {ASUM, AM2, AMIN, APROD}:
+        magnitudes = torch._foreach_abs(ts)
+        if AM2 in stats:
+            var_mean = [torch.var_mean(a, correction=0) for a in magnitudes]
+            cols[ASUM] = stack([m for _, m in var_mean]).double().cpu() * n
+            cols[AM2] = stack([v for v, _ in var_mean]).double().cpu() * n
+        else:
+            cols[ASUM] = stack(torch._foreach_norm(ts, 1))
+        if AMIN in stats:
+            cols[AMIN] = stack([a.amin() for a in magnitudes])
+        if APROD in stats:
+            cols[APROD] = stack([a.prod() for a in magnitudes])
+    if MAX in stats:
+        cols[MAX] = (
+            stack(torch._foreach_max(ts)) if hasattr(torch, "_foreach_max") else stack([t.amax() for t in ts])
+        )
+    if MIN in stats:
+        cols[MIN] = stack([t.amin() for t in ts])
+    if AMAX in stats:
+        cols[AMAX] = stack(torch._foreach_norm(ts, math.inf))
+    if PROD in stats:
+        cols[PROD] = stack([t.prod() for t in ts])
+    return cols
 
 
 def combine(gathered: np.ndarray) -> dict[tuple[str, bool], np.ndarray]:
@@ -295,7 +336,10 @@ class Shards:
         mine = torch.cat(
             [
                 torch.tensor([header + [0.0] * (len(_EMPTY) - 2)], dtype=torch.float64),
-                partials([i.value.to_local() if _contributes(i.value) else _NOTHING for i in items]),
+                partials(
+                    [i.value.to_local() if _contributes(i.value) else _NOTHING for i in items],
+                    needed({pair for i in items for pair in i.pairs}),
+                ),
             ]
         )
         everyone = [torch.empty_like(mine) for _ in range(world)]
