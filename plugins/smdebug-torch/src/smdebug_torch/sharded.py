@@ -283,6 +283,8 @@ class Shards:
         self.hook = hook
         self.pending: dict[str, _Item] = {}
         self.flush_queued = False
+        self.inflight = None  # (all_gather's work, its outputs, [(name, pairs, dtype)]) of the last flush
+        self.inflight_medians: dict[str, dict] = {}  # exact medians of gathered tensors of the last flush
 
     def capture(self, name: str, value) -> None:
         """Note a sharded tensor due now (on every rank, writing or not); saved at the next flush."""
@@ -291,8 +293,10 @@ class Shards:
             self.pending[name] = _Item(name, value, plan[0], plan[1])
 
     def flush(self) -> None:
-        """Save what was captured: one all_gather of every tensor's partial statistics, then each rank
-        writes the full tensors' reductions, its shards (or the gathered tensors)."""
+        """Save what was captured: each rank's shards (or the gathered tensors) now, and the full tensors'
+        reductions through one all_gather of every tensor's partial statistics, started now and finished
+        by ``finish`` (at the step's end: the ranks meet there without waiting for each other)."""
+        self.finish()
         if not self.pending:
             return
         hook = self.hook
@@ -321,17 +325,18 @@ class Shards:
                     hook.record_unsaved_tensor(
                         item.name, "reductions of a tensor sharded over part of the job"
                     )
-            results = self._combined(reduced, world)
-            values, reductions = {}, {}
+            self._start_gather(reduced, world)
+            values, medians = {}, {}
             for item in items:
-                self._save(item, results.get(item.name), gather, values, reductions)
-            hook.save_computed(values, reductions)
+                self._save_value(item, gather, values, medians)
+            self.inflight_medians = medians
+            hook.save_computed(values)
 
-    def _combined(self, items: list[_Item], world: int) -> dict[str, dict]:
-        """{name: {(reduction, abs): full tensor's value}} of the items, through one all_gather."""
+    def _start_gather(self, items: list[_Item], world: int) -> None:
+        """Every rank's partial statistics of the items: one asynchronous all_gather."""
+        self.inflight = None
         if not items:
-            return {}
-        dist = torch.distributed
+            return
         header = [float(len(items)), float(zlib.crc32("\n".join(i.name for i in items).encode()))]
         mine = torch.cat(
             [
@@ -343,46 +348,56 @@ class Shards:
             ]
         )
         everyone = [torch.empty_like(mine) for _ in range(world)]
-        dist.all_gather(everyone, mine)
+        work = torch.distributed.all_gather(everyone, mine, async_op=True)
+        self.inflight = (work, everyone, [(i.name, i.pairs, _result_dtype(i.value)) for i in items])
+
+    def finish(self) -> None:
+        """Wait for the last flush's all_gather and save the full tensors' reductions (every rank calls it
+        at the same points; one that does not write only waits)."""
+        inflight, self.inflight = self.inflight, None
+        medians, self.inflight_medians = self.inflight_medians, {}
+        if inflight is None:
+            return
+        work, everyone, items = inflight
+        work.wait()
         gathered = torch.stack(everyone).numpy()  # [rank, 1 + tensors, statistics]
         if not (gathered[:, 0, :2] == gathered[0, 0, :2]).all():
             self.hook.warn_once(
                 "shards:mismatch",
                 "smdebug: the ranks captured different sharded tensors; their reductions are not saved",
             )
-            return {}
+            return
         columns = combine(gathered[:, 1:])
         count = gathered[:, 1:, N].sum(0)
-        out = {}
-        for k, item in enumerate(items):
+        reductions = {}
+        for k, (name, pairs, dtype) in enumerate(items):
             if count[k]:
-                dtype = _result_dtype(item.value)
-                out[item.name] = {
-                    pair: dtype.type(columns[pair][k]) for pair in item.pairs if pair[0] != _MEDIAN
-                }
-        return out
+                results = {pair: dtype.type(columns[pair][k]) for pair in pairs if pair[0] != _MEDIAN}
+                results.update(medians.get(name, {}))
+                reductions[name] = results
+        self.hook.save_computed(reductions=reductions)
 
-    def _save(self, item: _Item, results: dict | None, gather: bool, values: dict, reductions: dict) -> None:
+    def _save_value(self, item: _Item, gather: bool, values: dict, medians: dict) -> None:
+        """The item's raw value (its shard and placement, or the gathered tensor) into ``values``, and
+        its exact median into ``medians`` when the full tensor is at hand."""
         hook, dt = self.hook, item.value
         full = None
         median = [p for p in item.pairs if p[0] == _MEDIAN]
         if item.raw or (gather and median):
             if gather or not _plain_placements(dt):
                 full = dt.full_tensor()  # a collective of the tensor's mesh: every rank is here
-        if results is not None:
-            for pair in median:
-                value = _median(full, pair[1]) if full is not None else None
-                if value is not None:
-                    results[pair] = _result_dtype(dt).type(value)
-                elif full is None and hook.writing:
-                    hook.warn_once(
-                        "shards:median",
-                        "smdebug: the median of a sharded tensor (%s, and any other) is not saved: it has "
-                        "no exact partial form; the Trial computes it from saved shards, or use "
-                        "gather_full_tensors=True",
-                        item.name,
-                    )
-            reductions[item.name] = results
+        for pair in median:
+            value = _median(full, pair[1]) if full is not None else None
+            if value is not None:
+                medians.setdefault(item.name, {})[pair] = _result_dtype(dt).type(value)
+            elif full is None and hook.writing:
+                hook.warn_once(
+                    "shards:median",
+                    "smdebug: the median of a sharded tensor (%s, and any other) is not saved: it has "
+                    "no exact partial form; the Trial computes it from saved shards, or use "
+                    "gather_full_tensors=True",
+                    item.name,
+                )
         if not (hook.writing and item.raw):
             return
         if full is not None:
