@@ -212,10 +212,12 @@ def _columns(ts: list[torch.Tensor], stats: set[int]) -> dict[int, torch.Tensor]
     stack = torch.stack
     n = torch.tensor([float(t.numel()) for t in ts], dtype=torch.float64)
     cols = {N: n, SUMSQ: stack(torch._foreach_norm(ts, 2)).double() ** 2}
-    if stats & {SUM, M2}:
+    if M2 in stats:
         var_mean = [torch.var_mean(t, correction=0) for t in ts]
         cols[SUM] = stack([m for _, m in var_mean]).double().cpu() * n
         cols[M2] = stack([v for v, _ in var_mean]).double().cpu() * n
+    elif SUM in stats:
+        cols[SUM] = stack([t.sum() for t in ts])
     if stats & {ASUM, AM2, AMIN, APROD}:
         magnitudes = torch._foreach_abs(ts)
         if AM2 in stats:
