@@ -73,6 +73,27 @@ def ddp_bucket_view(rank, out_dir):
         json.dump(expected, f)
 
 
+def classic_fsdp(rank, out_dir):
+    """Classic FullyShardedDataParallel: training goes on, one warning says what is saved."""
+    import logging
+
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger("smdebug").addHandler(handler)
+    try:
+        model = FullyShardedDataParallel(make("mlp"), use_orig_params=True, device_id=torch.device("cpu"))
+        h = hook(out_dir, include_workers="all")
+        h.register_module(model)
+        train(model, h, lambda step: batch("mlp", rank, step), steps=2)
+    finally:
+        logging.getLogger("smdebug").removeHandler(handler)
+    with open(f"{out_dir}.warnings_{rank}.json", "w") as f:
+        json.dump(seen, f)
+
+
 SCENARIOS = {
     "fsdp_mlp": lambda rank, d: fsdp_mlp(rank, d, include_workers="all"),
     "fsdp_mlp_after": lambda rank, d: fsdp_mlp(rank, d, register_first=False, include_workers="all"),
@@ -83,6 +104,7 @@ SCENARIOS = {
         rank, d, include_workers="all", gather_full_tensors=True
     ),
     "ddp_bucket_view": ddp_bucket_view,
+    "classic_fsdp": classic_fsdp,
 }
 
 

@@ -138,3 +138,12 @@ def test_ddp_gradient_as_bucket_view_saves_each_ranks_own_gradient(runs):
     assert not np.allclose(
         trial.tensor(g).value(3, worker="worker_0"), trial.tensor(g).value(3, worker="worker_1")
     )
+
+
+def test_classic_fsdp_trains_with_one_clear_warning(runs):
+    out_dir = os.path.join(runs, "classic_fsdp")
+    for rank in range(2):
+        with open(f"{out_dir}.warnings_{rank}.json") as f:
+            warnings = [w for w in json.load(f) if "classic" in w]
+        assert len(warnings) == 1 and "fully_shard" in warnings[0], warnings
+    assert smd.create_trial(out_dir).steps() == [0, 1]

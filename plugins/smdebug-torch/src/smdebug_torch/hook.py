@@ -115,8 +115,9 @@ class Hook(BaseHook):
         model_name = sharded.class_name(module)
         if sharded.uses_classic_fsdp(module):
             logger.warning(
-                "smdebug: %s holds a classic FullyShardedDataParallel: its flat-parameter shards are not "
-                "saved as weights or gradients; use torch.distributed.fsdp.fully_shard (FSDP2) for that",
+                "smdebug: %s holds a classic FullyShardedDataParallel: its parameters are saved as this "
+                "rank's views of its flat shard, not whole; use torch.distributed.fsdp.fully_shard (FSDP2) "
+                "for sharded capture",
                 model_name,
             )
         if fullgraph:
