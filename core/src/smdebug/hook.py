@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import time
 import weakref
@@ -63,7 +62,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from smdebug import layout, open_runs, plugins
+from smdebug import plugins
 from smdebug.checkpoint_state import resume_numbering
 from smdebug.collection import (
     INPUT_SUFFIX,
@@ -77,14 +76,14 @@ from smdebug.collection import (
 from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
 from smdebug.exceptions import ConfigError, SMDebugTypeError, StopTraining, did_you_mean
 from smdebug.hook_helpers import NESTED, Guard, close_at_exit, leaves, options_signature
-from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE, collections_file_path
+from smdebug.hook_output import HookOutput
+from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import reduction_tensor_name
 from smdebug.stop_signal import StopSignal
 from smdebug.store import redact
-from smdebug.writing import Writer, open_writer
+from smdebug.writing import Writer
 from smdebug.writing.bounded import at_exit, run_bounded
-from smdebug.writing.ownership import check_out_dir, claims_name, writer_claim
 from smdebug.writing.settings import RESERVE_BYTES
 
 logger = logging.getLogger("smdebug")
@@ -107,7 +106,7 @@ def set_hook(hook: BaseHook | None) -> None:
     _active_hook = hook
 
 
-class BaseHook:
+class BaseHook(HookOutput):
     framework: ClassVar[str] = ""
     options_class: ClassVar[type[HookConfig]] = HookConfig
     collection_class: ClassVar[type[Collection]] = Collection
@@ -343,22 +342,6 @@ class BaseHook:
         stop = self._stop_signal.pending()
         if stop is not None:
             raise stop
-
-    # -- what was written (for observers: the rule runner) ------------------------------------------
-    @property
-    def written_steps(self) -> list[int]:
-        """The steps written to the run so far, in order."""
-        return self._writer.written_steps if self._writer is not None else []
-
-    @property
-    def failed_steps(self) -> dict[int, str]:
-        """The steps that could not be saved, and why."""
-        return self._writer.failed_steps if self._writer is not None else {}
-
-    def wait_for_writer(self, timeout: float) -> bool:
-        """Wait at most ``timeout`` seconds until everything queued is written, or waits for a failing
-        store to come back; False when it had to stop waiting."""
-        return self._writer is None or self._writer.flush(timeout)
 
     # -- step boundaries (called by framework plugins; never raise into training) ------------------
     def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
@@ -928,56 +911,6 @@ class BaseHook:
         writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
         self._saved_any = True
         plugins.tensor_saved(self, name, array)
-
-    def _get_writer(self) -> Writer:
-        if self._writer is None:
-            # The store is opened and the run claimed on the writer's threads, never on this one.
-            store, claim, token = writer_claim(getattr(self, "_out_dir_check", None), self.worker)
-            self._writer = open_writer(
-                self.out_dir,
-                self.worker,
-                store,
-                lambda: plugins.open_store(self.out_dir),
-                self.max_queue_bytes,
-                claim=claim,
-                claim_token=token,
-            )
-            at_exit(close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
-            open_runs.register(self.out_dir, self)  # a Trial opened in this process flushes us first
-        return self._writer
-
-    def _export_collections(self) -> None:
-        if self._writer is None or not self.writing:
-            return
-        num_workers = self.num_workers() if self.include_workers == "all" else 1
-        self.collection_manager.meta["num_workers"] = num_workers
-        data = json.dumps(self.collection_manager.to_json_dict()).encode()
-        self._writer.write_file(collections_file_path(self.worker), data)
-        self._collections_exported = True
-        self._export_notes()
-
-    def _export_notes(self) -> None:
-        """The run's tensor notes of this worker, when there is anything to note (none in most runs)."""
-        if not (self._placements or self._unsaved_tensors) or not self.writing:
-            return
-        self._notes_changed = False
-        notes = layout.encode_notes(self.worker, self._placements, self._unsaved_tensors)
-        (self._writer or self._get_writer()).write_file(layout.tensor_notes_path(self.worker), notes)
-
-    def _check_out_dir(self) -> None:
-        """Refuse an out_dir that already holds a run, or that another writer of this worker is writing
-        (smdebug.writing.ownership.check_out_dir); nothing to check in a dry run."""
-        self._out_dir_check = None
-        if self.dry_run:
-            return
-        try:
-            worker = self.worker_name()
-        except Exception:  # a plugin not initialised yet: only a finished run can be recognised
-            worker = None
-        claim = claims_name(worker, self.include_workers == "all")
-        self._out_dir_check = check_out_dir(
-            self.out_dir, lambda: plugins.open_store(self.out_dir), worker, claim
-        )
 
     # -- copies ------------------------------------------------------------------------------------
     def __reduce__(self):
