@@ -26,6 +26,25 @@ from smdebug.writing.bounded import at_exit, run_bounded
 from smdebug.writing.settings import check_timeout_from_env, one_of_many_workers
 
 logger = logging.getLogger("smdebug")
+PROBE_SECONDS = 1.0  # the connection probe of a remote store's endpoint
+
+
+def _endpoint_address(store) -> tuple[str, int] | None:
+    """(host, port) of a remote store's configured endpoint (s3fs's option or the AWS environment);
+    None when there is none to probe (AWS's own endpoints, another filesystem)."""
+    from urllib.parse import urlsplit
+
+    fs = getattr(store, "fs", None)
+    url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+    url = url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not url or "s3" not in getattr(fs, "protocol", ()):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
 
 
 def claim_worker(store: Store, worker: str, token: str) -> str | None:
@@ -88,11 +107,15 @@ class OutDirCheck:
         self._open_store = open_store
         self._claim = claim and worker is not None
         self._done = threading.Event()
+        self._settled = threading.Event()  # done, or the store's endpoint refuses connections
+        self.unreachable: str | None = None  # why the endpoint cannot be reached (then no one waits)
         threading.Thread(target=self._run, name="smdebug-out-dir-check", daemon=True).start()
 
     def _run(self) -> None:
         try:
             self.store = self._open_store()
+            if not self.store.is_local:
+                threading.Thread(target=self._probe, name="smdebug-out-dir-probe", daemon=True).start()
             self.found = existing_run(self.store, self.worker)
             if self.found is None and self._claim:
                 self.created_run = self.store.is_local and not os.path.isdir(self.store.root)
@@ -102,10 +125,26 @@ class OutDirCheck:
             self.error = exc
         finally:
             self._done.set()
+            self._settled.set()
+
+    def _probe(self) -> None:
+        """A remote store's endpoint that refuses connections (down from the start) is not waited for:
+        its client would retry for seconds on the training thread's time. One TCP connection tells."""
+        address = _endpoint_address(self.store)
+        if address is None:
+            return
+        try:
+            socket.create_connection(address, timeout=PROBE_SECONDS).close()
+        except OSError as exc:
+            if not self._done.is_set():
+                self.unreachable = f"{address[0]}:{address[1]}: {type(exc).__name__}: {exc}"
+                self._settled.set()
 
     def wait(self, timeout: float) -> bool:
-        """Whether the check finished within ``timeout`` seconds."""
-        return self._done.wait(timeout)
+        """Whether the check finished within ``timeout`` seconds (False at once when the store's
+        endpoint cannot be reached: the check goes on in the background, the writer claims the run)."""
+        self._settled.wait(timeout)
+        return self._done.is_set()
 
     def release_if_unused(self) -> None:
         """A hook that never wrote leaves nothing behind: its claim goes (and the run folder the claim
@@ -178,10 +217,11 @@ def check_out_dir(uri: str, open_store: Callable[[], Store], worker: str | None,
     timeout = check_timeout_from_env()
     if not check.wait(timeout):
         logger.warning(
-            "smdebug: %s did not answer within %g s; training goes on, and the run is checked before "
-            "anything is written to it",
+            "smdebug: %s %s; training goes on, and the run is checked before anything is written to it",
             redact(uri),
-            timeout,
+            f"cannot be reached ({check.unreachable})"
+            if check.unreachable
+            else f"did not answer within {timeout:g} s",
         )
     elif check.error is not None:  # an unreachable location is reported when writing, not here
         logger.debug("smdebug: could not check %s: %s", redact(uri), type(check.error).__name__)
