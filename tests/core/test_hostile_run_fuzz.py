@@ -123,7 +123,9 @@ def test_randomly_damaged_runs_give_only_clean_errors(clean_run, tmp_path):
         what = damage(run, rng, str(outside))
         result: list = []
         tracemalloc.start()
-        worker = threading.Thread(target=lambda: result.append(exercise(run, str(tmp_path))), daemon=True)
+        worker = threading.Thread(
+            target=lambda out=result, at=run: out.append(exercise(at, str(tmp_path))), daemon=True
+        )
         worker.start()
         worker.join(TIME_LIMIT)
         peak = tracemalloc.get_traced_memory()[1]
