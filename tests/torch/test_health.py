@@ -177,7 +177,14 @@ def test_raw_tensors_of_the_triggering_step_follow_the_users_collections(out_dir
 
 
 def test_loss_spike_from_a_learning_rate_jump(out_dir):
-    _, seen = train(out_dir, steps=14, lr_jump_at=9, health_loss_factor=3)
+    _, seen = train(
+        out_dir,
+        steps=14,
+        lr_jump_at=9,
+        health_loss_factor=3,
+        include_collections=["gradients"],
+        save_config=smd.SaveConfig(save_interval=100),
+    )
     trial = smd.create_trial(out_dir)
     (record,) = trial.health_records()
     spikes = [t for t in record["triggers"] if t["reason"].startswith("loss spike")]
@@ -185,6 +192,9 @@ def test_loss_spike_from_a_learning_rate_jump(out_dir):
     spike = spikes[0]["step"]
     assert spike > 9 and seen[spike]["loss"] > 3 * np.median([seen[s]["loss"] for s in range(9)])
     assert_recorded_before(trial, seen, spike)
+    # the spiking step's gradients, raw, as the user's collections save them
+    grad = trial.tensor("gradient/Net_fc1.weight").value(spike)
+    assert np.linalg.norm(grad) == pytest.approx(seen[spike]["gradient/Net_fc1.weight"], rel=1e-5)
 
 
 class FiresFromStepFive(Rule):

@@ -196,8 +196,12 @@ class TorchHealth:
                 plan.fill(chosen, ring[slot])
         if self._ring_host is not None or hook.anything_due():  # (a GPU's save step: waited for)
             row = self._ring_host[slot] if self._ring_host is not None else ring[slot].cpu().numpy()
+            triggers = len(self.monitor.triggers)
             if self.monitor.check(slot, row):
                 self._first_nonfinite(row, rerun_safe, tensors, names)
+            elif len(self.monitor.triggers) > triggers:  # a loss spike
+                with hook.guard("save the step's tensors"):
+                    self._save_step(tensors, names)
         else:
             if self._pinned is None or self._pinned[0].shape[0] != ring.shape[1]:
                 pin = ring.device.type == "cuda"
