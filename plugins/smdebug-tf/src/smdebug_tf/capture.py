@@ -26,6 +26,7 @@ GRADIENTS = "gradients"
 LAYERS = "layers"
 OUTPUTS = "outputs"  # model outputs and labels
 INPUTS = "inputs"
+HEALTH = "health"  # every step's statistics (smdebug_tf.health)
 
 MODEL_INPUT = "model_input"
 PREDICTIONS = "predictions"
@@ -59,6 +60,9 @@ class Recorder:
     def __init__(self, kinds: frozenset[str]):
         self.kinds = kinds
         self.tensors: dict[str, tf.Tensor] = {}
+        self.health_grads: dict[str, tf.Tensor] = {}  # HEALTH: gradient name -> gradient
+        self.health_flags: list = []  # HEALTH: ((direction, module, tensor), finite flag) in step order
+        self.health_loss = None  # HEALTH: the batch's loss (Keras' logs hold the epoch's running mean)
 
     def add(self, name: str, value) -> None:
         """Record a (nested) value: one tensor under ``name``, several as ``name_0``, ``name_1``..."""
@@ -113,9 +117,12 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None):
                     name = variable_name(variable)
                     if name not in recorder.tensors:
                         recorder.tensors[name] = tf.identity(tf.convert_to_tensor(variable))
-            if GRADIENTS in recorder.kinds:
+            if GRADIENTS in recorder.kinds or HEALTH in recorder.kinds:
                 for variable, grad in _unscaled_pairs(optimizer, grads, trainable_variables):
-                    recorder.add(gradient_name(variable), grad)
+                    if GRADIENTS in recorder.kinds:
+                        recorder.add(gradient_name(variable), grad)
+                    if HEALTH in recorder.kinds:
+                        recorder.health_grads[gradient_name(variable)] = grad
         elif eager and optimizer.smdebug_on_eager_gradients is not None:
             optimizer.smdebug_on_eager_gradients(_unscaled_pairs(optimizer, grads, trainable_variables))
         result = original(grads, trainable_variables)
@@ -174,7 +181,7 @@ def layers_wrapped(model, kinds: frozenset[str]):
     """While tracing an instrumented step: each layer's ``call`` (and the model's, for its outputs)
     records into the active Recorder. Only instance attributes are set, and removed afterwards."""
     targets = []
-    if LAYERS in kinds:
+    if LAYERS in kinds or HEALTH in kinds:
         targets.extend((layer, False) for layer in walk_layers(model))
     if OUTPUTS in kinds:
         targets.append((model, True))
@@ -199,9 +206,14 @@ def _recording_call(layer, original, is_model: bool):
         outputs = original(*args, **kwargs)
         recorder = active()
         if recorder is not None:
+            if HEALTH in recorder.kinds and not is_model:
+                from smdebug_tf.health import finite_flag
+
+                name = layer_tensor_name(layer, "outputs")
+                recorder.health_flags.append((("forward", layer.name, name), finite_flag(outputs)))
             if is_model:
                 recorder.add(PREDICTIONS, outputs)
-            else:
+            elif LAYERS in recorder.kinds:
                 inputs = args[0] if args else next(iter(kwargs.values()), None)
                 if inputs is not None:
                     recorder.add(layer_tensor_name(layer, "inputs"), inputs)
@@ -209,6 +221,43 @@ def _recording_call(layer, original, is_model: bool):
         return outputs
 
     return call
+
+
+@contextlib.contextmanager
+def loss_wrapped(model, kinds: frozenset[str]):
+    """While tracing a HEALTH step: the batch's loss, as Keras' train_step computes it, is recorded."""
+    original = getattr(model, "_compute_loss", None)
+    if HEALTH not in kinds or original is None:
+        yield
+        return
+    had_own = "_compute_loss" in vars(model)
+
+    def compute_loss(*args, **kwargs):
+        loss = original(*args, **kwargs)
+        recorder = active()
+        if recorder is not None and recorder.health_loss is None and isinstance(loss, tf.Tensor):
+            recorder.health_loss = loss
+        return loss
+
+    object.__setattr__(model, "_compute_loss", compute_loss)
+    try:
+        yield
+    finally:
+        if had_own:
+            object.__setattr__(model, "_compute_loss", original)
+        else:
+            object.__delattr__(model, "_compute_loss")
+
+
+def _health(model, recorder: Recorder, weights: list, layout: list) -> tf.Tensor:
+    """The step's health vector (smdebug_tf.health.statistics); its names go to ``layout``."""
+    from smdebug_tf.health import LOSS, statistics
+
+    grads = [gradient_name(v) for v in model.trainable_variables]
+    names = [n for n, _ in weights] + grads + [LOSS]
+    tensors = [t for _, t in weights] + [recorder.health_grads.get(g) for g in grads] + [recorder.health_loss]
+    layout[:] = [(tuple(names), tuple(where for where, _ in recorder.health_flags))]
+    return statistics(tensors, [flag for _, flag in recorder.health_flags])
 
 
 # -- the instrumented step functions --------------------------------------------------------------
@@ -225,13 +274,16 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
     """A function taking what Keras' own ``<mode>_function`` takes, returning ``(its result, packed)``:
     the due tensors in a few buffers (smdebug_tf.packing; ``plan_of(name)`` says what is due of each, and
     is asked once per name: every trace of the function packs the same). mode is "train", "test" or
-    "predict". ``function.plans`` holds the plans it was traced with. ``on_built()`` is called once the
+    "predict". ``function.plans`` holds the plans it was traced with. The function returns
+    ``(result, packed, health)``: with HEALTH the step's health vector, whose layout is
+    ``function.health_layout[0]`` once traced (else an empty vector). ``on_built()`` is called once the
     step has run while tracing (a model built by its first call has its variables then)."""
     strategy = model.distribute_strategy
     step_fn = {"train": model.train_step, "test": model.test_step, "predict": model.predict_step}[mode]
     reduction = "concat" if mode == "predict" else "auto"
     plans: dict[str, tuple | None] = {}
     lock = threading.Lock()  # MirroredStrategy traces its replicas on threads of their own
+    health_layout: list = []
 
     def planned(name: str):
         with lock:
@@ -242,6 +294,16 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
     @tf.autograph.experimental.do_not_convert
     def replica_step(data):
         with recording(Recorder(kinds)) as recorder:
+            weights = []
+            if HEALTH in kinds:  # read before the step's update, as below
+                from smdebug_tf.health import finite_flag
+
+                weights = [(variable_name(v), tf.convert_to_tensor(v)) for v in model.weights]
+                if mode != "predict":
+                    import keras
+
+                    x = keras.utils.unpack_x_y_sample_weight(data)[0]
+                    recorder.health_flags.append((("input", model.name, MODEL_INPUT), finite_flag(x)))
             if WEIGHTS in kinds:  # read before the step's update (TF orders the ops on each variable)
                 for variable in model.weights:
                     recorder.tensors[variable_name(variable)] = tf.identity(tf.convert_to_tensor(variable))
@@ -258,16 +320,17 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
             result = step_fn(data)
         if on_built is not None:
             on_built()
-        return result, pack(recorder.tensors, planned)
+        health = _health(model, recorder, weights, health_layout) if HEALTH in kinds else tf.zeros([0])
+        return result, pack(recorder.tensors, planned), health
 
     @tf.autograph.experimental.do_not_convert
     def one_step(data):
         # runs while the step is traced (each call only when run eagerly): the layers record then
-        with layers_wrapped(model, kinds):
-            result, packed = strategy.run(replica_step, args=(data,))
+        with layers_wrapped(model, kinds), loss_wrapped(model, kinds):
+            result, packed, health = strategy.run(replica_step, args=(data,))
         result = _reduce(result, strategy, reduction)
         packed = tf.nest.map_structure(lambda t: tuple(strategy.experimental_local_results(t)), packed)
-        return result, packed
+        return result, packed, strategy.experimental_local_results(health)[0]  # the first replica's
 
     run_eagerly = model.run_eagerly
     if not run_eagerly:
@@ -285,6 +348,7 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
             return compiled(data)
 
         predict_function.plans = plans
+        predict_function.health_layout = health_layout
         return predict_function
 
     @tf.autograph.experimental.do_not_convert
@@ -300,4 +364,5 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
         return one_step(next(iterator))  # a Python iterator (train_on_batch and friends)
 
     function.plans = plans
+    function.health_layout = health_layout
     return function

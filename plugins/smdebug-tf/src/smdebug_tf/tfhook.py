@@ -70,6 +70,7 @@ class TFState:
         self.fitting = False  # between on_train_begin and on_train_end
         self.pending: list = []  # (method, arguments) of save_scalar/save_tensor calls before the first step
         self.traced_tape = None  # (graph, WrappedTape) of the custom loop's step being traced
+        self.health = None  # with health=True: smdebug_tf.health.KerasHealth
 
 
 class TFHook(BaseHook):
@@ -281,13 +282,16 @@ class TFHook(BaseHook):
         if not self.next_idle_step():
             self.begin_step()  # ends the previous step
         self.stop_if_asked(mode)
-        if not self.anything_due():
+        health = self.health is not None and mode == ModeKeys.TRAIN
+        if not self.anything_due() and not health:
             return  # the common step: Keras' own function runs, nothing else happens
         with self.guard("prepare the step's tensors"):
             model = self.tf_state.model
             if model is not None and not self.tf_state.weights and model.weights:
                 self.register_model(model)  # built on its first call (a subclassed model)
             kinds = self.capture_kinds(mode)
+            if health:
+                kinds |= {capture.HEALTH}
             if not self.swap_in(mode, kinds) and capture.WEIGHTS in kinds:
                 for name, variable in self.tf_state.weights:  # read here when the step cannot
                     if self.is_due(name):
@@ -304,8 +308,17 @@ class TFHook(BaseHook):
             self.save_logs(mode, result)
             if mode == ModeKeys.TRAIN:
                 self.save_optimizer_variables()
-        self.end_step()
-        self.stop_if_asked(mode)
+
+    def health_step(self, health, layout: list) -> None:
+        """The step's health vector into the flight recorder (before the step ends: a trigger writes)."""
+        state = self.tf_state
+        if state.health is None:
+            from smdebug_tf.health import KerasHealth
+
+            state.health = KerasHealth(self)
+        if layout:
+            with self.guard("record the step's health"):
+                state.health.record(health.numpy(), layout[0])
 
     def save_optimizer_variables(self) -> None:
         """The optimizer's variables, as the step's update left them (once a step)."""
@@ -370,12 +383,12 @@ class TFHook(BaseHook):
         def one_call(arg):
             _put(model, attribute, plain)  # Keras' own function again from the next lookup on
             state.swapped = None
-            packed = None
+            packed = health = None
             if instrumented is None:
                 result = plain(arg)
             else:
                 try:
-                    result, packed = instrumented(arg)
+                    result, packed, health = instrumented(arg)
                 except (StopIteration, tf.errors.OutOfRangeError):
                     raise  # the end of the data, as Keras' own function signals it
                 except Exception as exc:
@@ -390,6 +403,10 @@ class TFHook(BaseHook):
                     )
                     result = plain(arg)
             hook.step_done(mode, result, packed)
+            if health is not None and capture.HEALTH in kinds:
+                hook.health_step(health, instrumented.health_layout)
+            hook.end_step()
+            hook.stop_if_asked(mode)
             return result
 
         _put(model, attribute, one_call)

@@ -1,0 +1,139 @@
+"""KerasHook(health=True): every training step's statistics computed inside the compiled step, the flight
+recorder written when something goes wrong, and where the first non-finite value came from, with faults
+planted into real Keras training."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import smdebug.tensorflow as smd
+from smdebug.cli import main as cli
+
+FAULT = 4
+
+
+class Plant(keras.layers.Layer):
+    """Scales its input by a weight of its own; at training call FAULT, an inf in its output ("forward")
+    or a NaN in its weight's gradient ("gradient")."""
+
+    def __init__(self, fault=None, **kwargs):
+        super().__init__(**kwargs)
+        self.fault = fault
+
+    def build(self, shape):
+        self.scale = self.add_weight(shape=(shape[-1],), initializer="ones", name="scale")
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
+
+    def call(self, x, training=False):
+        hit = tf.logical_and(tf.equal(self.calls, FAULT), training)
+        if training:
+            self.calls.assign_add(1.0)
+        scale = self.scale
+        if self.fault == "gradient":
+
+            @tf.custom_gradient
+            def poisoned(s):
+                def grad(dy):
+                    return tf.where(hit, dy * np.nan, dy)
+
+                return tf.identity(s), grad
+
+            scale = poisoned(scale)
+        out = x * scale
+        if self.fault == "forward":
+            out = tf.where(hit, out + np.inf, out)
+        return out
+
+
+class Seen(keras.callbacks.Callback):
+    """The l2 norm of the hidden layer's kernel as each training batch starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.norms = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.norms.append(float(np.linalg.norm(self.model.get_layer("hidden").kernel.numpy())))
+
+
+def train(out_dir, fault=None, steps=8, jit_compile=False):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(5, activation="relu", name="hidden"),
+            Plant(fault, name="plant"),
+            keras.layers.Dense(3, activation="softmax", name="head"),
+        ],
+        name="mlp",
+    )
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", jit_compile=jit_compile)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8 * steps, 4)).astype("float32")
+    y = rng.integers(0, 3, size=8 * steps)
+    hook = smd.KerasHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5))
+    seen = Seen()
+    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[seen, hook], verbose=0)
+    hook.close()
+    return seen.norms
+
+
+def why(out_dir, *args):
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    buffer = StringIO()
+    with redirect_stdout(buffer):
+        assert cli(["why", *args, out_dir]) == 0
+    return buffer.getvalue()
+
+
+def test_healthy_run_writes_nothing_between_save_steps(out_dir):
+    norms = train(out_dir)
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 5, 7]  # the save steps, and the epoch's last step (its logs)
+    assert trial.tensor("mlp/hidden/kernel").steps() == [0, 5]  # no statistics at the others
+    assert trial.first_nonfinite() is None
+    # a save step carries the statistics computed in the compiled step
+    kernel = trial.tensor("mlp/hidden/kernel").reduction_value(5, "l2")
+    assert kernel == pytest.approx(norms[5], rel=1e-5)
+    assert "Nothing was found" in why(out_dir)
+
+
+@pytest.mark.parametrize(
+    "fault, direction, tensor",
+    [("forward", "forward", "plant/outputs"), ("gradient", "backward", "gradients/mlp/plant/scaleGrad")],
+)
+def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, tensor):
+    norms = train(out_dir, fault=fault)
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert first is not None
+    assert {k: first[k] for k in ("step", "mode", "direction", "module", "tensor", "worker")} == {
+        "step": FAULT,
+        "mode": "TRAIN",
+        "direction": direction,
+        "module": "plant",
+        "tensor": tensor,
+        "worker": "worker_0",
+    }
+    # the recorder's rows of the steps before, as ordinary reductions of their own steps
+    for step in range(FAULT):
+        kernel = trial.tensor("mlp/hidden/kernel").reduction_value(step, "l2")
+        assert kernel == pytest.approx(norms[step], rel=1e-5)
+        assert np.isfinite(trial.tensor("loss").reduction_value(step, "max", abs=True))
+    assert not np.isfinite(trial.tensor("loss").reduction_value(FAULT, "l2")) or direction == "backward"
+    assert trial.steps() == [*range(FAULT + 2), 7]  # after the fault: the save step, the epoch's logs
+    assert json.loads(why(out_dir, "--json"))["tensor"] == tensor
+
+
+def test_statistics_inside_an_xla_compiled_step(out_dir):
+    norms = train(out_dir, fault="gradient", jit_compile=True)
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["module"]) == (FAULT, "backward", "plant")
+    kernel = trial.tensor("mlp/hidden/kernel").reduction_value(FAULT - 1, "l2")
+    assert kernel == pytest.approx(norms[FAULT - 1], rel=1e-5)
