@@ -1,8 +1,9 @@
 """BaseHook: the framework-neutral part of every hook, and the whole of what a framework plugin uses.
 
 It keeps the step and per-mode step counters, decides which collections and tensors are due at the
-current step, computes reductions (through the reduction hooks, so a plugin reduces where the tensor
-lives) and hands host arrays to the off-thread writer. A framework plugin subclasses it and only adapts
+current step (smdebug.hook_due), captures them (smdebug.hook_capture), computes reductions through the
+reduction hooks, so a plugin reduces where the tensor lives (smdebug.hook_reducing), and hands host
+arrays to the off-thread writer (smdebug.hook_output). A framework plugin subclasses it and only adapts
 its framework, through the public members below (docs/writing-a-plugin.md shows a whole plugin).
 
 Declared by a plugin (class attributes):
@@ -52,12 +53,9 @@ Called by a plugin:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
-import time
-import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,26 +63,25 @@ import numpy as np
 from smdebug import plugins
 from smdebug.checkpoint_state import resume_numbering
 from smdebug.collection import (
-    INPUT_SUFFIX,
-    OUTPUT_SUFFIX,
     SCALAR_COLLECTIONS,
     TRAIN_ONLY_COLLECTIONS,
     Collection,
     CollectionKeys,
     CollectionManager,
 )
-from smdebug.config import HookConfig, ReductionConfig, SaveConfig, edits
-from smdebug.exceptions import ConfigError, SMDebugTypeError, StopTraining, did_you_mean
-from smdebug.hook_helpers import NESTED, Guard, close_at_exit, leaves, options_signature
+from smdebug.config import HookConfig, ReductionConfig, SaveConfig
+from smdebug.exceptions import ConfigError, SMDebugTypeError, StopTraining
+from smdebug.hook_capture import HookCapture
+from smdebug.hook_due import DuePlanning
+from smdebug.hook_helpers import Guard, options_signature
 from smdebug.hook_output import HookOutput
+from smdebug.hook_reducing import HookReducing
 from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE
 from smdebug.modes import ModeKeys, to_mode
-from smdebug.reductions import reduction_tensor_name
 from smdebug.stop_signal import StopSignal
 from smdebug.store import redact
 from smdebug.writing import Writer
-from smdebug.writing.bounded import at_exit, run_bounded
-from smdebug.writing.settings import RESERVE_BYTES
+from smdebug.writing.bounded import run_bounded
 
 logger = logging.getLogger("smdebug")
 
@@ -106,7 +103,7 @@ def set_hook(hook: BaseHook | None) -> None:
     _active_hook = hook
 
 
-class BaseHook(HookOutput):
+class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
     framework: ClassVar[str] = ""
     options_class: ClassVar[type[HookConfig]] = HookConfig
     collection_class: ClassVar[type[Collection]] = Collection
@@ -454,242 +451,6 @@ class BaseHook(HookOutput):
             self._warned.add(key)
             logger.warning(message, *args)
 
-    # -- deciding what to save ---------------------------------------------------------------------
-    def anything_due(self) -> bool:
-        """Whether any collection is due at this step (False outside a step): the cheap first test."""
-        return self._in_step and bool(self._due) and self.writing
-
-    def is_due(self, name: str) -> bool:
-        """Whether a tensor of this name would be saved at the current step (cheap, cached)."""
-        return self.anything_due() and not self._due.isdisjoint(self.collections_of(name))
-
-    def any_due(self, names: Sequence[str]) -> bool:
-        """Whether a tensor of any of these names would be saved at this step. Cached for the same
-        sequence object (a model's parameter names, asked at every step) while the due collections and
-        the collections stay the same."""
-        if not self.anything_due():
-            return False
-        due = self._due
-        known = self._any_due.get(id(names))
-        if known is None or known[0] is not names or known[1] is not due:
-            found = any(not due.isdisjoint(self.collections_of(name)) for name in names)
-            known = self._any_due[id(names)] = (names, due, found)  # holding names keeps its id unique
-        return known[2]
-
-    def has_due_collection(self, *names: str) -> bool:
-        return self.anything_due() and any(c.name in names for c in self._due)
-
-    @property
-    def due_collections(self) -> frozenset[Collection]:
-        """The collections due at this step (empty outside a step)."""
-        return self._due if self._in_step else frozenset()
-
-    def collections_of(self, name: str) -> frozenset[Collection]:
-        """The included collections a tensor of this name belongs to (cached)."""
-        found = self._colls_of.get(name)
-        if found is None:
-            found = frozenset(c for c in self._included() if c.matches(name))
-            self._colls_of[name] = found
-        return found
-
-    def layer_wanted(self, layer: str) -> bool:
-        """Whether an included collection may hold a layer's inputs or outputs, asked with the names of
-        its first call in a step (``<layer>_input_0``, ``<layer>_output_0``): the layers worth a callback."""
-        return bool(
-            self.collections_of(f"{layer}{INPUT_SUFFIX}0") or self.collections_of(f"{layer}{OUTPUT_SUFFIX}0")
-        )
-
-    def collections_changed(self) -> None:
-        """Collections (or what ``prepare_collections`` resolves) changed: prepare them again."""
-        self._prepared = False
-        self._forget_matches()
-
-    def _forget_matches(self) -> None:
-        self._colls_of.clear()
-        self._any_due.clear()
-        self._idle = ()
-        self.collections_version += 1
-
-    def _include(self, name: str) -> None:
-        if name not in self.include_collections:
-            self.include_collections.append(name)
-            self._prepared = False
-
-    def _included(self) -> list[Collection]:
-        collections = self.collection_manager.collections
-        if CollectionKeys.ALL in self.include_collections:
-            return list(collections.values())
-        # _prepare created every included collection; not get_collection, which empties _colls_of
-        return [collections[n] for n in self.include_collections if n in collections]
-
-    def _prepare(self) -> None:
-        """Give every collection its effective configs (its own, completed by the hook's)."""
-        if self._closed_at_exit is None:  # training started: the run is finished at exit at the latest
-            self._closed_at_exit = weakref.ref(self)
-            at_exit(close_at_exit, self._closed_at_exit, None)
-        self.worker = self.worker_name()
-        self.prepare_collections()
-        for name in self.include_collections:
-            self.collection_manager.get(name, cls=self.collection_class)
-        for coll in self.collection_manager.collections.values():
-            coll.save_config.merge_default_save_config(self.save_config)
-            if coll.name in self.scalar_collections:
-                coll.reduction_config = ReductionConfig(save_raw_tensor=True)
-                coll.save_histogram = False
-            elif coll.reduction_config is None:
-                coll.reduction_config = self.reduction_config
-        for coll in self._included():
-            if coll.name not in self.builtin_collections and not (coll.include_regex or coll.tensor_names):
-                known = [
-                    *self.builtin_collections,
-                    *self.builtin_patterns,
-                    *self.collection_manager.collections,
-                ]
-                self.warn_once(
-                    f"empty:{coll.name}",
-                    "smdebug: collection %r has no include_regex or tensor names: it saves nothing%s",
-                    coll.name,
-                    did_you_mean(coll.name, [n for n in known if n != coll.name]),
-                )
-        self._forget_matches()
-        self._prepared = True
-
-    def _collections_due(self) -> frozenset[Collection]:
-        mode, step = self.mode, self.mode_step
-        skipped = self.train_only_collections if mode in (ModeKeys.EVAL, ModeKeys.PREDICT) else ()
-        configs = [
-            (c, c.save_config.get_save_config(mode)) for c in self._included() if c.name not in skipped
-        ]
-        due = frozenset(c for c, cfg in configs if cfg.should_save_step(step))
-        if not due:
-            later = [n for n in (cfg.next_save_step(step + 1) for _, cfg in configs) if n is not None]
-            end = min(later, default=float("inf"))
-            self._idle = (edits[0], mode, step, end)
-        return due
-
-    def _idle_at(self, mode_step: int) -> bool:
-        """Whether this mode step is one of the idle steps _collections_due found last, nothing changed."""
-        idle = self._idle
-        return bool(idle) and idle[0] == edits[0] and idle[1] is self.mode and idle[2] <= mode_step < idle[3]
-
-    # -- saving ------------------------------------------------------------------------------------
-    def save_for_step(self, name: str, value: Any) -> bool:
-        """Save a tensor seen by the framework if one of its collections is due now; True if saved.
-        The name is recorded in its collections, so the run's collections file lists it."""
-        if not (self._in_step and self._due and self.writing):
-            return False
-        plan = self._due_plan(name, value)
-        if plan is None:
-            return False
-        pairs, names, raw, shape = plan
-        if self._gathered is not None and pairs and not (raw or shape):  # reductions only, in a together()
-            self._gathered.append((name, value, pairs, names))  # block: what _reduce_all does, inline
-        else:
-            self._write_planned(name, value, plan)
-        return True
-
-    def _due_plan(self, name: str, value: Any) -> tuple | None:
-        """The plan of a tensor due at this step (cached, see _plan), None when it is not due; a due
-        tensor's name is recorded in its collections."""
-        colls = self._colls_of.get(name)
-        if colls is None:
-            colls = self.collections_of(name)
-        due = self._due
-        plan = self._plans.get(name)
-        if plan is None or plan[0] is not colls or plan[1] is not due:
-            if due.isdisjoint(colls):
-                return None
-            plan = self._plans[name] = (colls, due, self._plan(name, value, due.intersection(colls)))
-            for coll in colls:
-                coll.add_tensor_name(name)
-        return plan[2]
-
-    # -- tensors a plugin computes itself (a sharded tensor: its workers compute it together) ------
-    def plan_for(self, name: str) -> tuple[tuple[tuple[str, bool], ...], bool] | None:
-        """(reduction pairs, whether the value is saved) of a numeric tensor of this name due at this
-        step, None when it is not due: asked on every worker, writing or not (include_workers), for the
-        workers of a sharded tensor combine its reductions together and each must take part."""
-        if not (self._in_step and self._due):
-            return None
-        plan = self._due_plan(name, None)
-        return None if plan is None else (plan[0], plan[2] or plan[3])
-
-    def save_computed(
-        self,
-        values: Mapping[str, Any] | None = None,
-        reductions: Mapping[str, Mapping[tuple[str, bool], np.generic]] | None = None,
-    ) -> None:
-        """Save what the plugin computed itself for tensors due now (plan_for): values by tensor name,
-        and reductions by tensor name, ``{(reduction, abs): numpy scalar}`` (written together). Nothing on
-        a worker that does not write."""
-        if not (self._in_step and self.writing):
-            return
-        for name, value in (values or {}).items():
-            self._write_planned(name, value, ((), [], True, False))
-        names, rows = [], []
-        for name, results in (reductions or {}).items():
-            if results:
-                names.append([reduction_tensor_name(name, r, a) for r, a in results])
-                rows.append(np.array(list(results.values())))
-        if rows:
-            with self.guard("save reductions"):
-                self._write_reductions(names, rows)
-
-    def record_placement(self, name: str, placement: Mapping[str, Any]) -> None:
-        """Record where this worker's saved value of ``name`` lies in the full tensor it is a shard of
-        (global_shape, offsets, local_shape, mesh_shape, coordinate, placements): the Trial assembles
-        the full tensor from the workers' shards."""
-        placement = dict(placement)
-        if self._placements.get(name) != placement:
-            self._placements[name] = placement
-            self._notes_changed = True
-
-    def record_unsaved_tensor(self, name: str, reason: str) -> None:
-        """Record in the run that a tensor could not be captured (the first step it failed, and why)."""
-        if name not in self._unsaved_tensors:
-            self._unsaved_tensors[name] = {"step": self.step, "reason": reason}
-            self._notes_changed = True
-
-    @contextlib.contextmanager
-    def together(self) -> Iterator[None]:
-        """The reductions of the tensors saved within the block are started together at its end, in one
-        ``smdebug_reductions`` call (the framework reduces them in a few kernels, not one per tensor). For
-        tensors that cannot change before the block ends (a model's parameters in a loop over them)."""
-        if self._gathered is not None:  # nested: the outer block starts them
-            yield
-            return
-        self._gathered = []
-        try:
-            yield
-        finally:
-            gathered, self._gathered = self._gathered, None
-            if gathered:
-                self._start_reductions(gathered)
-
-    def numbered_tensors(self, prefix: str, values: Any) -> list[tuple[str, Any]]:
-        """``(<prefix><i>, tensor)`` of each tensor of a (nested) tuple, list or dict, numbered on from the
-        step's earlier calls with this prefix (``dense_output_0``, ``dense_output_1``...): the numbers
-        are taken, for a plugin that saves them later."""
-        index = self._numbered.get(prefix, 0)
-        if type(values) is tuple and len(values) == 1:  # a layer's inputs, most often
-            values = values[0]
-        if values is not None and not isinstance(values, NESTED) and isinstance(values, self.tensor_types):
-            named = [(f"{prefix}{index}", values)]  # one tensor: no walk
-        else:
-            named = [(f"{prefix}{i}", v) for i, v in enumerate(leaves(values, self.tensor_types), index)]
-        self._numbered[prefix] = index + len(named)
-        return named
-
-    def tensors_in(self, values: Any) -> Iterator[Any]:
-        """The tensors (``tensor_types``) of a (nested) tuple, list or dict, in order, or the value itself:
-        what numbered_tensors names, without taking numbers."""
-        return leaves(values, self.tensor_types)
-
-    def save_numbered(self, prefix: str, values: Any) -> None:
-        """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>`` (see numbered_tensors)."""
-        for name, value in self.numbered_tensors(prefix, values):
-            self.save_for_step(name, value)
-
     def flush(self) -> None:
         """Make everything saved so far readable (collections file included); the run stays open."""
         if self._in_step:
@@ -727,190 +488,6 @@ class BaseHook(HookOutput):
             if self._writer is None and getattr(self, "_out_dir_check", None) is not None:
                 self._out_dir_check.release_if_unused()  # never wrote: leave nothing behind
         plugins.hook_closed(self)
-
-    def _to_numpy(self, value: Any) -> np.ndarray:
-        if np.isscalar(value) and not isinstance(value, np.generic):  # as smdebug 1.0: a Python scalar
-            return np.array([value])  # is saved with shape (1,)
-        array = plugins.to_numpy(value)
-        if array is None:
-            raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
-        return array
-
-    def _reduce(self, value: Any, reduction: str, abs: bool) -> float:
-        result = plugins.reduce(value, reduction, abs)
-        if result is None:
-            raise SMDebugTypeError(f"no plugin can compute {reduction} of a {type(value).__name__}")
-        return result
-
-    def _write_now(self, name: str, value: Any, colls: list[Collection] | None, wall_time=None) -> None:
-        if not self._prepared:
-            self._prepare()
-        if not self.writing:
-            return
-        opened = not self._in_step
-        self._saved_now = not opened
-        if opened:  # outside a step (before training or between steps) values go to the current step
-            if self.checkpoints is not None and self.step == self.checkpoints.resumed_from:
-                self.step += 1  # a restarted job's first (its checkpoint's step is the earlier job's)
-                self.mode_steps[self.mode] = self.mode_step + 1
-            self.step = max(self.step, 0)
-            self.mode_steps[self.mode] = max(self.mode_step, 0)
-            self._in_step = True
-        try:
-            if colls is None:
-                self._queue(name, self._to_numpy(value), wall_time)
-            else:
-                self._write_for_tensor(name, value, colls)
-        finally:
-            if opened:
-                self._flush_reductions()
-                self._in_step = False
-                if self._writer is not None:
-                    self._writer.end_step(self.step)
-
-    def _plan(self, name: str, value: Any, colls: Iterable[Collection]) -> tuple:
-        """What saving a tensor means for these collections: (reduction pairs, their tensor names, raw,
-        shape); a text tensor is saved raw only. Cached per tensor name while its collections and the
-        due collections stay the same objects (save_for_step)."""
-        colls = list(colls)
-        numeric = not (isinstance(value, np.ndarray) and value.dtype.kind in "USO")  # text: raw only
-        pairs = tuple(
-            {
-                pair: None
-                for c in colls
-                if numeric and c.name not in self.scalar_collections
-                for pair in c.reduction_config.reduction_pairs()
-            }
-        )
-        names = [reduction_tensor_name(name, r, a, self.reduction_names_keep_index) for r, a in pairs]
-        raw = not numeric or any(c.reduction_config.save_raw_tensor for c in colls)
-        shape = any(c.reduction_config.save_shape for c in colls)
-        return pairs, names, raw, shape
-
-    def _write_for_tensor(self, name: str, value: Any, colls: Iterable[Collection]) -> None:
-        self._write_planned(name, value, self._plan(name, value, colls))
-
-    def _write_planned(self, name: str, value: Any, plan: tuple) -> None:
-        pairs, names, raw, shape = plan
-        try:
-            if pairs:
-                self._reduce_all(name, value, pairs, names)
-            if raw or shape:
-                writer = self._writer or self._get_writer()
-                if raw and not shape and not plugins.listens_to_tensors(self):
-                    view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
-                    if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
-                        writer.write_view(self.step, self.mode, self.mode_step, name, view)
-                        self._saved_any = True  # (nothing observes saved tensors: checked above)
-                        return
-                reserved = 0
-                if raw and not shape and not isinstance(value, np.ndarray):
-                    # the copy for the writer is made only once the queue has room for it
-                    try:
-                        nbytes = getattr(value, "nbytes", None)
-                    except Exception:  # a sparse torch tensor has no storage to measure
-                        nbytes = None
-                    if isinstance(nbytes, int) and nbytes >= RESERVE_BYTES:
-                        writer.reserve(nbytes)
-                        reserved = nbytes
-                try:
-                    array = self._to_numpy(value)
-                except BaseException:
-                    if reserved:
-                        writer.reserve(-reserved)
-                    raise
-                if shape:
-                    writer.write_shape(self.step, self.mode, self.mode_step, name, array.shape)
-                if raw:
-                    self._queue(name, array, reserved=reserved)
-        except Exception as exc:  # never break training because of one tensor
-            self._not_captured(name, "save", exc)
-
-    def _not_captured(self, name: str, what: str, exc: Exception) -> None:
-        """Warn once per tensor (not at every step) and record it in the run's tensor notes."""
-        reason = f"{type(exc).__name__}: {exc}"
-        self.warn_once(
-            f"{what}:{name}",
-            "smdebug: could not %s %s at step %d (recorded in the run, not warned again): %s",
-            what,
-            name,
-            self.step,
-            reason,
-        )
-        self.record_unsaved_tensor(name, f"could not {what}: {reason}")
-
-    def _reduce_all(
-        self, name: str, value: Any, pairs: tuple[tuple[str, bool], ...], names: list[str] | None = None
-    ) -> None:
-        """A tensor's reductions: started where it lives (with the others of a ``together`` block) and
-        brought to the host with the rest of the step's at its end (one transfer per step)."""
-        if names is None:
-            names = [reduction_tensor_name(name, r, a, self.reduction_names_keep_index) for r, a in pairs]
-        if self._gathered is not None:
-            self._gathered.append((name, value, pairs, names))
-        else:
-            self._start_reductions([(name, value, pairs, names)])
-
-    def _start_reductions(self, items: list[tuple]) -> None:
-        """One smdebug_reductions call per set of requested reductions; what no plugin reduces where it
-        lives is reduced one by one (numpy's fallback)."""
-        groups: dict[tuple, list[tuple]] = {}
-        for item in items:
-            groups.setdefault(item[2], []).append(item)
-        for pairs, members in groups.items():
-            started = plugins.reductions([m[1] for m in members], list(pairs))
-            if started is not None and not any(r is None for r in started):  # the common case, in bulk
-                self._pending.extend(started)
-                self._pending_names.extend([m[3] for m in members])
-                continue
-            for i, (name, value, _, names) in enumerate(members):
-                result = started[i] if started is not None else None
-                if result is not None:
-                    self._pending.append(result)
-                    self._pending_names.append(names)
-                    continue
-                try:
-                    self._reduce_one_by_one(name, value, pairs)
-                except Exception as exc:  # never break training because of one tensor
-                    self._not_captured(name, "reduce", exc)
-
-    def _reduce_one_by_one(self, name: str, value: Any, pairs: tuple[tuple[str, bool], ...]) -> None:
-        for reduction, absolute in pairs:
-            try:
-                result = self._reduce(value, reduction, absolute)
-            except ValueError as exc:  # undefined for this value (empty): the raw tensor still goes
-                self.warn_once(f"reduce:{name}", "smdebug: no reductions of %s: %s", name, exc)
-                return
-            # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
-            result = np.asarray(result if isinstance(result, np.generic) else float(result))
-            self._queue(
-                reduction_tensor_name(name, reduction, absolute, self.reduction_names_keep_index), result
-            )
-
-    def _flush_reductions(self) -> None:
-        """Queue the step's pending reductions, brought to the host together."""
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, []
-        names, self._pending_names = self._pending_names, []
-        with self.guard("save reductions"):
-            self._write_reductions(names, plugins.to_host(pending))
-
-    def _write_reductions(self, names: list[list[str]], rows) -> None:
-        """Queue reductions: ``rows[i]`` (a 1-d host array) holds the 0-d values named ``names[i]``."""
-        writer = self._writer or self._get_writer()
-        writer.write_scalars(self.step, self.mode, self.mode_step, names, rows, time.time())
-        if plugins.listens_to_tensors(self):
-            for some, results in zip(names, rows):
-                for name, result in zip(some, results):
-                    plugins.tensor_saved(self, name, np.asarray(result))
-        self._saved_any = True
-
-    def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
-        writer = self._writer or self._get_writer()
-        writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
-        self._saved_any = True
-        plugins.tensor_saved(self, name, array)
 
     # -- copies ------------------------------------------------------------------------------------
     def __reduce__(self):

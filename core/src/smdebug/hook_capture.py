@@ -1,0 +1,190 @@
+"""Capturing tensors (a part of BaseHook): saving what the framework shows when it is due, what a
+plugin computed itself (a sharded tensor's), numbered outputs, values saved outside a step, and the
+run's notes of tensors placed as shards or not captured; each goes to the reductions or the writer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from smdebug import plugins
+from smdebug.collection import Collection
+from smdebug.exceptions import SMDebugTypeError
+from smdebug.hook_helpers import NESTED, leaves
+from smdebug.reductions import reduction_tensor_name
+from smdebug.writing.settings import RESERVE_BYTES
+
+
+class HookCapture:
+    """BaseHook's capture of tensors; it uses the hook's plans, reductions and writer."""
+
+    # -- saving ------------------------------------------------------------------------------------
+    def save_for_step(self, name: str, value: Any) -> bool:
+        """Save a tensor seen by the framework if one of its collections is due now; True if saved.
+        The name is recorded in its collections, so the run's collections file lists it."""
+        if not (self._in_step and self._due and self.writing):
+            return False
+        plan = self._due_plan(name, value)
+        if plan is None:
+            return False
+        pairs, names, raw, shape = plan
+        if self._gathered is not None and pairs and not (raw or shape):  # reductions only, in a together()
+            self._gathered.append((name, value, pairs, names))  # block: what _reduce_all does, inline
+        else:
+            self._write_planned(name, value, plan)
+        return True
+
+    # -- tensors a plugin computes itself (a sharded tensor: its workers compute it together) ------
+    def save_computed(
+        self,
+        values: Mapping[str, Any] | None = None,
+        reductions: Mapping[str, Mapping[tuple[str, bool], np.generic]] | None = None,
+    ) -> None:
+        """Save what the plugin computed itself for tensors due now (plan_for): values by tensor name,
+        and reductions by tensor name, ``{(reduction, abs): numpy scalar}`` (written together). Nothing on
+        a worker that does not write."""
+        if not (self._in_step and self.writing):
+            return
+        for name, value in (values or {}).items():
+            self._write_planned(name, value, ((), [], True, False))
+        names, rows = [], []
+        for name, results in (reductions or {}).items():
+            if results:
+                names.append([reduction_tensor_name(name, r, a) for r, a in results])
+                rows.append(np.array(list(results.values())))
+        if rows:
+            with self.guard("save reductions"):
+                self._write_reductions(names, rows)
+
+    def record_placement(self, name: str, placement: Mapping[str, Any]) -> None:
+        """Record where this worker's saved value of ``name`` lies in the full tensor it is a shard of
+        (global_shape, offsets, local_shape, mesh_shape, coordinate, placements): the Trial assembles
+        the full tensor from the workers' shards."""
+        placement = dict(placement)
+        if self._placements.get(name) != placement:
+            self._placements[name] = placement
+            self._notes_changed = True
+
+    def record_unsaved_tensor(self, name: str, reason: str) -> None:
+        """Record in the run that a tensor could not be captured (the first step it failed, and why)."""
+        if name not in self._unsaved_tensors:
+            self._unsaved_tensors[name] = {"step": self.step, "reason": reason}
+            self._notes_changed = True
+
+    def numbered_tensors(self, prefix: str, values: Any) -> list[tuple[str, Any]]:
+        """``(<prefix><i>, tensor)`` of each tensor of a (nested) tuple, list or dict, numbered on from the
+        step's earlier calls with this prefix (``dense_output_0``, ``dense_output_1``...): the numbers
+        are taken, for a plugin that saves them later."""
+        index = self._numbered.get(prefix, 0)
+        if type(values) is tuple and len(values) == 1:  # a layer's inputs, most often
+            values = values[0]
+        if values is not None and not isinstance(values, NESTED) and isinstance(values, self.tensor_types):
+            named = [(f"{prefix}{index}", values)]  # one tensor: no walk
+        else:
+            named = [(f"{prefix}{i}", v) for i, v in enumerate(leaves(values, self.tensor_types), index)]
+        self._numbered[prefix] = index + len(named)
+        return named
+
+    def tensors_in(self, values: Any) -> Iterator[Any]:
+        """The tensors (``tensor_types``) of a (nested) tuple, list or dict, in order, or the value itself:
+        what numbered_tensors names, without taking numbers."""
+        return leaves(values, self.tensor_types)
+
+    def save_numbered(self, prefix: str, values: Any) -> None:
+        """Save each tensor of a (nested) tuple, list or dict as ``<prefix><i>`` (see numbered_tensors)."""
+        for name, value in self.numbered_tensors(prefix, values):
+            self.save_for_step(name, value)
+
+    def _to_numpy(self, value: Any) -> np.ndarray:
+        if np.isscalar(value) and not isinstance(value, np.generic):  # as smdebug 1.0: a Python scalar
+            return np.array([value])  # is saved with shape (1,)
+        array = plugins.to_numpy(value)
+        if array is None:
+            raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
+        return array
+
+    def _write_now(self, name: str, value: Any, colls: list[Collection] | None, wall_time=None) -> None:
+        if not self._prepared:
+            self._prepare()
+        if not self.writing:
+            return
+        opened = not self._in_step
+        self._saved_now = not opened
+        if opened:  # outside a step (before training or between steps) values go to the current step
+            if self.checkpoints is not None and self.step == self.checkpoints.resumed_from:
+                self.step += 1  # a restarted job's first (its checkpoint's step is the earlier job's)
+                self.mode_steps[self.mode] = self.mode_step + 1
+            self.step = max(self.step, 0)
+            self.mode_steps[self.mode] = max(self.mode_step, 0)
+            self._in_step = True
+        try:
+            if colls is None:
+                self._queue(name, self._to_numpy(value), wall_time)
+            else:
+                self._write_for_tensor(name, value, colls)
+        finally:
+            if opened:
+                self._flush_reductions()
+                self._in_step = False
+                if self._writer is not None:
+                    self._writer.end_step(self.step)
+
+    def _write_for_tensor(self, name: str, value: Any, colls: Iterable[Collection]) -> None:
+        self._write_planned(name, value, self._plan(name, value, colls))
+
+    def _write_planned(self, name: str, value: Any, plan: tuple) -> None:
+        pairs, names, raw, shape = plan
+        try:
+            if pairs:
+                self._reduce_all(name, value, pairs, names)
+            if raw or shape:
+                writer = self._writer or self._get_writer()
+                if raw and not shape and not plugins.listens_to_tensors(self):
+                    view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
+                    if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
+                        writer.write_view(self.step, self.mode, self.mode_step, name, view)
+                        self._saved_any = True  # (nothing observes saved tensors: checked above)
+                        return
+                reserved = 0
+                if raw and not shape and not isinstance(value, np.ndarray):
+                    # the copy for the writer is made only once the queue has room for it
+                    try:
+                        nbytes = getattr(value, "nbytes", None)
+                    except Exception:  # a sparse torch tensor has no storage to measure
+                        nbytes = None
+                    if isinstance(nbytes, int) and nbytes >= RESERVE_BYTES:
+                        writer.reserve(nbytes)
+                        reserved = nbytes
+                try:
+                    array = self._to_numpy(value)
+                except BaseException:
+                    if reserved:
+                        writer.reserve(-reserved)
+                    raise
+                if shape:
+                    writer.write_shape(self.step, self.mode, self.mode_step, name, array.shape)
+                if raw:
+                    self._queue(name, array, reserved=reserved)
+        except Exception as exc:  # never break training because of one tensor
+            self._not_captured(name, "save", exc)
+
+    def _not_captured(self, name: str, what: str, exc: Exception) -> None:
+        """Warn once per tensor (not at every step) and record it in the run's tensor notes."""
+        reason = f"{type(exc).__name__}: {exc}"
+        self.warn_once(
+            f"{what}:{name}",
+            "smdebug: could not %s %s at step %d (recorded in the run, not warned again): %s",
+            what,
+            name,
+            self.step,
+            reason,
+        )
+        self.record_unsaved_tensor(name, f"could not {what}: {reason}")
+
+    def _queue(self, name: str, array: np.ndarray, wall_time: float | None = None, reserved: int = 0) -> None:
+        writer = self._writer or self._get_writer()
+        writer.write_tensor(self.step, self.mode, self.mode_step, name, array, wall_time, reserved)
+        self._saved_any = True
+        plugins.tensor_saved(self, name, array)
