@@ -2,7 +2,7 @@
 
 - ``protocol``: the Writer Protocol (what the hook, the rule runner and close call)
 - ``thread_writer``: RunWriter, encoding on a background thread; ``outbox``: in-order publishing, retries
-- ``process_writer``, ``wire``, ``child``: a local run's writer in a process of its own
+- ``process_writer``, ``child_link``, ``wire``, ``child``: a local run's writer in a process of its own
 - ``ownership``: the out_dir check and the worker's claim in the run
 - ``settings``: sizes, timeouts and their environment variables; ``bounded``: calls bounded in time
 """

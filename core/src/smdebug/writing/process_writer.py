@@ -6,7 +6,8 @@ wait costs more than the work itself. Here a child process (smdebug.writing.chil
 another core. The training thread copies each array it is given into memory shared with the child
 (write_view: straight from a tensor's own memory, the only copy made), and sends the step's items down a
 pipe at the step's end (smdebug.writing.wire). The child answers flush, close and status requests and
-forwards its log records on a second pipe, read by a thread that sleeps until it speaks.
+forwards its log records on a second pipe, read by a thread that sleeps until it speaks (starting,
+hearing and stopping the child: smdebug.writing.child_link).
 
 A run starts on a RunWriter in this process, so its first steps are written at once and a short run never
 starts a child; the child takes over once it is ready. Nothing is lost when it cannot start or dies: a
@@ -17,70 +18,40 @@ writer on threads.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-try:
-    import fcntl
-except ImportError:  # not a POSIX system: the writer stays on threads
-    fcntl = None
-
 from smdebug.layout import index_file_path
 from smdebug.modes import ModeKeys
 from smdebug.store import Store, redact
+from smdebug.writing.child_link import REPLY_GRACE, ChildLink
 from smdebug.writing.outbox import unsaved_report
 from smdebug.writing.settings import (
     BATCH_BYTES,
     close_timeout_from_env,
     max_queue_bytes_from_env,
     record_bytes,
-    writer_process_allowed,
 )
 from smdebug.writing.thread_writer import RunWriter, write_copy
-from smdebug.writing.wire import Gone, Names, Ring, encode, feed, message, owned, steps_of, write_all
+from smdebug.writing.wire import Gone, Names, encode, feed, message, owned, steps_of, write_all
 
 logger = logging.getLogger("smdebug")
 
 SPAWN_AFTER_STEPS = 4  # a run that saved this many steps gets a writer process (a short one never does)
-REPLY_GRACE = 5.0  # seconds beyond a request's own timeout that the child may take to answer
 RECORD_SECONDS = 2.0  # what a takeover at close gets at least, for the record of the steps the child held
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fcntl does not name it
-_PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
 RING_BYTES = 8 * 1024 * 1024  # shared with the child for the arrays' bytes: a few steps of a small model
 
-# this process's id, kept up to date in forked children without a system call per saved tensor
-_pid = [os.getpid()]
-if hasattr(os, "register_at_fork"):  # (where it is missing, there is no fork either)
-    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
-
-class ProcessWriter:
+class ProcessWriter(ChildLink):
     """RunWriter's interface for the training thread, with the RunWriter itself in a child process.
 
     A run starts on a RunWriter in this process (a short run never starts a child). After a few steps a
     child is started; once it is ready, when a new step brings its first item, this process's RunWriter
     finishes what it has (published, the worker's claim kept) and the child writes from then on. When
     the child is gone, a RunWriter in this process takes over again, for good."""
-
-    @staticmethod
-    def wanted(uri: str, store: Store | None) -> bool:
-        """Whether the run at ``uri`` gets a writer process: a local folder in the core's own Store (the
-        child writes through one, without loading plugins), unless SMDEBUG_WRITER_PROCESS=0."""
-        if not writer_process_allowed() or not sys.executable:
-            return False
-        if fcntl is None or not hasattr(os, "writev"):
-            return False
-        if store is not None:
-            return type(store) is Store and store.is_local
-        return Store.is_plain_local(uri)
 
     def __init__(
         self,
@@ -93,6 +64,7 @@ class ProcessWriter:
         claim: tuple[str, str | None] | None = None,
         claim_token: str | None = None,
     ):
+        super().__init__()  # no child yet (smdebug.writing.child_link)
         self.uri = redact(uri)
         self._uri = uri
         self.worker = worker
@@ -123,86 +95,6 @@ class ProcessWriter:
         self._sent_steps: set[int] = set()  # steps the child was given items of
         self._names = Names()
         self._closed = False
-        self._pid = _pid[0]
-        self._proc: subprocess.Popen | None = None
-        self._ring: Ring | None = None
-        self._ready = False  # the child said it is ready (set by the reply thread)
-        self._gone: str | None = None  # why there is no child (then none is started again)
-        self._replies: dict[int, dict] = {}
-        self._cond = threading.Condition()
-        self._next_id = 0
-
-    # -- the child ----------------------------------------------------------------------------------
-    def _start(self) -> None:
-        """Start the child (it takes over once it says it is ready); this process writes on if it cannot."""
-        try:
-            self._spawn()
-        except Exception as exc:
-            logger.debug("smdebug: no writer process (%s: %s); writing on threads", type(exc).__name__, exc)
-            self._gone = f"it could not start: {exc}"
-            self._stop_child(kill=True)
-
-    def _spawn(self) -> None:
-        env = dict(os.environ, SMDEBUG_DISABLE="1")  # the child imports no framework: nothing to activate
-        # this very smdebug, whatever put it on this process's path (looked for after the child's own)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        code = (
-            f"import sys; sys.path.append({root!r}); from smdebug.writing.child import main; sys.exit(main())"
-        )
-        try:
-            self._ring = Ring(RING_BYTES) if hasattr(os, "memfd_create") else None
-        except OSError:  # no shared memory: every byte goes down the pipe
-            self._ring = None
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-c", code],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-                start_new_session=True,  # a Ctrl-C meant for training must not stop the child mid-write
-                pass_fds=(self._ring.fd,) if self._ring is not None else (),
-            )
-        finally:
-            if self._ring is not None:
-                os.close(self._ring.fd)  # the child has its own; this process keeps the mapping
-        self._fd = self._proc.stdin.fileno()
-        try:
-            fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_BYTES)
-        except OSError:
-            pass
-        threading.Thread(
-            target=self._listen, name=f"smdebug-writer-replies-{self.worker}", daemon=True
-        ).start()
-        start = {
-            "uri": self._uri,
-            "worker": self.worker,
-            "max_queue_bytes": self.max_queue_bytes,
-            "close_timeout": self.close_timeout,
-            "claim_token": self._claim_token,  # the claim is this process's writer's, made already
-            "log_level": logger.getEffectiveLevel(),
-            "ring": [self._ring.fd, len(self._ring.map)] if self._ring is not None else None,
-        }
-        write_all(self._fd, message(["start", start]))
-
-    def _listen(self) -> None:
-        """The reply thread: the child's answers and log records, until it exits."""
-        for line in self._proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if "log" in msg:
-                logger.log(msg["log"][0], "%s", msg["log"][1])
-            elif "ready" in msg:
-                self._ready = True
-            else:
-                with self._cond:
-                    self._replies[msg["id"]] = msg
-                    self._cond.notify_all()
-        with self._cond:
-            if self._gone is None:
-                self._gone = f"it exited with code {self._proc.wait()}"
-            self._cond.notify_all()
 
     def _local_takes(self, step: int) -> bool:
         """Whether an item of ``step`` goes to this process's writer. The first item of a new step hands
@@ -238,14 +130,7 @@ class ProcessWriter:
         self._send(request=[kind, ident, *args])
         if self._local is not None:
             return None
-        deadline = time.monotonic() + wait
-        with self._cond:
-            while ident not in self._replies and self._gone is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
-            reply = self._replies.pop(ident, None)
+        reply = self._reply(ident, wait)
         if reply is not None:
             self._apply(reply["state"])
         return reply
@@ -349,7 +234,7 @@ class ProcessWriter:
         if wrote and self._proc is None and self._gone is None and not self._forked():
             self._steps_written += 1
             if self._steps_written >= SPAWN_AFTER_STEPS:
-                self._start()
+                self._start(RING_BYTES)
 
     def write_file(self, relpath: str, data: bytes) -> None:
         if self._local is not None:
@@ -383,10 +268,9 @@ class ProcessWriter:
                 self._stop_child()
                 self._ring = None  # unmapped here (a process that makes many hooks keeps none of them)
                 return self.failed_steps
-            with self._cond:  # said before the kill, which the reply thread would report as the cause
-                self._gone = self._gone or (
-                    f"it did not finish within the close timeout ({timeout:g} s); the hook stopped it"
-                )
+            self._mark_gone(
+                f"it did not finish within the close timeout ({timeout:g} s); the hook stopped it"
+            )
             self._take_over()  # gone or hung: this process finishes the run
         self._stop_child()  # started, not yet handed over: it has nothing
         self._ring = None
@@ -412,11 +296,6 @@ class ProcessWriter:
     def _status(self) -> dict:
         reply = None if self._local is not None else self._request("status", wait=REPLY_GRACE)
         return reply["state"] if reply is not None else {"pending_steps": [], "failing": False}
-
-    def _forked(self) -> bool:
-        """A forked copy of the training process (a data loader's worker): the pipe is its parent's, so
-        this copy writes nothing, as a thread writer's copy would (its threads are not in the fork)."""
-        return _pid[0] != self._pid
 
     # -- sending ------------------------------------------------------------------------------------
     def _send(self, request: list | None = None) -> None:
@@ -447,8 +326,7 @@ class ProcessWriter:
             if request is not None:
                 write_all(self._fd, message(request))
         except Gone as exc:
-            with self._cond:
-                self._gone = self._gone or str(exc)
+            self._mark_gone(str(exc))
             self._take_over(unsent=items)  # a message cut short is never read by the child
 
     # -- when the child is gone ---------------------------------------------------------------------
@@ -491,18 +369,3 @@ class ProcessWriter:
         items = [owned(item, self._ring) for item in [*unsent, *self._batch]]
         self._batch = []
         feed(self._local, [item for item in items if item[0] == "file" or item[1] not in lost])
-
-    def _stop_child(self, kill: bool = False) -> None:
-        proc = self._proc
-        if proc is None or self._forked():
-            return
-        try:
-            proc.stdin.close()  # end of file: a child still reading exits
-        except OSError:
-            pass
-        try:
-            if kill:
-                proc.kill()
-            proc.wait(REPLY_GRACE)
-        except Exception:
-            proc.kill()
