@@ -20,7 +20,6 @@ from smdebug.writing.settings import RESERVE_BYTES
 class HookCapture:
     """BaseHook's capture of tensors; it uses the hook's plans, reductions and writer."""
 
-    # -- saving ------------------------------------------------------------------------------------
     def save_for_step(self, name: str, value: Any) -> bool:
         """Save a tensor seen by the framework if one of its collections is due now; True if saved.
         The name is recorded in its collections, so the run's collections file lists it."""

@@ -22,7 +22,6 @@ from smdebug.writing.bounded import at_exit
 class DuePlanning:
     """BaseHook's planning of what is due; it uses the hook's collections, options and step state."""
 
-    # -- deciding what to save ---------------------------------------------------------------------
     def anything_due(self) -> bool:
         """Whether any collection is due at this step (False outside a step): the cheap first test."""
         return self._in_step and bool(self._due) and self.writing
@@ -140,6 +139,7 @@ class DuePlanning:
         idle = self._idle
         return bool(idle) and idle[0] == edits[0] and idle[1] is self.mode and idle[2] <= mode_step < idle[3]
 
+    # -- a tensor's plan ----------------------------------------------------------------------------
     def _due_plan(self, name: str, value: Any) -> tuple | None:
         """The plan of a tensor due at this step (cached, see _plan), None when it is not due; a due
         tensor's name is recorded in its collections."""
