@@ -80,6 +80,11 @@ class Hook(BaseHook):
         self.snapshots: dict = {}  # engine copies of parameters without gradients, for a delayed step
         self.children = weakref.WeakKeyDictionary()  # model -> weak references to its blocks (not itself)
         self.children_version = None  # the collections_version the children's hooks were chosen at
+        self.health_part = None  # with health=True: smdebug_mxnet.health.MXNetHealth
+        if self.health is not None:
+            from smdebug_mxnet.health import MXNetHealth
+
+            self.health_part = MXNetHealth(self)
 
     # -- distributed -------------------------------------------------------------------------------
     def worker_name(self) -> str:
@@ -121,6 +126,8 @@ class Hook(BaseHook):
             )
             return
         self.registered.add(block)
+        if self.health_part is not None:
+            self.health_part.watch(block)
         if self.armed and block not in self.hooked:
             self.step_hooks.append(block.register_forward_hook(self.block_forward))
         if isinstance(block, mx.gluon.loss.Loss):
@@ -151,6 +158,10 @@ class Hook(BaseHook):
 
     # -- MXNet callbacks ---------------------------------------------------------------------------
     def model_forward_pre(self, block, inputs) -> None:
+        if self.health_part is not None:
+            self.health_part.collect()  # the step that ends, before the next one's forward
+            with self.guard("record the step's health"):
+                self.health_part.model_input(block, inputs)
         if (
             self.delayed is None
             and not (self.deferred or self.pending_scalars or self.pending_tensors)
@@ -294,6 +305,8 @@ class Hook(BaseHook):
                     self.save_for_step(name, value)
 
     def end_step(self) -> None:
+        if self.health_part is not None:
+            self.health_part.collect()  # (a trigger it sets writes the recorder as the step ends)
         if self.deferred:  # whatever ends the step (flush, set_mode, close) saves them into it first
             with self.guard("save block tensors"):
                 self.save_deferred()
@@ -419,6 +432,9 @@ class Hook(BaseHook):
         if not self.closed:
             with self.guard("start a step"):
                 self.start_delayed()
+            if self.health_part is not None:
+                self.health_part.collect()
+                self.health_part.judge_lagged()
         if self.in_step and not self.closed:
             with self.guard("save parameters"):
                 self.save_deferred()

@@ -1,0 +1,266 @@
+"""Always-on health for MXNet Gluon (``Hook(health=True)``): every training step's statistics into the
+core's flight recorder (smdebug.health), and where the first non-finite value came from.
+
+When does MXNet let the hook see a step? Its gradients only once the next forward starts (or the mode
+changes, or the hook closes), after ``trainer.step`` has changed the weights. So a step is recorded
+then: the l2 norm and the max |x| of every parameter's weight (as the step left it, the value the hook
+saves as that step's weight), every gradient (final since the step's backward) and the loss (the
+registered loss block's output of the step), all in one call of a cached MXNet graph over every tensor
+(``mx.nd.CachedOp``: one engine operation list, one float32 vector) copied into the recorder's row, an
+NDArray ring on the parameters' context; the host reads that row once (one wait, at the step's end).
+
+Provenance, cheaply and correctly although the weights have moved on: a re-run of the bad step's
+forward pass is impossible (its weights are gone), and checks switched on only once something is seen
+would look at the next step, whose every output a NaN weight already spoils. Instead every step keeps
+what the check would need, lazily: each block's forward hook keeps a reference to its outputs (new
+arrays, alive anyway until the backward pass; nothing is computed), and the model's input batch gets
+one queued reduction (its sum of |x|: non-finite if any value is; a buffer the script refills later is
+judged as the step saw it). Only when the step's row holds the run's first non-finite value are they
+read, in the order the step computed them: the input batch, the blocks' outputs in the order their
+forward passes ended (a child ends before its parent: the first bad one is where it appeared), the
+loss, then the gradient nearest the output. A hybridized model runs its blocks as one graph without
+their forward hooks: its own output is then the finest place named.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd
+
+from smdebug.plugin import BaseHook, ModeKeys
+from smdebug_mxnet.collection import GRADIENT_PREFIX, INPUT_SUFFIX, OUTPUT_SUFFIX
+
+ABSENT = -1.0  # a tensor the step did not have: norms are never negative (smdebug.health)
+RECORDED_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # the modes whose steps compute gradients
+
+
+class Statistics:
+    """A cached MXNet graph over a list of arrays of known shapes and dtypes: their l2 norms, then their
+    max |x|, as one float32 vector. Arrays of one shape and dtype are stacked and reduced row-wise (a
+    few operators per group, not per array: on MXNet's engine each operator costs far more than these
+    small reductions); one ``take`` puts the results in the arrays' order."""
+
+    def __init__(self, shapes: list[tuple], dtypes: list):
+        groups: dict[tuple, list[int]] = {}
+        for i, key in enumerate(zip(shapes, dtypes)):
+            groups.setdefault(key, []).append(i)
+        arrays = [mx.sym.var(f"t{i}") for i in range(len(shapes))]
+        norms, maxes, order = [], [], []
+        for (_, dtype), members in groups.items():
+            if len(members) > 1:
+                group = mx.sym.stack(*[arrays[i] for i in members], axis=0)
+            else:
+                group = mx.sym.expand_dims(arrays[members[0]], axis=0)
+            group = mx.sym.reshape(group, shape=(len(members), -1))
+            if np.dtype(dtype) != np.float32:
+                group = mx.sym.cast(group, dtype="float32")
+            norms.append(mx.sym.sqrt(mx.sym.sum(mx.sym.square(group), axis=1)))
+            maxes.append(mx.sym.max(mx.sym.abs(group), axis=1))  # (MXNet's max keeps a NaN)
+            order += members
+        where = np.argsort(order)
+        self.index = mx.nd.array(np.concatenate([where, where + len(order)]))
+        graph = mx.sym.take(mx.sym.concat(*norms, *maxes, dim=0), mx.sym.var(f"t{len(order)}"))
+        # static shapes: a call costs a few microseconds of Python instead of a graph set-up
+        self.op = mx.nd.CachedOp(graph, [("static_alloc", "true"), ("static_shape", "true")])
+        # the graph takes its inputs in the order it meets them: the groups' order
+        self.inputs = operator.itemgetter(*[int(name[1:]) for name in graph.list_inputs()])
+
+    def __call__(self, arrays: list, out: mx.nd.NDArray) -> None:
+        self.op(*self.inputs([*arrays, self.index]), out=out)
+
+
+def _nonfinite(value) -> bool:
+    return (
+        isinstance(value, mx.nd.NDArray)
+        and value.size > 0
+        and np.issubdtype(value.dtype, np.floating)
+        and not np.isfinite(value.asnumpy()).all()
+    )
+
+
+class MXNetHealth:
+    """The MXNet hook's part of health monitoring (``hook.health`` is the core's HealthMonitor)."""
+
+    def __init__(self, hook):
+        self.hook = hook
+        self.monitor = hook.health
+        self.loss_blocks: list = []  # names of the registered loss blocks, in registration order
+        self._collected = None  # the step last recorded
+        self._inputs: list = []  # (model name, [(tensor name, queued sum of |x|)]) of the step
+        self._outputs: list = []  # (block name, outputs) of the step, in the order the forwards ended
+        self._loss = None  # (tensor name, output) of the step's first loss block call
+        self._layout = None  # (key, (parameter, has a gradient), names, loss name, Statistics by loss shape)
+        self._ring = None
+        self._rows: list = []
+        self._lagged = None  # (slot, step, mode, mode step, inputs, outputs, loss name) of a row to read
+
+    # -- what the hook tells it ------------------------------------------------------------------------
+    def watch(self, block) -> None:
+        """A registered block: a loss block's output is the loss; a model's blocks (itself included)
+        keep their outputs for the step."""
+        if isinstance(block, mx.gluon.loss.Loss):
+            self.loss_blocks.append(block.name)
+            block.register_forward_hook(self._on_loss)
+        else:
+            block.apply(lambda b: b.register_forward_hook(self._on_output))
+
+    def model_input(self, block, inputs) -> None:
+        """A model's forward starts (after the previous step was recorded)."""
+        if self.hook.mode not in RECORDED_MODES or self._inputs:
+            return
+        with autograd.pause():
+            flags = [
+                (name, mx.nd.sum(mx.nd.abs(value)))
+                for name, value in self.hook.numbered_tensors(block.name + INPUT_SUFFIX, inputs)
+                if isinstance(value, mx.nd.NDArray) and np.issubdtype(value.dtype, np.floating)
+            ]
+        self._inputs.append((block.name, flags))
+
+    def _on_output(self, block, inputs, outputs) -> None:
+        if not isinstance(outputs, mx.sym.Symbol):  # (a hybridized graph being built)
+            self._outputs.append((block.name, outputs))
+
+    def _on_loss(self, block, inputs, outputs) -> None:
+        if self._loss is None and isinstance(outputs, mx.nd.NDArray):
+            self._loss = (block.name + OUTPUT_SUFFIX + "0", outputs)
+
+    # -- every step ------------------------------------------------------------------------------------
+    def collect(self) -> None:
+        """Record the hook's current step (once), as it ends. Its row is read on the host when the next
+        step ends (by then long computed: no wait for MXNet's engine), a save step's at once (the save
+        writes its statistics)."""
+        hook = self.hook
+        if not hook.in_step or self._collected == hook.step or hook.closed:
+            return
+        self._collected = hook.step
+        step = (self._inputs, self._outputs, self._loss)
+        self._inputs, self._outputs, self._loss = [], [], None
+        self.judge_lagged()
+        model = hook.last_model() if hook.last_model is not None else None
+        if model is None or hook.mode not in RECORDED_MODES:
+            return
+        with hook.guard("record the step's health"):
+            recorded = self._record(model, step[2])
+            if recorded is None:
+                return
+            slot, tensors, names, loss_name = recorded
+            lagged = (slot, hook.step, hook.mode, hook.mode_step, step[0], step[1], loss_name)
+            if hook.anything_due():
+                self._judge(lagged, tensors, names)
+            else:
+                self._lagged = lagged
+
+    def judge_lagged(self) -> None:
+        """Judge the row the last recorded step left to be read (the hook closes: now)."""
+        lagged, self._lagged = self._lagged, None
+        if lagged is not None:
+            with self.hook.guard("judge the step's health"):
+                self._judge(lagged, None, self.monitor.names)
+
+    def _record(self, model, loss) -> tuple | None:
+        """The step's statistics queued into a new row of the ring: (slot, tensors, names, loss name)."""
+        weights, grads, names, loss_name, ops = self._current_layout(model)
+        # the parameters' current arrays (a reinitialized parameter has new ones), on their first context
+        tensors = [p.list_data()[0] for p in map(_alive, weights)]
+        tensors += [p.list_grad()[0] for p in map(_alive, grads)]
+        if loss_name is not None:
+            if loss is None:
+                return None  # the loss block did not run this step
+            tensors.append(loss[1])
+        if not tensors:
+            return None
+        key = (loss[1].shape, loss[1].dtype) if loss_name is not None else None
+        op = ops.get(key)
+        if op is None:  # (the first step, or a last batch of another size)
+            op = ops[key] = Statistics([t.shape for t in tensors], [t.dtype for t in tensors])
+        self.monitor.track(names, loss_name, self._make_ring)
+        slot = self.monitor.row()
+        with autograd.pause():
+            op(tensors, out=self._rows[slot])  # (straight into the ring's row)
+        return slot, tensors, names, loss_name
+
+    def _judge(self, lagged: tuple, tensors: list | None, names: tuple) -> None:
+        """Judge a recorded row; ``tensors``: the step's own arrays (still as the step left them), whose
+        values the user's collections name are saved if the row holds the first non-finite value."""
+        slot, step, mode, mode_step, inputs, outputs, loss_name = lagged
+        if self._ring is None:
+            return
+        row = self._rows[slot].asnumpy()
+        if self.monitor.check(slot, row):
+            where = self._where(row, inputs, outputs, loss_name)
+            self.monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
+            if tensors is not None:
+                with self.hook.guard("save the step's tensors"):
+                    self._save_step(tensors, names)
+
+    def _make_ring(self, rows: int, columns: int):
+        weights = self._layout[1] if self._layout is not None else []
+        ctx = _alive(weights[0]).list_ctx()[0] if weights else mx.cpu()
+        self._ring = mx.nd.full((rows, columns), ABSENT, ctx=ctx, dtype="float32")
+        self._rows = [self._ring[i] for i in range(rows)]  # views of its rows (a view costs a call)
+        return self._ring
+
+    def _current_layout(self, model) -> tuple:
+        """(weights, parameters with gradients (weak references), names, loss name, Statistics by the
+        loss's shape), kept while the model's parameters (the hook's list of them) stay the same."""
+        refs = self.hook.parameter_refs(model)
+        loss_name = self.loss_blocks[0] + OUTPUT_SUFFIX + "0" if self.loss_blocks else None
+        key = (id(refs), len(refs), loss_name)
+        if self._layout is None or self._layout[0] != key:
+            weights = [ref for ref, _, _ in refs if ref() is not None]
+            grads = [ref for ref in weights if ref().grad_req != "null"]
+            names = [ref().name for ref in weights] + [GRADIENT_PREFIX + ref().name for ref in grads]
+            names += [loss_name] if loss_name is not None else []
+            self._layout = (key, weights, grads, tuple(names), loss_name, {})
+        return self._layout[1:]
+
+    # -- the first non-finite value --------------------------------------------------------------------
+    def _where(self, row, inputs, outputs, loss_name) -> dict:
+        """Where the step's first non-finite value appeared (see the module's docstring)."""
+        for model, flags in inputs:
+            for name, flag in flags:
+                if not np.isfinite(flag.asnumpy()).all():
+                    return _where("input", model, name)
+        for block, values in outputs:
+            for name, value in self.hook.numbered_tensors(block + OUTPUT_SUFFIX, values):
+                if _nonfinite(value):
+                    return _where("forward", block, name)
+        bad = self.monitor.nonfinite_names(row)
+        if loss_name in bad:
+            return _where("loss", loss_name[: -len(OUTPUT_SUFFIX + "0")], loss_name)
+        grads = [n for n in bad if n.startswith(GRADIENT_PREFIX)]
+        name = grads[-1] if grads else (bad[0] if bad else "")
+        return _where("backward", self._owner(name.removeprefix(GRADIENT_PREFIX)), name)
+
+    def _owner(self, param_name: str) -> str:
+        """The block whose own parameter this is."""
+        model = self.hook.last_model() if self.hook.last_model is not None else None
+        found: list = []
+        if model is not None:
+            model.apply(lambda b: found.append(b.name) if param_name in b.params.keys() else None)
+        return found[0] if found else param_name
+
+    def _save_step(self, tensors: list, names: tuple) -> None:
+        """The triggering step's tensors the user's collections name, saved as those collections save."""
+        hook = self.hook
+        for name, tensor in zip(names, tensors):
+            if hook.is_due(name):
+                continue  # saved by the step already
+            collections = [c.name for c in hook.collections_of(name)]
+            if collections:
+                BaseHook.save_tensor(hook, name, tensor, collections)
+
+
+def _alive(ref):
+    """The Parameter of a weak reference (the hook keeps weak ones: smdebug_mxnet.hook.setup)."""
+    param = ref()
+    if param is None:
+        raise ReferenceError("a parameter of the model was freed")
+    return param
+
+
+def _where(direction: str, module: str, tensor: str) -> dict:
+    return {"direction": direction, "module": module, "tensor": tensor}

@@ -1,0 +1,121 @@
+"""Hook(health=True) with MXNet Gluon: every training step's statistics, the flight recorder written when
+something goes wrong, and where the first non-finite value came from, with faults planted into real
+Gluon training."""
+
+import json
+from contextlib import redirect_stdout
+from io import StringIO
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+import smdebug.mxnet as smd
+from smdebug.cli import main as cli
+
+FAULT = 4
+BATCH = 4
+
+
+class Plant(gluon.Block):
+    """Scales its input by a weight of its own; ``inf`` is added to its output when ``hit`` is set."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hit = False
+        with self.name_scope():
+            self.scale = self.params.get("scale", shape=(5,), init=mx.init.One())
+
+    def forward(self, x):
+        out = x * self.scale.data()
+        return out + np.inf if self.hit else out
+
+
+def train(out_dir, fault=None, steps=8, input_fault=False):
+    """Train a tiny net ``steps`` steps; the l2 norm of each step's hidden weight as the hook saves it
+    (after the step's update) and of its gradient."""
+    mx.random.seed(0)
+    with mx.name.NameManager():
+        net = gluon.nn.Sequential()
+        with net.name_scope():
+            net.add(gluon.nn.Dense(5, activation="relu", in_units=4), Plant(), gluon.nn.Dense(3, in_units=5))
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net.initialize(mx.init.Xavier())
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    rng = np.random.RandomState(0)
+    plant, hidden = net[1], net[0]
+    norms, grads = [], []
+    for step in range(steps):
+        x = rng.randn(BATCH, 4).astype("float32")
+        if input_fault and step == FAULT:
+            x[1, 2] = np.nan
+        plant.hit = fault == "forward" and step == FAULT
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(rng.randint(0, 3, BATCH)))
+        loss.backward()
+        if fault == "gradient" and step == FAULT:
+            plant.scale.grad()[2] = np.nan
+        grads.append(float(np.linalg.norm(hidden.weight.grad().asnumpy())))
+        trainer.step(BATCH)
+        norms.append(float(np.linalg.norm(hidden.weight.data().asnumpy())))
+    hook.close()
+    return net, norms, grads
+
+
+def why(out_dir, *args):
+    buffer = StringIO()
+    with redirect_stdout(buffer):
+        assert cli(["why", *args, out_dir]) == 0
+    return buffer.getvalue()
+
+
+def test_healthy_run_writes_nothing_between_save_steps(out_dir):
+    net, norms, grads = train(out_dir)
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 5]
+    assert trial.first_nonfinite() is None
+    weight = net[0].weight.name
+    # a save step carries the step's statistics: the weight as the step left it, its gradient
+    assert trial.tensor(weight).reduction_value(5, "l2") == pytest.approx(norms[5], rel=1e-5)
+    assert trial.tensor("gradient/" + weight).reduction_value(5, "l2") == pytest.approx(grads[5], rel=1e-5)
+    assert "Nothing was found" in why(out_dir)
+
+
+@pytest.mark.parametrize(
+    "fault, direction, where",
+    [("forward", "forward", "plant"), ("gradient", "backward", "plant"), ("input", "input", "model")],
+)
+def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, where):
+    net, norms, grads = train(out_dir, fault=fault, input_fault=fault == "input")
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert first is not None
+    block = net[1] if where == "plant" else net
+    tensor = {
+        "forward": f"{block.name}_output_0",
+        "backward": f"gradient/{net[1].scale.name}",
+        "input": f"{block.name}_input_0",
+    }[direction]
+    assert {k: first[k] for k in ("step", "mode", "direction", "module", "tensor", "worker")} == {
+        "step": FAULT,
+        "mode": "GLOBAL",
+        "direction": direction,
+        "module": block.name,
+        "tensor": tensor,
+        "worker": "worker_0",
+    }
+    # the recorder's rows of the steps before, as ordinary reductions of their own steps
+    weight = net[0].weight.name
+    loss = trial.tensor_names(collection="losses")[0]
+    for step in range(FAULT):
+        assert trial.tensor(weight).reduction_value(step, "l2") == pytest.approx(norms[step], rel=1e-5)
+        grad = trial.tensor("gradient/" + weight).reduction_value(step, "l2")
+        assert grad == pytest.approx(grads[step], rel=1e-5)
+        assert np.isfinite(trial.tensor(loss).reduction_value(step, "max", abs=True))
+    bad = "gradient/" + (net[0].weight.name if fault == "input" else net[1].scale.name)
+    assert not np.isfinite(trial.tensor(bad).reduction_value(FAULT, "l2"))
+    assert json.loads(why(out_dir, "--json"))["tensor"] == tensor
