@@ -1,25 +1,26 @@
 """Always-on health for MXNet Gluon (``Hook(health=True)``): every training step's statistics into the
 core's flight recorder (smdebug.health), and where the first non-finite value came from.
 
-When does MXNet let the hook see a step? Its gradients only once the next forward starts (or the mode
-changes, or the hook closes), after ``trainer.step`` has changed the weights. So a step is recorded
-then: the l2 norm and the max |x| of every parameter's weight (as the step left it, the value the hook
-saves as that step's weight), every gradient (final since the step's backward) and the loss (the
-registered loss block's output of the step), all in one call of a cached MXNet graph over every tensor
-(``mx.nd.CachedOp``: one engine operation list, one float32 vector) copied into the recorder's row, an
-NDArray ring on the parameters' context; the host reads that row once (one wait, at the step's end).
+MXNet lets the hook see a step's gradients only once the next forward starts (or the mode changes, or the
+hook closes), after ``trainer.step`` has changed the weights. A step is recorded then: the l2 norm and the
+max |x| of every parameter's weight (as the step left it, the value the hook saves as that step's weight),
+every gradient (final since the step's backward) and the loss (the registered loss block's output), in
+one call of a cached MXNet graph over all of them (same-shape arrays stacked and reduced row-wise) that
+writes straight into the recorder's row, an NDArray ring on the parameters' context. Nothing waits: the
+row is read on the host when the next step is recorded (MXNet's engine has long computed it), a save
+step's at once (the save writes its statistics).
 
-Provenance, cheaply and correctly although the weights have moved on: a re-run of the bad step's
-forward pass is impossible (its weights are gone), and checks switched on only once something is seen
-would look at the next step, whose every output a NaN weight already spoils. Instead every step keeps
-what the check would need, lazily: each block's forward hook keeps a reference to its outputs (new
-arrays, alive anyway until the backward pass; nothing is computed), and the model's input batch gets
-one queued reduction (its sum of |x|: non-finite if any value is; a buffer the script refills later is
-judged as the step saw it). Only when the step's row holds the run's first non-finite value are they
-read, in the order the step computed them: the input batch, the blocks' outputs in the order their
-forward passes ended (a child ends before its parent: the first bad one is where it appeared), the
-loss, then the gradient nearest the output. A hybridized model runs its blocks as one graph without
-their forward hooks: its own output is then the finest place named.
+Provenance, cheaply and correctly although the weights have moved on: a re-run of the bad step's forward
+pass is impossible (its weights are gone), and checks switched on only once something is seen would look
+at the next step, whose every output a NaN weight already spoils. So every step keeps, lazily, what the
+check needs: each of the model's blocks' forward hooks keeps a reference to its outputs (no computation),
+and the model's input batch gets one queued reduction (its sum of |x|: non-finite if any value is; a
+buffer the script refills later is judged as the step saw it). They are kept until the step's row is
+read (one step longer than training keeps them) and read only when that row holds the run's first
+non-finite value, in the order the step computed them: the input batch, the blocks' outputs in the order
+their forward passes ended (a child ends before its parent: the first bad one is where the value
+appeared), the loss, then the gradient nearest the output. A hybridized model runs its blocks as one
+graph without their forward hooks: its own output is then the finest place named.
 """
 
 from __future__ import annotations
