@@ -217,6 +217,52 @@ def test_rule_firings_and_non_finite_gradients_are_marked(tmp_path, cli):
     assert '<line class="mark"' in dom
 
 
+def test_rules_that_fired_during_training_are_listed_and_marked(tmp_path, cli):
+    """A rule the hook ran during training with action None fired and training went on: the report
+    lists its firings in the Rules panel and marks them on the loss curve."""
+    import smdebug.pytorch as smd
+
+    out = tmp_path / "flat"
+    plugins.reset()
+    torch.manual_seed(0)
+    model, loss_fn = Net(), nn.CrossEntropyLoss()
+    hook = smd.Hook(
+        out_dir=str(out), save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"]
+    )
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    hook.set_mode(smd.modes.TRAIN)
+    hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    for _ in range(8):  # no optimizer: the loss never decreases
+        loss_fn(model(x), y).backward()
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "flat.html"
+    result = cli("report", out, "-o", page, "--no-rules")
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    data = json.loads(
+        re.search(r'id="smdebug-data">(.*?)</script>', html, re.S).group(1).replace("<\\/", "</")
+    )
+    assert [(f["rule"], f["step"], f["mode"]) for f in data["training_firings"]] == [
+        ("LossNotDecreasing", 3, "TRAIN"),
+        ("LossNotDecreasing", 6, "TRAIN"),
+    ]
+    panel = html.split('id="rules"', 1)[1].split("</section>", 1)[0]
+    assert (
+        "Fired during training:</b> 2 firing(s)" in panel
+        and panel.count("<td class='mono'>LossNotDecreasing") == 2
+    )
+    loss = next(c for c in data["curves"] if c["name"] == LOSS)
+    assert {"step": 3, "label": "LossNotDecreasing fired during training"} in loss["marks"]
+    assert {m["step"] for m in loss["marks"]} == {3, 6}
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom
+    for step in (3, 6):
+        assert f"<title>LossNotDecreasing fired during training at step {step}</title>" in dom
+
+
 def test_provenance_panel_when_the_trial_records_one(run_dir):
     from smdebug.report import build_report
     from smdebug.trials import create_trial

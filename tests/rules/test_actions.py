@@ -82,6 +82,61 @@ def test_action_none_only_records(tmp_path, caplog):
     assert "rule LossNotDecreasing fired at step 3" in caplog.text
 
 
+def test_firings_during_training_are_recorded_in_the_run(tmp_path, capsys):
+    """A rule with action None that fires: its firings are in the run (rules/<worker>.json), in
+    trial.rule_firings() and in `smdebug ls`, though training went on."""
+    out = str(tmp_path / "run")
+    hook = sc.make_hook(out)
+    hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
+    hook.set_mode(smdebug.modes.TRAIN)
+    assert train(hook, lr=0.0, steps=8) == 8
+    hook.close()
+    assert (Path(out) / "rules" / "worker_0.json").is_file()
+    firings = create_trial(out).rule_firings()
+    assert [(f["rule"], f["step"], f["mode"], f["worker"]) for f in firings] == [
+        ("LossNotDecreasing", 3, "TRAIN", "worker_0"),
+        ("LossNotDecreasing", 6, "TRAIN", "worker_0"),
+    ]
+    assert firings[0]["actions"] == [] and firings[0]["reason"] and firings[0]["time"] > 0
+    from smdebug.cli import main
+
+    assert main(["ls", out]) == 0
+    assert (
+        "Rule firings during training: LossNotDecreasing at steps 3, 6 (worker_0)" in capsys.readouterr().out
+    )
+
+
+def test_a_run_without_firings_has_none(tmp_path):
+    out = str(tmp_path / "run")
+    hook = sc.make_hook(out)
+    hook.add_rule("exploding_tensor", collection_names="weights")
+    train(hook, lr=0.01, steps=4)
+    hook.close()
+    assert create_trial(out).rule_firings() == []
+    assert not (Path(out) / "rules").exists()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b'{"firings": [{"rule": "R", "step": NaN}]}',
+        b'{"firings": [{"rule": 3, "step": 1}]}',
+        b"[1]",
+    ],
+)
+def test_a_hostile_firings_file_is_skipped_with_a_warning(tmp_path, caplog, content):
+    out = tmp_path / "run"
+    hook = sc.make_hook(str(out))
+    hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
+    train(hook, lr=0.0, steps=4)
+    hook.close()
+    (out / "rules" / "worker_1.json").write_bytes(content)
+    firings = create_trial(str(out)).rule_firings()
+    assert [(f["step"], f["worker"]) for f in firings] == [(3, "worker_0")]  # the good record stays
+    assert "rules/worker_1.json: malformed rule firings file" in caplog.text
+
+
 def test_a_custom_rule_class_and_instance(tmp_path):
     class BigLoss(Rule):
         def __init__(self, base_trial, limit="100"):

@@ -51,6 +51,7 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
         tensors.append(entry)
     unsaved = trial.unsaved()
     health = trial.health_records()
+    firings = trial.rule_firings()
     return {
         "path": trial.path,
         "training_ended": trial.loaded_all_steps,
@@ -63,6 +64,8 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
         "tensors": tensors,
         # health=True runs: where the first non-finite value appeared (None: none), else no key
         **({"first_nonfinite": trial.first_nonfinite()} if health else {}),
+        # rules the hook ran during training (hook.add_rule) that fired, else no key
+        **({"rule_firings": firings} if firings else {}),
     }
 
 
@@ -95,6 +98,8 @@ def run(args) -> int:
                 f"{first['direction']} {first['tensor']} (module {first['module']}); `smdebug why` explains"
             )
         )
+    if info.get("rule_firings"):
+        print(printable(f"Rule firings during training: {_firings(info['rule_firings'])}"))
     print("Modes:")
     for name, steps in info["modes"].items():
         print(f"  {name:<8} mode steps {compact_steps(steps['mode_steps'])}")
@@ -132,3 +137,14 @@ def _ranges(steps: list[int]) -> str:
         if step is not None:
             start = prev = step
     return ", ".join(out)
+
+
+def _firings(firings: list[dict]) -> str:
+    """``LossNotDecreasing at steps 3, 6 (worker_0)``, one part per rule and worker."""
+    steps: dict[tuple[str, str], list[int]] = {}
+    for f in firings:
+        steps.setdefault((f["rule"], f["worker"]), []).append(f["step"])
+    return "; ".join(
+        f"{rule} at step{'s' if len(s) > 1 else ''} {compact_steps(sorted(set(s)))} ({worker})"
+        for (rule, worker), s in steps.items()
+    )

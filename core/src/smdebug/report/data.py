@@ -57,6 +57,7 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
         "tensor_count": len(info["tensors"]),
         "rules": rule_rows,
         "stop_signal": _stop_signal(trial),
+        "training_firings": info.get("rule_firings", []),
         "provenance": _provenance(trial),
         "notes": notes,
     }
@@ -65,6 +66,12 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
             f"the tensor table lists the first {limits.max_tensors} of {len(info['tensors'])} tensors"
         )
     marks = [{"step": f["step"], "label": f"{f['rule']} fired"} for f in firings]
+    # the in-training firings (hook.add_rule): the first ones of each rule, as for the evaluated rules
+    per_rule: dict[str, int] = {}
+    for f in data["training_firings"]:
+        per_rule[f["rule"]] = per_rule.get(f["rule"], 0) + 1
+        if per_rule[f["rule"]] <= 20:
+            marks.append({"step": f["step"], "label": f"{f['rule']} fired during training"})
     if data["stop_signal"]:
         signal = data["stop_signal"]
         marks.append({"step": signal.get("step", -1), "label": f"{signal.get('rule')} stopped training"})

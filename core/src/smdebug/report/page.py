@@ -15,7 +15,8 @@ from smdebug.trials.divergence import json_safe
 
 PANEL_HELP = {
     "rules": "The built-in rules that apply, evaluated over every saved step as `smdebug rules RUN` does; "
-    "a rule that stopped training while it ran left the stop signal shown above the table.",
+    "above the table, the rules the hook ran during training (hook.add_rule) that fired, whatever their "
+    "action, and the rule that stopped training, if one did.",
     "curves": "Losses, metrics and scalars over the global step, one line per mode; dashed red lines mark "
     "the steps where a rule fired (or the first non-finite value appeared). Hover for values, drag to zoom, double-click to zoom out.",
     "gradients": "One row per layer in model order, one column per saved step: the gradient's norm. "
@@ -117,6 +118,7 @@ def _rules(data: dict) -> str:
             f"<p><b>Fired during training:</b> rule <code>{escape(str(signal.get('rule')))}</code> stopped "
             f"training at step {escape(str(signal.get('step')))}: {escape(str(signal.get('reason') or ''))}</p>"
         )
+    body += _training_firings(data.get("training_firings") or [])
     if rows is None:
         body += "<p>Rules were not evaluated (--no-rules).</p>"
     else:
@@ -132,6 +134,23 @@ def _rules(data: dict) -> str:
                 f"<table>{header}{_rule_rows(skipped)}</table></details>"
             )
     return f'<section id="rules"><h2>Rules</h2><p class="help">{PANEL_HELP["rules"]}</p>{body}</section>'
+
+
+def _training_firings(firings: list[dict], limit: int = 200) -> str:
+    if not firings:
+        return ""
+    rows = "".join(
+        f"<tr><td class='mono'>{escape(f['rule'])}</td><td>{f['step']}</td><td>{escape(f['mode'] or '-')}</td>"
+        f"<td>{escape(f['worker'] or '-')}</td><td>{escape(', '.join(f['actions']) or 'none')}</td>"
+        f"<td>{escape(f['reason'] or '')}</td></tr>"
+        for f in firings[:limit]
+    )
+    more = f"<p>... and {len(firings) - limit} more.</p>" if len(firings) > limit else ""
+    return (
+        f'<div id="training-firings"><p><b>Fired during training:</b> {len(firings)} firing(s) of the '
+        "hook's rules.</p><table><tr><th>Rule</th><th>Step</th><th>Mode</th><th>Worker</th><th>Action</th>"
+        f"<th>Why</th></tr>{rows}</table>{more}</div>"
+    )
 
 
 def _rule_rows(rows: list[dict]) -> str:

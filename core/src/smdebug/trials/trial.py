@@ -578,6 +578,25 @@ class Trial:
                 records.append(record)
         return records
 
+    def rule_firings(self) -> list[dict]:
+        """Every firing of the rules a hook ran during training (``hook.add_rule``, whatever the action),
+        oldest first: dicts with ``rule``, ``step``, ``mode``, ``mode_step``, ``reason`` (also as ``message``), ``actions``,
+        ``time`` and ``worker``; empty when none fired. A worker's unreadable record is skipped with a
+        warning naming it."""
+        from smdebug.rules.runner import FIRINGS_DIR, decode_firings
+
+        firings: list[dict] = []
+        files = [p for p in self.store.list(FIRINGS_DIR) if p.endswith(".json")]
+        for relpath, data in sorted(self.store.read_many(files).items()):
+            worker = relpath.rsplit("/", 1)[-1][: -len(".json")]
+            try:
+                found = decode_firings(data, f"{self.path}/{relpath}")
+            except CorruptRunError as exc:
+                logger.warning("smdebug: %s", exc)
+                continue
+            firings += [{**f, "worker": f["worker"] or worker} for f in found]
+        return sorted(firings, key=lambda f: (f["step"], f["time"] or 0.0, f["worker"], f["rule"]))
+
     def first_nonfinite(self) -> dict | None:
         """Where the run's first non-finite value appeared: a dict with ``step``, ``mode``, ``mode_step``,
         ``direction`` ("input", "forward", "loss" or "backward"), ``module``, ``tensor`` and ``worker``;
