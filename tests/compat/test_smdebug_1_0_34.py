@@ -261,3 +261,31 @@ def test_smdebug_reads_the_health_recorder(smdebug_python, tmp_path):
     )
     assert theirs["steps"] == [0, 1, 2, 3, 4]
     assert theirs["values"] == ours
+
+
+def test_smdebug_ignores_the_rule_firings_record(smdebug_python, tmp_path):
+    """A run whose in-training rule fired (action None) holds rules/worker_0.json: smdebug 1.0.34 reads
+    its steps and tensors as before."""
+    import torch
+    from torch import nn
+
+    out = str(tmp_path / "fired")
+    torch.manual_seed(0)
+    model, criterion = nn.Linear(4, 3), nn.CrossEntropyLoss()
+    hook = smd.Hook(out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    hook.add_rule("loss_not_decreasing", action=None, num_steps="2")
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    for _ in range(5):
+        criterion(model(x), y).backward()
+    hook.close()
+    assert [f["step"] for f in create_trial(out).rule_firings()] == [2, 4]
+    code = (
+        "import json, sys\n"
+        "from smdebug.trials import create_trial\n"
+        "t = create_trial(sys.argv[1])\n"
+        "print(json.dumps({'steps': t.steps(), 'names': t.tensor_names()}))\n"
+    )
+    theirs = json.loads(_run(smdebug_python, "-c", code, out).stdout.strip().splitlines()[-1])
+    assert theirs == {"steps": [0, 1, 2, 3, 4], "names": ["CrossEntropyLoss_output_0"]}

@@ -1,5 +1,6 @@
 """Actions: a rule stops training in-process (hook.add_rule) or from a sidecar (smdebug rules --watch)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -104,6 +105,24 @@ def test_firings_during_training_are_recorded_in_the_run(tmp_path, capsys):
     assert (
         "Rule firings during training: LossNotDecreasing at steps 3, 6 (worker_0)" in capsys.readouterr().out
     )
+
+
+def test_firings_an_earlier_job_of_the_run_recorded_are_kept(tmp_path):
+    """A run resumed after preemption: the worker's record already holds the first job's firings."""
+    out = tmp_path / "run"
+    (out / "rules").mkdir(parents=True)
+    earlier = {"worker": "worker_0", "firings": [{"rule": "Old", "step": 1, "reason": "r", "time": 1.0}]}
+    (out / "rules" / "worker_0.json").write_text(json.dumps(earlier))
+    hook = sc.make_hook(str(out))
+    hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
+    train(hook, lr=0.0, steps=8)
+    hook.close()
+    firings = create_trial(str(out)).rule_firings()
+    assert [(f["rule"], f["step"]) for f in firings] == [
+        ("Old", 1),
+        ("LossNotDecreasing", 3),
+        ("LossNotDecreasing", 6),
+    ]
 
 
 def test_a_run_without_firings_has_none(tmp_path):

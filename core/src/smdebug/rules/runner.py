@@ -252,10 +252,11 @@ class _FiringsRecord:
         self.items: list[dict] = []
         self.more = 0  # firings beyond MAX_FIRINGS, counted only
         self._lock = threading.Lock()
-        self._version = 0  # bumped at each firing; the version last written
-        self._written = 0
+        self._version = 0  # bumped at each firing
+        self._written = 0  # the version last written
         self._thread: threading.Thread | None = None
         self._store = None
+        self._earlier: list[dict] = []  # a resumed run's firings from before this hook
 
     def add(self, rule: str, step: int, reason: str, actions) -> None:
         hook = self.hook
@@ -293,16 +294,21 @@ class _FiringsRecord:
         """Write the latest list until none newer awaits (a firing during a remote write is caught up)."""
         from smdebug import plugins
 
+        path = firings_path(self.hook.worker)
         while True:
             with self._lock:
                 version = self._version
                 if version == self._written:
                     return
-                record = {"worker": self.hook.worker, "firings": list(self.items), "more": self.more}
+                items = list(self.items)
             try:
                 if self._store is None:
                     self._store = plugins.open_store(self.hook.out_dir)
-                self._store.write_bytes(firings_path(self.hook.worker), json.dumps(record, indent=1).encode())
+                    self._earlier = self._resumed(path, items[0]["step"] if items else 0)
+                firings = (self._earlier + items)[:MAX_FIRINGS]
+                more = self.more + len(self._earlier) + len(items) - len(firings)
+                record = {"worker": self.hook.worker, "firings": firings, "more": more}
+                self._store.write_bytes(path, json.dumps(record, indent=1).encode())
             except Exception as exc:
                 logger.warning(
                     "smdebug: could not record a rule firing in the run: %s: %s", type(exc).__name__, exc
@@ -310,6 +316,21 @@ class _FiringsRecord:
                 return
             with self._lock:
                 self._written = version
+
+    def _resumed(self, path: str, first_step: int) -> list[dict]:
+        """The firings a resumed run (restarted after preemption) recorded before this hook: kept."""
+        if not self._store.exists(path):
+            return []
+        try:
+            found = decode_firings(self._store.read_bytes(path), path)
+        except Exception as exc:
+            logger.warning("smdebug: the earlier rule firings of this worker are replaced: %s", exc)
+            return []
+        return [
+            {k: v for k, v in f.items() if k not in ("worker", "message")}
+            for f in found
+            if f["step"] < first_step
+        ]
 
     def close(self) -> None:
         """The hook closes: a remote write still in flight gets the close timeout to finish."""
