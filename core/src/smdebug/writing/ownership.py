@@ -117,7 +117,10 @@ class OutDirCheck:
             if not self.store.is_local:
                 threading.Thread(target=self._probe, name="smdebug-out-dir-probe", daemon=True).start()
             self.found = existing_run(self.store, self.worker)
-            if self.found is None and self._claim:
+            # a hook that went on without this check (its store's endpoint was down) claims the name when
+            # its writer first writes, never from here later on: a hook created meanwhile, once the store
+            # is back, would otherwise be refused for a claim no one was waiting for
+            if self.found is None and self._claim and self.unreachable is None:
                 self.created_run = self.store.is_local and not os.path.isdir(self.store.root)
                 self.found = claim_worker(self.store, self.worker, self.token)
                 self.claimed = self.found is None
