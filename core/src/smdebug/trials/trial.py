@@ -583,7 +583,7 @@ class Trial:
         oldest first: dicts with ``rule``, ``step``, ``mode``, ``mode_step``, ``reason`` (also as ``message``), ``actions``,
         ``time`` and ``worker``; empty when none fired. A worker's unreadable record is skipped with a
         warning naming it."""
-        from smdebug.rules.runner import FIRINGS_DIR, decode_firings
+        from smdebug.firings import FIRINGS_DIR, decode_firings
 
         firings: list[dict] = []
         files = [p for p in self.store.list(FIRINGS_DIR) if p.endswith(".json")]
