@@ -83,7 +83,7 @@ class FiringsRecord:
         self.items: list[dict] = []
         self.more = 0  # firings beyond MAX_FIRINGS, counted only
         self._lock = threading.Lock()
-        self._version = 0  # bumped at each firing
+        self._fired = 0  # firings so far (the version of the list)
         self._written = 0  # the version last written
         self._thread: threading.Thread | None = None
         self._store = None
@@ -107,7 +107,7 @@ class FiringsRecord:
                 )
             else:
                 self.more += 1
-            self._version += 1
+            self._fired += 1
         if not hook.writing:
             return
         if self._local():
@@ -128,7 +128,7 @@ class FiringsRecord:
         path = firings_path(self.hook.worker)
         while True:
             with self._lock:
-                version = self._version
+                version = self._fired
                 if version == self._written:
                     return
                 items = list(self.items)
@@ -170,7 +170,7 @@ class FiringsRecord:
             from smdebug.writing.settings import close_timeout_from_env
 
             thread.join(close_timeout_from_env())
-        if self._version != self._written and self.hook.writing and (thread is None or not thread.is_alive()):
+        if self._fired != self._written and self.hook.writing and (thread is None or not thread.is_alive()):
             from smdebug.writing.bounded import run_bounded
 
             try:  # a firing the background write just missed
