@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -51,3 +52,29 @@ NUMPY_REDUCTIONS = {
     "l1": lambda a: np.sum(np.abs(a)),
     "l2": lambda a: np.sqrt(np.sum(a * a)),
 }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(*args: str, ranks: int = 2, timeout: float = 240) -> list[str]:
+    """``python *args`` as ``ranks`` processes of one job on 127.0.0.1 (torchrun's environment); each must
+    succeed. Their outputs, by rank."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(ranks))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *args],
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(ranks)
+    ]
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for rank, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{out}"
+    return outputs

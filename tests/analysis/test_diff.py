@@ -2,13 +2,11 @@
 
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
 from conftest import Net
+from support import run_ranks
 from torch import nn
 
 from smdebug import plugins
@@ -103,29 +101,10 @@ def test_what_could_not_be_compared_is_said(runs, tmp_path, cli):
     assert all("steps saved by one side only: 10 in a, 0 in b" in t["not_compared"] for t in data["tensors"])
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("ddp") / "run")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, DDP_WORKER, out],
-            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    for rank, p in enumerate(procs):
-        output = p.communicate(timeout=240)[0]
-        assert p.returncode == 0, f"rank {rank} failed:\n{output}"
+    run_ranks(DDP_WORKER, out)
     return out
 
 

@@ -2,12 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from scenarios import _free_port
+from support import run_ranks
 
 import smdebug.pytorch as smd
 
@@ -15,20 +13,7 @@ WORKER = os.path.join(os.path.dirname(__file__), "dist_worker.py")
 
 
 def run_two_ranks(out_dir, include_workers):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER, out_dir, include_workers],
-            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
-    for rank, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{out}"
+    run_ranks(WORKER, out_dir, include_workers)
     expected = []
     for rank in range(2):
         with open(f"{out_dir}.expected_{rank}.json") as f:

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from scenarios import _free_port
+from support import run_ranks
 from torch import nn
 
 import smdebug.pytorch as smd
@@ -279,20 +279,7 @@ def test_training_that_raises_writes_the_recorder(out_dir):
 
 @pytest.mark.timeout(300)
 def test_fault_on_rank_one_of_two(out_dir):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER, out_dir, "rank", "4"],
-            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
-    for rank, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{out}"
+    run_ranks(WORKER, out_dir, "rank", "4")
     trial = smd.create_trial(out_dir)
     first = trial.first_nonfinite()
     assert (first["step"], first["worker"], first["direction"], first["module"], first["tensor"]) == (
