@@ -54,7 +54,8 @@ SUITES = {
     # sharded (FSDP2, tensor parallel) and DDP training on 2 gloo CPU ranks: one 2-process job
     "torch-dist": ([TORCH], ["plugins/smdebug-torch"], "tests/torch_dist"),
     "xgb": (XGBOOST, ["plugins/smdebug-xgb[cpu]"], "tests/xgb"),
-    "storage": ([TORCH, "s3fs", "moto[server]"], ["plugins/smdebug-torch"], "tests/storage"),
+    # the core alone, on runs trained in numpy (tests/numpy_training.py)
+    "storage": (["s3fs", "moto[server]"], [], "tests/storage"),
     "analysis": (
         [TORCH, "tensorboard", "matplotlib", "pandas", "s3fs", "moto[server]"],
         ["plugins/smdebug-torch"],

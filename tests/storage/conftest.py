@@ -1,9 +1,10 @@
 """Fixtures of the storage suite: moto's S3 server on 127.0.0.1 (a free port), reached by s3fs through the
-standard AWS settings, and a helper that runs real training in a subprocess."""
+standard AWS settings, and a helper that runs real (numpy) training in a subprocess."""
 
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import uuid
@@ -51,6 +52,8 @@ def caplog_smdebug(caplog):
 
 
 def start_training(out_dir: str, steps: int, *args: str, **popen) -> subprocess.Popen:
-    """Start tests/storage/train_run.py (real torch training with the hook) in a subprocess."""
+    """Start tests/storage/train_run.py (real numpy training with the core's hook) in a subprocess."""
     cmd = [sys.executable, str(HERE / "train_run.py"), out_dir, str(steps), *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    env = dict(popen.pop("env", os.environ))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen)

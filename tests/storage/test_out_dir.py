@@ -61,15 +61,6 @@ def test_the_error_is_also_the_runtime_error_smdebug_raised(tmp_path):
         BaseHook(out_dir=out_dir)
 
 
-def test_the_torch_hook_refuses_it_as_well(tmp_path):
-    import smdebug.pytorch as smd
-
-    out_dir = str(tmp_path / "run")
-    save_steps(out_dir)
-    with pytest.raises(ConfigError, match="choose a new out_dir"):
-        smd.Hook(out_dir=out_dir)
-
-
 def test_an_empty_or_unrelated_directory_is_fine(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "notes.txt").write_text("mine")

@@ -29,7 +29,7 @@ def write_run(uri: str, steps: int, tensors: int = TENSORS) -> dict:
     return expected
 
 
-def test_torch_training_to_s3_reads_back(s3_uri):
+def test_training_to_s3_reads_back(s3_uri):
     proc = start_training(s3_uri, 6)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err

@@ -144,7 +144,7 @@ def test_endpoint_dying_mid_run_in_process(s3_server, s3_uri, monkeypatch, caplo
 
 
 def test_endpoint_killed_under_real_training(s3_server, s3_uri):
-    """Real PyTorch training in a subprocess; the server dies after a few steps and never comes back."""
+    """Real (numpy) training in a subprocess; the server dies after a few steps and never comes back."""
     env = {"SMDEBUG_CLOSE_TIMEOUT": "3"}
     import os
 

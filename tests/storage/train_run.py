@@ -1,10 +1,12 @@
-"""Real (tiny) PyTorch training with the smdebug hook, run as a subprocess by the storage tests.
+"""Real (tiny) training with the core's hook, in plain numpy (tests/numpy_training.py), run as a
+subprocess by the storage tests.
 
     python train_run.py OUT_DIR STEPS [--sleep SECONDS] [--no-close] [--go FILE]
 
 Saves weights, biases, gradients and losses at every step and prints "step N SECONDS" once step N's
-forward, backward and update are done (SECONDS: how long the step took, the hook's work included). Without --no-close it calls hook.close(); with it, the interpreter's exit must flush. With --go it prints
-"ready" and creates the hook only once FILE exists (to start several processes together).
+forward, backward and update are done (SECONDS: how long the step took, the hook's work included). Without
+--no-close it calls hook.close(); with it, the interpreter's exit must flush. With --go it prints "ready"
+and creates the hook only once FILE exists (to start several processes together).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import os
 import sys
 import time
 
-import torch
-from torch import nn
+import numpy as np
+from numpy_training import SGD, Linear, MSELoss, Net, NumpyHook, ReLU, train_step
 
-import smdebug.pytorch as smd
+import smdebug
 
 
 def main(argv=None) -> int:
@@ -29,29 +31,22 @@ def main(argv=None) -> int:
     parser.add_argument("--go")
     args = parser.parse_args(argv)
 
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    loss_fn = nn.MSELoss()
+    rng = np.random.default_rng(0)
+    model = Net("Sequential", [("0", Linear(8, 16, rng)), ("1", ReLU()), ("2", Linear(16, 4, rng))])
     if args.go:
         print("ready", flush=True)
         while not os.path.exists(args.go):
             time.sleep(0.001)
-    hook = smd.Hook(
+    hook = NumpyHook(
         out_dir=args.out_dir,
-        save_config=smd.SaveConfig(save_interval=1),
+        save_config=smdebug.SaveConfig(save_interval=1),
         include_collections=["weights", "biases", "gradients", "losses"],
     )
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt, loss_fn = SGD(lr=0.01), MSELoss()
     for step in range(args.steps):
         began = time.perf_counter()
-        x = torch.randn(32, 8)
-        loss = loss_fn(model(x), torch.zeros(32, 4))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        x = rng.standard_normal((32, 8)).astype(np.float32)
+        train_step(hook, model, x, np.zeros((32, 4), np.float32), loss_fn, opt)
         print(f"step {step} {time.perf_counter() - began:.4f}", flush=True)
         if args.sleep:
             time.sleep(args.sleep)
