@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import smdebug.tensorflow as smd
 from smdebug.cli import main as cli
+from smdebug.exceptions import TensorUnavailableForStep
 
 FAULT = 4
 
@@ -28,8 +29,9 @@ class Plant(keras.layers.Layer):
         self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
 
     def call(self, x, training=False):
-        hit = tf.logical_and(tf.equal(self.calls, FAULT), training)
-        if training:
+        # the "eval" fault: at the evaluation call FAULT (training calls count apart)
+        hit = tf.logical_and(tf.equal(self.calls, FAULT), training != (self.fault == "eval"))
+        if training != (self.fault == "eval"):
             self.calls.assign_add(1.0)
         scale = self.scale
         if self.fault == "gradient":
@@ -43,7 +45,7 @@ class Plant(keras.layers.Layer):
 
             scale = poisoned(scale)
         out = x * scale
-        if self.fault == "forward":
+        if self.fault in ("forward", "eval"):
             out = tf.where(hit, out + np.inf, out)
         return out
 
@@ -59,7 +61,7 @@ class Seen(keras.callbacks.Callback):
         self.norms.append(float(np.linalg.norm(self.model.get_layer("hidden").kernel.numpy())))
 
 
-def train(out_dir, fault=None, steps=8, jit_compile=False):
+def train(out_dir, fault=None, steps=8, jit_compile=False, include=None, validation=False):
     keras.utils.set_random_seed(1)
     model = keras.Sequential(
         [
@@ -74,9 +76,15 @@ def train(out_dir, fault=None, steps=8, jit_compile=False):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(8 * steps, 4)).astype("float32")
     y = rng.integers(0, 3, size=8 * steps)
-    hook = smd.KerasHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5))
+    hook = smd.KerasHook(
+        out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5), include_collections=include
+    )
     seen = Seen()
-    model.fit(x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[seen, hook], verbose=0)
+    # validation: as many batches as training, each of them evaluated after the epoch's training steps
+    data = (x, y) if validation else None
+    model.fit(
+        x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[seen, hook], verbose=0, validation_data=data
+    )
     hook.close()
     return seen.norms
 
@@ -137,3 +145,41 @@ def test_statistics_inside_an_xla_compiled_step(out_dir):
     assert (first["step"], first["direction"], first["module"]) == (FAULT, "backward", "plant")
     kernel = trial.tensor("mlp/hidden/kernel").reduction_value(FAULT - 1, "l2")
     assert kernel == pytest.approx(norms[FAULT - 1], rel=1e-5)
+
+
+def test_a_trigger_saves_the_raw_tensors_the_collections_name(out_dir):
+    include = ["weights", "gradients", "layers", "losses"]
+    norms = train(out_dir, fault="gradient", include=include)
+    trial = smd.create_trial(out_dir)
+    assert trial.first_nonfinite()["step"] == FAULT
+    # the triggering step's own tensors, raw, although no save step is due there
+    kernel = trial.tensor("mlp/hidden/kernel")
+    assert FAULT in kernel.steps()
+    assert np.linalg.norm(kernel.value(FAULT)) == pytest.approx(norms[FAULT], rel=1e-5)  # as the step began
+    assert np.isnan(trial.tensor("gradients/mlp/plant/scaleGrad").value(FAULT)).any()
+    assert trial.tensor("plant/outputs").value(FAULT).shape == (8, 5)
+    assert FAULT in trial.tensor("loss").steps()
+    # the steps before have their statistics only
+    assert FAULT - 1 not in trial.tensor("plant/outputs").steps()
+    with pytest.raises(TensorUnavailableForStep):
+        kernel.value(FAULT - 1)
+
+
+def test_a_fault_in_evaluation_is_found_in_eval_mode(out_dir):
+    train(out_dir, fault="eval", validation=True)
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert first is not None
+    assert (first["mode"], first["direction"], first["module"], first["tensor"]) == (
+        "EVAL",
+        "forward",
+        "plant",
+        "plant/outputs",
+    )
+    assert first["step"] == 8 + FAULT  # 8 training steps, then the evaluation's steps
+    assert first["mode_step"] == FAULT
+    # the evaluation steps before it were recorded: the loss of each, in EVAL mode
+    loss = trial.tensor("loss")
+    for mode_step in range(FAULT):
+        step = 8 + mode_step
+        assert np.isfinite(loss.reduction_value(step, "l2"))

@@ -270,14 +270,16 @@ def _reduce(values, strategy, reduction: str):
     return reduce_per_replica(values, strategy, reduction)
 
 
-def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
+def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_of=None):
     """A function taking what Keras' own ``<mode>_function`` takes, returning ``(its result, packed)``:
     the due tensors in a few buffers (smdebug_tf.packing; ``plan_of(name)`` says what is due of each, and
     is asked once per name: every trace of the function packs the same). mode is "train", "test" or
     "predict". ``function.plans`` holds the plans it was traced with. The function returns
-    ``(result, packed, health)``: with HEALTH the step's health vector, whose layout is
-    ``function.health_layout[0]`` once traced (else an empty vector). ``on_built()`` is called once the
-    step has run while tracing (a model built by its first call has its variables then)."""
+    ``(result, packed, health, kept)``: with HEALTH the step's health vector, whose layout is
+    ``function.health_layout[0]`` once traced (else an empty vector), and ``kept``, the recorded tensors
+    ``keep_of(name)`` names, as they are (references to the step's tensors, not copied: the host reads
+    them only when the step triggers the flight recorder). ``on_built()`` is called once the step has
+    run while tracing (a model built by its first call has its variables then)."""
     strategy = model.distribute_strategy
     step_fn = {"train": model.train_step, "test": model.test_step, "predict": model.predict_step}[mode]
     reduction = "concat" if mode == "predict" else "auto"
@@ -303,7 +305,9 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
                     import keras
 
                     x = keras.utils.unpack_x_y_sample_weight(data)[0]
-                    recorder.health_flags.append((("input", model.name, MODEL_INPUT), finite_flag(x)))
+                else:
+                    x = data[0] if isinstance(data, tuple) else data
+                recorder.health_flags.append((("input", model.name, MODEL_INPUT), finite_flag(x)))
             if WEIGHTS in kinds:  # read before the step's update (TF orders the ops on each variable)
                 for variable in model.weights:
                     recorder.tensors[variable_name(variable)] = tf.identity(tf.convert_to_tensor(variable))
@@ -321,16 +325,18 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None):
         if on_built is not None:
             on_built()
         health = _health(model, recorder, weights, health_layout) if HEALTH in kinds else tf.zeros([0])
-        return result, pack(recorder.tensors, planned), health
+        kept = {n: t for n, t in recorder.tensors.items() if keep_of is not None and keep_of(n)}
+        return result, pack(recorder.tensors, planned), health, kept
 
     @tf.autograph.experimental.do_not_convert
     def one_step(data):
         # runs while the step is traced (each call only when run eagerly): the layers record then
         with layers_wrapped(model, kinds), loss_wrapped(model, kinds):
-            result, packed, health = strategy.run(replica_step, args=(data,))
+            result, packed, health, kept = strategy.run(replica_step, args=(data,))
         result = _reduce(result, strategy, reduction)
         packed = tf.nest.map_structure(lambda t: tuple(strategy.experimental_local_results(t)), packed)
-        return result, packed, strategy.experimental_local_results(health)[0]  # the first replica's
+        first = lambda t: strategy.experimental_local_results(t)[0]  # noqa: E731 (the first replica's)
+        return result, packed, first(health), tf.nest.map_structure(first, kept)
 
     run_eagerly = model.run_eagerly
     if not run_eagerly:

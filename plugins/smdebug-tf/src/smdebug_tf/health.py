@@ -57,25 +57,39 @@ class KerasHealth:
         self.hook = hook
         self.monitor = hook.health
 
-    def record(self, vector, layout: tuple) -> None:
-        """A training step's statistics (the instrumented step's health vector; ``layout`` is
-        ``(names, flags)`` as the step was traced: flags are ``(direction, module, tensor)``)."""
+    def record(self, vector, layout: tuple, kept: dict | None = None, logs=None) -> None:
+        """A step's statistics (the instrumented step's health vector; ``layout`` is ``(names, flags)``
+        as the step was traced: flags are ``(direction, module, tensor)``). On a trigger, ``kept`` (the
+        step's in-graph tensors the user's collections name) and the step's ``logs`` are saved."""
         names, flags = layout
         if not names:
             return
         n = len(names)
-        host = np.asarray(vector, dtype=np.float32)
-        ring = self.monitor.track(
-            names, LOSS, lambda rows, columns: np.full((rows, columns), ABSENT, np.float32)
-        )
-        slot = self.monitor.row()
+        host = vector.numpy() if hasattr(vector, "numpy") else np.asarray(vector, dtype=np.float32)
+        monitor = self.monitor
+        ring = monitor.track(names, LOSS, lambda rows, columns: np.full((rows, columns), ABSENT, np.float32))
+        slot = monitor.row()
         ring[slot] = host[: 2 * n]
-        if self.monitor.check(slot, ring[slot]):
-            hook = self.hook
+        triggers = len(monitor.triggers)
+        hook = self.hook
+        if monitor.check(slot, ring[slot]):
             where = self._where(ring[slot], host[2 * n :], flags)
-            self.monitor.found(
-                {"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where}
-            )
+            monitor.found({"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where})
+        if len(monitor.triggers) > triggers:  # the first non-finite value, or a loss spike
+            with hook.guard("save the step's tensors"):
+                logs = logs if isinstance(logs, dict) else {}  # (predict returns the predictions)
+                self._save_step({**logs, **(kept or {})})
+
+    def _save_step(self, tensors: dict) -> None:
+        """The triggering step's tensors the user's collections name, saved as those collections save
+        (those the step saved already aside)."""
+        hook = self.hook
+        for name, value in tensors.items():
+            if hook.is_due(name):
+                continue
+            collections = [c.name for c in hook.collections_of(name)]
+            if collections:
+                hook.save_tensor(name, value, collections)
 
     def _where(self, row, flag_values, flags) -> dict:
         """The first non-finite value of the step: the first bad flag (input, then the layers in the order

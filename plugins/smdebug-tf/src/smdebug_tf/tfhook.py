@@ -71,6 +71,7 @@ class TFState:
         self.pending: list = []  # (method, arguments) of save_scalar/save_tensor calls before the first step
         self.traced_tape = None  # (graph, WrappedTape) of the custom loop's step being traced
         self.health = None  # with health=True: smdebug_tf.health.KerasHealth
+        self.kept_kinds = (None, frozenset())  # (key, kinds) the health steps keep for a trigger
 
 
 class TFHook(BaseHook):
@@ -282,7 +283,7 @@ class TFHook(BaseHook):
         if not self.next_idle_step():
             self.begin_step()  # ends the previous step
         self.stop_if_asked(mode)
-        health = self.health is not None and mode == ModeKeys.TRAIN
+        health = self.health is not None  # every mode: gradients only in TRAIN, the rest in all
         if not self.anything_due() and not health:
             return  # the common step: Keras' own function runs, nothing else happens
         with self.guard("prepare the step's tensors"):
@@ -291,7 +292,7 @@ class TFHook(BaseHook):
                 self.register_model(model)  # built on its first call (a subclassed model)
             kinds = self.capture_kinds(mode)
             if health:
-                kinds |= {capture.HEALTH}
+                kinds |= {capture.HEALTH} | self.kept_kinds(mode)
             if not self.swap_in(mode, kinds) and capture.WEIGHTS in kinds:
                 for name, variable in self.tf_state.weights:  # read here when the step cannot
                     if self.is_due(name):
@@ -309,8 +310,9 @@ class TFHook(BaseHook):
             if mode == ModeKeys.TRAIN:
                 self.save_optimizer_variables()
 
-    def health_step(self, health, layout: list) -> None:
-        """The step's health vector into the flight recorder (before the step ends: a trigger writes)."""
+    def health_step(self, health, layout: list, kept: dict, logs) -> None:
+        """The step's health vector into the flight recorder (before the step ends: a trigger writes);
+        ``kept``: the step's tensors the user's collections name, and its logs, saved on a trigger."""
         state = self.tf_state
         if state.health is None:
             from smdebug_tf.health import KerasHealth
@@ -318,7 +320,37 @@ class TFHook(BaseHook):
             state.health = KerasHealth(self)
         if layout:
             with self.guard("record the step's health"):
-                state.health.record(health.numpy(), layout[0])
+                state.health.record(health, layout[0], kept, logs)
+
+    def kept_kinds(self, mode) -> frozenset:
+        """With health: the kinds of in-graph tensors an included collection names, which each step keeps
+        for the flight recorder's trigger (smdebug_tf.capture.build's ``keep_of``)."""
+        state = self.tf_state
+        key = (self.collections_version, mode, len(state.weights), len(state.layer_names))
+        if state.kept_kinds[0] == key:
+            return state.kept_kinds[1]
+
+        def named(names) -> bool:
+            return any(self.collections_of(n) for n in names)
+
+        kinds = set()
+        if named(n for n, _ in state.weights):
+            kinds.add(capture.WEIGHTS)
+        if mode == ModeKeys.TRAIN and named(state.gradient_names):
+            kinds.add(capture.GRADIENTS)
+        if named(state.layer_names):
+            kinds.add(capture.LAYERS)
+        if mode != ModeKeys.PREDICT and named((capture.PREDICTIONS, capture.LABELS)):
+            kinds.add(capture.OUTPUTS)
+        if named((capture.MODEL_INPUT,)):
+            kinds.add(capture.INPUTS)
+        state.kept_kinds = (key, frozenset(kinds))
+        return state.kept_kinds[1]
+
+    def kept(self, name: str) -> bool:
+        """Whether a health step keeps this in-graph tensor for a trigger (an included collection names
+        it)."""
+        return bool(self.collections_of(name))
 
     def save_optimizer_variables(self) -> None:
         """The optimizer's variables, as the step's update left them (once a step)."""
@@ -383,12 +415,12 @@ class TFHook(BaseHook):
         def one_call(arg):
             _put(model, attribute, plain)  # Keras' own function again from the next lookup on
             state.swapped = None
-            packed = health = None
+            packed = health = kept = None
             if instrumented is None:
                 result = plain(arg)
             else:
                 try:
-                    result, packed, health = instrumented(arg)
+                    result, packed, health, kept = instrumented(arg)
                 except (StopIteration, tf.errors.OutOfRangeError):
                     raise  # the end of the data, as Keras' own function signals it
                 except Exception as exc:
@@ -404,7 +436,7 @@ class TFHook(BaseHook):
                     result = plain(arg)
             hook.step_done(mode, result, packed)
             if health is not None and capture.HEALTH in kinds:
-                hook.health_step(health, instrumented.health_layout)
+                hook.health_step(health, instrumented.health_layout, kept, result)
             hook.end_step()
             hook.stop_if_asked(mode)
             return result
@@ -425,7 +457,10 @@ class TFHook(BaseHook):
                 if i:
                     built.insert(0, built.pop(i))
                 return function
-        function = capture.build(state.model, name, kinds, self.capture_plan, on_built=self.model_built)
+        keep_of = self.kept if capture.HEALTH in kinds else None
+        function = capture.build(
+            state.model, name, kinds, self.capture_plan, on_built=self.model_built, keep_of=keep_of
+        )
         built.insert(0, (plain, function))
         del built[_KEEP_FUNCTIONS:]  # plans that change all the time: do not keep every trace
         return function
