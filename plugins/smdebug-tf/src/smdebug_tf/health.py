@@ -1,11 +1,13 @@
 """Always-on health for Keras (``KerasHook(health=True)``): every training step's statistics into the
 core's flight recorder (smdebug.health), and where the first non-finite value came from.
 
-Every training step runs the hook's instrumented step (smdebug_tf.capture, HEALTH kind): in the same
-compiled graph as Keras' own step (XLA included), the l2 norm and the max |x| of every weight (as the step
-starts), every gradient (as the optimizer receives it) and the batch's loss, plus one "all finite" flag per
-input and per layer output, in the order the step computed them, all stacked into one float32 vector. The
-host takes that vector over once (one transfer) into the recorder's row and the monitor judges it.
+Every step, in every mode, runs the hook's instrumented step (smdebug_tf.capture, HEALTH kind): in the
+same compiled graph as Keras' own step (XLA included), the l2 norm and the max |x| of every weight (as the
+step starts), every gradient (as the optimizer receives it; TRAIN only) and the batch's loss, plus one
+"all finite" flag per input and per layer output, in the order the step computed them, all stacked into
+one float32 vector. The host takes that vector over once (one transfer) into the recorder's row and the
+monitor judges it. The step also returns, as references (nothing is copied or fetched), its tensors that
+the user's collections name; they are read and saved only when the step triggers the recorder.
 
 Provenance needs no re-run: the step's flags already say whether the input batch or which layer's output
 held the first non-finite value (the earliest in the step's order); else the loss; else the gradient the
@@ -23,30 +25,41 @@ LOSS = "loss"  # Keras' name of the loss in its logs
 
 # -- in the compiled step ------------------------------------------------------------------------------
 def finite_flag(value) -> tf.Tensor:
-    """1.0 when every floating value of a (nested) value is finite, else 0.0 (a float32 scalar)."""
+    """True when every floating value of a (nested) value is finite (a bool scalar)."""
     leaves = [
         tf.convert_to_tensor(t) for t in tf.nest.flatten(value) if isinstance(t, (tf.Tensor, tf.Variable))
     ]
     checks = [tf.reduce_all(tf.math.is_finite(t)) for t in leaves if t.dtype.is_floating]
     if not checks:
-        return tf.constant(1.0)
-    return tf.cast(tf.reduce_all(tf.stack(checks)), tf.float32)
+        return tf.constant(True)
+    return checks[0] if len(checks) == 1 else tf.reduce_all(tf.stack(checks))
 
 
 def statistics(tensors: list, flags: list) -> tf.Tensor:
-    """One float32 vector: the l2 norms of ``tensors``, their max |x| (ABSENT for a None), then ``flags``."""
-    norms, maxes = [], []
+    """One float32 vector: the l2 norms of ``tensors``, their max |x| (ABSENT for a None), then ``flags``.
+    Three ops a tensor: TF's graph executor costs more per op than these small reductions do."""
+    halves, maxes, present = [], [], []
     for t in tensors:
         if t is None or not t.dtype.is_floating or t.shape.num_elements() == 0:
-            norms.append(tf.constant(ABSENT))
-            maxes.append(tf.constant(ABSENT))
+            present.append(False)
             continue
-        t = tf.cast(tf.reshape(t, [-1]), tf.float32)
-        norm = tf.norm(t)
+        present.append(True)
+        if t.dtype != tf.float32:
+            t = tf.cast(t, tf.float32)
+        halves.append(tf.nn.l2_loss(t))  # sum(t ** 2) / 2 in one kernel
+        maxes.append(tf.reduce_max(tf.abs(t)))
+    full = tf.fill([len(present)], ABSENT)
+    norms = maxes_ = full
+    if halves:
+        norms = tf.sqrt(2.0 * tf.stack(halves))
         # a NaN anywhere makes the norm NaN; the max as well (a reduce_max may skip NaN)
-        maxes.append(tf.where(tf.math.is_nan(norm), norm, tf.reduce_max(tf.abs(t))))
-        norms.append(norm)
-    return tf.stack(norms + maxes + list(flags))
+        maxes_ = tf.where(tf.math.is_nan(norms), norms, tf.stack(maxes))
+        if not all(present):  # ABSENT for the tensors the step did not have
+            index = tf.constant([[i] for i, p in enumerate(present) if p], tf.int32)
+            norms = tf.tensor_scatter_nd_update(full, index, norms)
+            maxes_ = tf.tensor_scatter_nd_update(full, index, maxes_)
+    flags = tf.cast(tf.stack(flags), tf.float32) if flags else tf.zeros([0])  # 1.0: all finite
+    return tf.concat([norms, maxes_, flags], 0)
 
 
 # -- on the host ---------------------------------------------------------------------------------------
