@@ -23,12 +23,15 @@ import sys
 import time
 from pathlib import Path
 
-CONFIGS = ("default", "raw", "reductions")
+CONFIGS = ("default", "raw", "reductions", "health")
 LABEL = {
     "default": "(a) default config",
     "raw": "(b) weights+biases+gradients+losses, raw, every step",
     "reductions": "(c) as (b), reductions mean/max/l2 instead of raw",
+    "health": "(d) health=True (every step's l2 and max |x| of each weight, gradient and the loss), default "
+    "config otherwise",
 }
+OURS_ONLY = ("health",)  # smdebug 1.0.34 has no such mode
 OURS, REF = "ours", "smdebug 1.0.34"
 BATCH = 32
 
@@ -95,7 +98,7 @@ def bench(only: set, args, tmp: str) -> dict:
         out = results[framework] = {impl: {c: [] for c in CONFIGS} for impl in pythons}
         for r in range(args.rounds):
             for config in CONFIGS:
-                items = list(pythons.items())
+                items = [(i, py) for i, py in pythons.items() if i == OURS or config not in OURS_ONLY]
                 for impl, python in items if r % 2 == 0 else items[::-1]:
                     res = _run(
                         python, workload, config=config, out_dir=f"{tmp}/{framework}-{impl[:4]}-{config}-{r}",
@@ -178,6 +181,8 @@ def _hook_kwargs(smd, config: str) -> dict:
         return {}
     if config == "raw":
         return every_step
+    if config == "health":
+        return dict(health=True)
     if config == "reductions":
         return dict(
             every_step, reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"])
