@@ -5,7 +5,7 @@ MXNet lets the hook see a step's gradients only once the next forward starts (or
 hook closes), after ``trainer.step`` has changed the weights. A step is recorded then: the l2 norm and the
 max |x| of every parameter's weight (as the step left it, the value the hook saves as that step's weight),
 every gradient (final since the step's backward) and the loss (the registered loss block's output), in
-one call of a cached MXNet graph over all of them (same-shape arrays stacked and reduced row-wise) that
+one call of a cached MXNet graph over all of them (BLAS dot products and oneDNN pooling, see Statistics) that
 writes straight into the recorder's row, an NDArray ring on the parameters' context. Nothing waits: the
 row is read on the host when the next step is recorded (MXNet's engine has long computed it), a save
 step's at once (the save writes its statistics).
@@ -36,41 +36,40 @@ from smdebug_mxnet.collection import GRADIENT_PREFIX, INPUT_SUFFIX, OUTPUT_SUFFI
 
 ABSENT = -1.0  # a tensor the step did not have: norms are never negative (smdebug.health)
 RECORDED_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # the modes whose steps compute gradients
+POOLED = 4096  # arrays larger than this get their max |x| by pooling, not by MXNet's slow reduction
 
 
 class Statistics:
     """A cached MXNet graph over a list of arrays of known shapes and dtypes: their l2 norms, then their
-    max |x|, as one float32 vector. Arrays of one shape and dtype are stacked and reduced row-wise (a
-    few operators per group, not per array: on MXNet's engine each operator costs far more than these
-    small reductions); one ``take`` puts the results in the arrays' order."""
+    max |x|, as one float32 vector. MXNet's reduction operators take several nanoseconds an element on
+    a CPU (a 50k-element ``max``: 0.17 ms), so large arrays are not reduced by them: the l2 norm is the
+    square root of a BLAS dot product of the array with itself, and the max |x| a global max pooling of
+    |x| (oneDNN's kernel), which skips NaN: a NaN norm (a NaN anywhere) stands for the max as well."""
 
     def __init__(self, shapes: list[tuple], dtypes: list):
-        groups: dict[tuple, list[int]] = {}
-        for i, key in enumerate(zip(shapes, dtypes)):
-            groups.setdefault(key, []).append(i)
-        arrays = [mx.sym.var(f"t{i}") for i in range(len(shapes))]
-        norms, maxes, order = [], [], []
-        for (_, dtype), members in groups.items():
-            if len(members) > 1:
-                group = mx.sym.stack(*[arrays[i] for i in members], axis=0)
-            else:
-                group = mx.sym.expand_dims(arrays[members[0]], axis=0)
-            group = mx.sym.reshape(group, shape=(len(members), -1))
+        norms, maxes = [], []
+        for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+            flat = mx.sym.reshape(mx.sym.var(f"t{i}"), shape=(-1,))
             if np.dtype(dtype) != np.float32:
-                group = mx.sym.cast(group, dtype="float32")
-            norms.append(mx.sym.sqrt(mx.sym.sum(mx.sym.square(group), axis=1)))
-            maxes.append(mx.sym.max(mx.sym.abs(group), axis=1))  # (MXNet's max keeps a NaN)
-            order += members
-        where = np.argsort(order)
-        self.index = mx.nd.array(np.concatenate([where, where + len(order)]))
-        graph = mx.sym.take(mx.sym.concat(*norms, *maxes, dim=0), mx.sym.var(f"t{len(order)}"))
+                flat = mx.sym.cast(flat, dtype="float32")
+            norms.append(mx.sym.dot(flat, flat))
+            if int(np.prod(shape, dtype=np.int64)) <= POOLED:
+                maxes.append(mx.sym.max(mx.sym.abs(flat), axis=0, keepdims=True))
+            else:
+                image = mx.sym.reshape(mx.sym.abs(flat), shape=(1, 1, 1, -1))
+                pooled = mx.sym.Pooling(image, kernel=(1, 1), pool_type="max", global_pool=True)
+                maxes.append(mx.sym.reshape(pooled, shape=(1,)))
+        norms = mx.sym.sqrt(mx.sym.concat(*norms, dim=0))
+        maxes = mx.sym.where(norms != norms, norms, mx.sym.concat(*maxes, dim=0))
+        graph = mx.sym.concat(norms, maxes, dim=0)
         # static shapes: a call costs a few microseconds of Python instead of a graph set-up
         self.op = mx.nd.CachedOp(graph, [("static_alloc", "true"), ("static_shape", "true")])
-        # the graph takes its inputs in the order it meets them: the groups' order
+        # the graph takes its inputs in the order it meets them
         self.inputs = operator.itemgetter(*[int(name[1:]) for name in graph.list_inputs()])
 
     def __call__(self, arrays: list, out: mx.nd.NDArray) -> None:
-        self.op(*self.inputs([*arrays, self.index]), out=out)
+        picked = self.inputs(arrays)
+        self.op(*(picked if isinstance(picked, tuple) else (picked,)), out=out)
 
 
 def _nonfinite(value) -> bool:
