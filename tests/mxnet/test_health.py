@@ -119,3 +119,51 @@ def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, wher
     bad = "gradient/" + (net[0].weight.name if fault == "input" else net[1].scale.name)
     assert not np.isfinite(trial.tensor(bad).reduction_value(FAULT, "l2"))
     assert json.loads(why(out_dir, "--json"))["tensor"] == tensor
+
+
+class HybridPlant(gluon.HybridBlock):
+    """exp of its scaled input: inf from a finite but large input (inside a hybridized graph a Python
+    flag would be read only once, when the graph is built)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.scale = self.params.get("scale", shape=(5,), init=mx.init.One())
+
+    def hybrid_forward(self, F, x, scale):
+        return F.exp(F.broadcast_mul(x, scale))
+
+
+def test_a_fault_inside_a_hybridized_model_is_named_at_its_inner_block(out_dir):
+    mx.random.seed(0)
+    with mx.name.NameManager():
+        net = gluon.nn.HybridSequential()
+        with net.name_scope():
+            net.add(
+                gluon.nn.Dense(5, activation="relu", in_units=4),
+                HybridPlant(),
+                gluon.nn.Dense(3, in_units=5),
+            )
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net.initialize(mx.init.Xavier())
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    rng = np.random.RandomState(0)
+    plant = net[1]
+    for step in range(8):
+        x = rng.randn(BATCH, 4).astype("float32") * (1e3 if step == FAULT else 0.1)  # finite either way
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(rng.randint(0, 3, BATCH)))
+        loss.backward()
+        trainer.step(BATCH)
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert {k: first[k] for k in ("step", "direction", "module", "tensor")} == {
+        "step": FAULT,
+        "direction": "forward",
+        "module": plant.name,
+        "tensor": f"{plant.name}_output_0",
+    }

@@ -20,7 +20,8 @@ read (one step longer than training keeps them) and read only when that row hold
 non-finite value, in the order the step computed them: the input batch, the blocks' outputs in the order
 their forward passes ended (a child ends before its parent: the first bad one is where the value
 appeared), the loss, then the gradient nearest the output. A hybridized model runs its blocks as one
-graph without their forward hooks: its own output is then the finest place named.
+graph without their forward hooks: while MXNet builds that graph they say which node outputs are theirs,
+and MXNet's op hook hands those over as the graph runs (a reference each, as for the other blocks).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from mxnet import autograd
 
 from smdebug.plugin import BaseHook, ModeKeys
 from smdebug_mxnet.collection import GRADIENT_PREFIX, INPUT_SUFFIX, OUTPUT_SUFFIX
+from smdebug_mxnet.hybrid import symbols_in
 
 ABSENT = -1.0  # a tensor the step did not have: norms are never negative (smdebug.health)
 RECORDED_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # the modes whose steps compute gradients
@@ -91,6 +93,7 @@ class MXNetHealth:
         self._collected = None  # the step last recorded
         self._inputs: list = []  # (model name, [(tensor name, queued sum of |x|)]) of the step
         self._outputs: list = []  # (block name, outputs) of the step, in the order the forwards ended
+        self._nodes: dict[str, str] = {}  # a hybridized graph's node output -> the block it is the output of
         self._loss = None  # (tensor name, output) of the step's first loss block call
         self._layout = None  # (key, (parameter, has a gradient), names, loss name, Statistics by loss shape)
         self._ring = None
@@ -106,6 +109,7 @@ class MXNetHealth:
             block.register_forward_hook(self._on_loss)
         else:
             block.apply(lambda b: b.register_forward_hook(self._on_output))
+            self.hook.taps.attach(block)  # a hybridized graph's node outputs: node_output
 
     def model_input(self, block, inputs) -> None:
         """A model's forward starts (after the previous step was recorded)."""
@@ -120,8 +124,27 @@ class MXNetHealth:
         self._inputs.append((block.name, flags))
 
     def _on_output(self, block, inputs, outputs) -> None:
-        if not isinstance(outputs, mx.sym.Symbol):  # (a hybridized graph being built)
+        symbols = list(symbols_in(outputs))
+        if not symbols:
             self._outputs.append((block.name, outputs))
+            return
+        # a hybridized graph being built: which of its node outputs are this block's (a child's forward
+        # ends before its parent's, so a node keeps the innermost block)
+        for symbol in symbols:
+            for node_output in symbol.list_outputs():
+                self._nodes.setdefault(node_output, block.name)
+                # the op hook names the outputs of operators without output names "<node>_<i>", where
+                # the Symbol says "<node>_output" (one output) or "<node>_output<i>"
+                node, _, index = node_output.rpartition("_output")
+                if node and (not index or index.isdigit()):
+                    self._nodes.setdefault(f"{node}_{index or 0}", block.name)
+
+    def node_output(self, node_output: str, value) -> None:
+        """A hybridized graph's node output, as its cached graph runs (MXNet's op hook, through
+        smdebug_mxnet.hybrid): kept when it is a block's output (no computation, as for other blocks)."""
+        block = self._nodes.get(node_output)
+        if block is not None and self.hook.mode in RECORDED_MODES:
+            self._outputs.append((block, value))
 
     def _on_loss(self, block, inputs, outputs) -> None:
         if self._loss is None and isinstance(outputs, mx.nd.NDArray):

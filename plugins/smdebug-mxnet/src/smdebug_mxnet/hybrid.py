@@ -19,12 +19,12 @@ from mxnet.ndarray import NDArray
 from smdebug_mxnet.collection import INPUT_SUFFIX, OUTPUT_SUFFIX
 
 
-def _symbols(value):
+def symbols_in(value):
     if isinstance(value, mx.sym.Symbol):
         yield value
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _symbols(item)
+            yield from symbols_in(item)
 
 
 def _ndarrays(value):
@@ -70,7 +70,7 @@ class HybridTaps:
         self.traced.add(id(block))
         for suffix, value in ((INPUT_SUFFIX, inputs), (OUTPUT_SUFFIX, outputs)):
             prefix = block.name + suffix
-            for sym in _symbols(value):
+            for sym in symbols_in(value):
                 table = self.pending_inputs if sym.get_children() is None else self.pending_nodes
                 for node_output in sym.list_outputs():
                     index = self.counters.get(prefix, 0)
@@ -125,6 +125,9 @@ class HybridTaps:
         # MXNet hands over a new NDArray handle: wrap it so that it is freed, even when it is not saved.
         value = NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
         node_output = node_output.decode() if isinstance(node_output, bytes) else node_output
+        health = self.hook.health_part
+        if health is not None:  # (health=True keeps the step's block outputs: smdebug_mxnet.health)
+            health.node_output(node_output, value)
         # a graph's first run comes right after it was built, before its block's forward hook binds it
         names = self.by_node.get(node_output) or self.pending_nodes.get(node_output)
         if not names or not self.hook.anything_due():
