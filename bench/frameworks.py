@@ -152,7 +152,9 @@ def report(results: dict) -> str:
             "time (the extra time per step in brackets). TensorFlow against no hook only (smdebug 1.0.34 refuses "
             "TensorFlow >= 2.12); its targets (issue #13): (a) <= 1.02, (b) <= 1.3, with and without "
             "jit_compile. MXNet's targets (issue #14, on the MLP): (a) <= 1.02, (b) <= 1.5 and at most a quarter of "
-            f"smdebug 1.0.34's overhead. Versions: {', '.join(versions)}.",
+            f"smdebug 1.0.34's overhead. Rows (d), ours only (smdebug 1.0.34 has no health mode): health=True "
+            "every step against no hook (issue #30 states them, with no target). "
+            f"Versions: {', '.join(versions)}.",
             "",
             f"| framework | configuration | plain step (ms) | {OURS} | {REF} |",
             "|---|---|---|---|---|",

@@ -183,3 +183,21 @@ def test_a_fault_in_evaluation_is_found_in_eval_mode(out_dir):
     for mode_step in range(FAULT):
         step = 8 + mode_step
         assert np.isfinite(loss.reduction_value(step, "l2"))
+
+
+def test_a_nan_in_a_predict_batch_is_found_in_predict_mode(out_dir):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="dense")], name="net")
+    x = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
+    x[20, 1] = np.nan  # in the second batch of 16
+    hook = smd.KerasHook(out_dir=out_dir, health=True)
+    model.predict(x, batch_size=16, callbacks=[hook], verbose=0)
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert {k: first[k] for k in ("step", "mode", "mode_step", "direction", "tensor")} == {
+        "step": 1,
+        "mode": "PREDICT",
+        "mode_step": 1,
+        "direction": "input",
+        "tensor": "model_input",
+    }

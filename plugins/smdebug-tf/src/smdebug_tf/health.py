@@ -85,7 +85,9 @@ class KerasHealth:
         ring[slot] = host[: 2 * n]
         triggers = len(monitor.triggers)
         hook = self.hook
-        if monitor.check(slot, ring[slot]):
+        first = monitor.check(slot, ring[slot])  # (True once: the row's first non-finite statistic)
+        flagged = bool(flags) and (host[2 * n :] != 1.0).any()  # (in PREDICT no loss or gradient shows it)
+        if (first or flagged) and monitor.first_nonfinite is None:
             where = self._where(ring[slot], host[2 * n :], flags)
             monitor.found({"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where})
         if len(monitor.triggers) > triggers:  # the first non-finite value, or a loss spike
