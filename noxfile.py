@@ -50,25 +50,19 @@ THIRDPARTY = [
 # session "tests-<name>" -> (extra pip requirements, local distributions installed with -e, test folder)
 SUITES = {
     "core": ([], [], "tests/core"),
-    "torch": ([TORCH], ["plugins/smdebug-torch"], "tests/torch"),
+    # (matplotlib, pandas: the README's demo, tests/torch/test_demo.py, plots and tabulates)
+    "torch": ([TORCH, "matplotlib", "pandas"], ["plugins/smdebug-torch"], "tests/torch"),
     # sharded (FSDP2, tensor parallel) and DDP training on 2 gloo CPU ranks: one 2-process job
-    "torch-dist": ([TORCH], ["plugins/smdebug-torch"], "tests/torch_dist"),
+    # (pandas: smdebug diff over a DDP job's two ranks)
+    "torch-dist": ([TORCH, "pandas"], ["plugins/smdebug-torch"], "tests/torch_dist"),
     "xgb": (XGBOOST, ["plugins/smdebug-xgb[cpu]"], "tests/xgb"),
-    # the core alone, on runs trained in numpy (tests/numpy_training.py)
+    # storage, analysis, rules, dask: the core alone, on runs trained in numpy (tests/numpy_training.py)
     "storage": (["s3fs", "moto[server]"], [], "tests/storage"),
-    "analysis": (
-        [TORCH, "tensorboard", "matplotlib", "pandas", "s3fs", "moto[server]"],
-        ["plugins/smdebug-torch"],
-        "tests/analysis",
-    ),
+    "analysis": (["tensorboard", "matplotlib", "pandas", "s3fs", "moto[server]"], [], "tests/analysis"),
     "thirdparty": (["pip"], [], "tests/thirdparty"),  # its tests build wheels with pip
-    "rules": ([TORCH], ["plugins/smdebug-torch"], "tests/rules"),
+    "rules": ([], [], "tests/rules"),
     # rules and reads over many runs on a Dask LocalCluster (smdebug-core[dask]), local and on moto's S3
-    "dask": (
-        [TORCH, "dask[dataframe]", "distributed", "pandas", "s3fs", "moto[server]"],
-        ["plugins/smdebug-torch"],
-        "tests/dask",
-    ),
+    "dask": (["dask[dataframe]", "distributed", "pandas", "s3fs", "moto[server]"], [], "tests/dask"),
     # Keras 3, TensorFlow's CPU build (the plugin's [cpu] extra)
     "tf": (["tensorflow-cpu==2.21.0"], ["plugins/smdebug-tf[cpu]"], "tests/tf"),
 }
@@ -104,7 +98,7 @@ def _tests(name: str, requirements: list[str], local: list[str], folder: str):
             session.install(*(str(ROOT / p) for p in DUMMY_PLUGINS))
         if name == "thirdparty":
             session.install(*(str(ROOT / p) for p in THIRDPARTY))
-        if name == "analysis":
+        if name in ("analysis", "torch"):
             _ensure_chromium(session)  # the HTML report's tests render it in headless Chromium
         # a framework plugin's session checks the plugin contract too (tests/contract, for every plugin)
         contract = [CONTRACT] if name in PLUGIN_SUITES else []

@@ -162,7 +162,13 @@ class Adam:
 
 def train_step(hook, net, x, y, loss_fn, optimizer=None) -> float:
     """One step as a framework plugin sees it: the parameters as the step starts, the layers' outputs,
-    the loss, then the gradients; the update without ``optimizer`` is none (evaluation)."""
+    the loss, then the gradients; the update without ``optimizer`` is none (evaluation). Overflows give
+    inf and NaN silently, as in a framework."""
+    with np.errstate(all="ignore"):
+        return _step(hook, net, x, y, loss_fn, optimizer)
+
+
+def _step(hook, net, x, y, loss_fn, optimizer) -> float:
     hook.begin_step()
     hook.raise_if_stop_requested()  # where a framework's forward call raises it
     for name, layer, pname in net.named_parameters():

@@ -7,8 +7,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 
 def smdebug_cli(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
@@ -78,3 +81,48 @@ def run_ranks(*args: str, ranks: int = 2, timeout: float = 240) -> list[str]:
     for rank, (p, out) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, f"rank {rank} failed:\n{out}"
     return outputs
+
+
+# headless Chromium, for the HTML report's tests (Debian's chromium; nox installs it where it can)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=5000",
+    "--window-size=1280,2000",
+]
+
+
+def chromium(page, tmp_path, *mode):
+    """Run headless Chromium on a local page with a fresh profile; (stdout, stderr)."""
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip(
+            "chromium is not installed (tests-analysis and tests-torch install it with apt-get where they can)"
+        )
+    profile = tmp_path / f"profile-{time.monotonic_ns()}"
+    result = subprocess.run(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, f"file://{page}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    return result.stdout, result.stderr
+
+
+def script_errors(stderr):
+    return [line for line in stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
+
+
+def png_size(path):
+    """(width, height) of a PNG file; fails unless the file is a PNG."""
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")

@@ -1,12 +1,13 @@
-"""A small real PyTorch run (saved once per session) for the analysis tools to read."""
+"""A small real run, trained in numpy with the core's hook (tests/numpy_training.py) and saved once per
+session, for the analysis tools to read."""
 
-from pathlib import Path
-
+import numpy as np
 import pytest
-import torch
-from support import smdebug_cli
-from torch import nn
+from numpy_training import SGD, CrossEntropyLoss, Linear, NumpyHook, ReLU, train_step
+from numpy_training import Net as _Net
+from support import png_size, smdebug_cli
 
+import smdebug
 from smdebug import plugins
 
 TRAIN_STEPS = 6
@@ -14,47 +15,39 @@ EVAL_STEPS = 2
 SAVE_INTERVAL = 2
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(4, 8)
-        self.fc2 = nn.Linear(8, 3)
+def Net(seed=0):
+    """fc1 -> relu -> fc2, 4 inputs, 3 classes."""
+    rng = np.random.default_rng(seed)
+    return _Net("Net", [("fc1", Linear(4, 8, rng)), ("relu", ReLU()), ("fc2", Linear(8, 3, rng))])
 
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+
+def batch(rng, n=16):
+    return rng.standard_normal((n, 4)).astype(np.float32), rng.integers(0, 3, n)
 
 
 def train(out_dir, train_steps=TRAIN_STEPS, eval_steps=EVAL_STEPS, configure=None, **hook_kwargs):
     """Train Net with the hook; weights without histograms, biases saved as reductions only."""
-    import smdebug.pytorch as smd
-
-    torch.manual_seed(0)
-    model, loss_fn = Net(), nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    rng = np.random.default_rng(0)
+    model, loss_fn, optimizer = Net(), CrossEntropyLoss(), SGD(lr=0.1)
     kwargs = {
-        "save_config": smd.SaveConfig(save_interval=SAVE_INTERVAL),
+        "save_config": smdebug.SaveConfig(save_interval=SAVE_INTERVAL),
         "include_collections": ["weights", "biases", "gradients", "losses"],
         **hook_kwargs,
     }
-    hook = smd.Hook(out_dir=str(out_dir), **kwargs)
+    hook = NumpyHook(out_dir=str(out_dir), **kwargs)
     hook.get_collection("weights").save_histogram = False
-    hook.get_collection("biases").reduction_config = smd.ReductionConfig(norms=["l2"], abs_reductions=["max"])
+    hook.get_collection("biases").reduction_config = smdebug.ReductionConfig(
+        norms=["l2"], abs_reductions=["max"]
+    )
     if configure is not None:
         configure(hook)
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
-    hook.set_mode(smd.modes.TRAIN)
+    hook.set_mode(smdebug.modes.TRAIN)
     for step in range(train_steps):
-        x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
+        train_step(hook, model, *batch(rng), loss_fn, optimizer)
         hook.save_scalar("lr", 0.1 / (step + 1))
-    hook.set_mode(smd.modes.EVAL)
-    with torch.no_grad():
-        for _ in range(eval_steps):
-            loss_fn(model(torch.randn(16, 4)), torch.randint(0, 3, (16,)))
+    hook.set_mode(smdebug.modes.EVAL)
+    for _ in range(eval_steps):
+        train_step(hook, model, *batch(rng), loss_fn)
     hook.close()
     return hook
 
@@ -99,14 +92,6 @@ def read_tensorboard(folder):
 @pytest.fixture
 def tb():
     return read_tensorboard
-
-
-def png_size(path):
-    """(width, height) of a PNG file; fails unless the file is a PNG."""
-    data = Path(path).read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    assert data[12:16] == b"IHDR"
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
 @pytest.fixture

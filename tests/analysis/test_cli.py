@@ -80,7 +80,8 @@ def test_show_eval_mode_step(cli, run_dir, trial):
     result = cli("show", run_dir, LOSS, "--step", "0", "--mode", "EVAL")
     assert result.returncode == 0, result.stderr
     assert f"at step {TRAIN_STEPS} (EVAL step 0" in result.stdout
-    assert f"{float(trial.tensor(LOSS).value(0, mode='EVAL')):.6g}"[:6] in result.stdout
+    printed = float(result.stdout.split("dtype: float32", 1)[1])  # the value as printed, to compare exactly
+    np.testing.assert_allclose(printed, trial.tensor(LOSS).value(0, mode="EVAL"), rtol=1e-6)
 
 
 def test_show_reductions_only_tensor(cli, run_dir, trial):

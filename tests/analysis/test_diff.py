@@ -1,44 +1,34 @@
-"""``smdebug diff`` and ``smdebug.trials.diff``: where two real PyTorch runs (or two DDP ranks) part."""
+"""``smdebug diff`` and ``smdebug.trials.diff``: where two real runs part (two DDP ranks: tests/torch_dist)."""
 
 import json
-import os
 
+import numpy as np
 import pytest
-import torch
-from conftest import Net
-from support import run_ranks
-from torch import nn
+from conftest import Net, batch
+from numpy_training import SGD, CrossEntropyLoss, NumpyHook, train_step
 
+import smdebug
 from smdebug import plugins
 
 LOSS = "CrossEntropyLoss_output_0"
-DDP_WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
 
 
 def train(out_dir, steps=16, change_at=None, lr=0.1):
     """Net on seeded data, every step saved; from step ``change_at`` on the data differs."""
-    import smdebug.pytorch as smd
-
     plugins.reset()
-    torch.manual_seed(0)
-    model, loss_fn = Net(), nn.CrossEntropyLoss()
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    hook = smd.Hook(
+    model, loss_fn, opt = Net(), CrossEntropyLoss(), SGD(lr)
+    hook = NumpyHook(
         out_dir=str(out_dir),
-        save_config=smd.SaveConfig(save_interval=1),
+        save_config=smdebug.SaveConfig(save_interval=1),
         include_collections=["weights", "biases", "gradients", "losses"],
     )
-    hook.get_collection("biases").reduction_config = smd.ReductionConfig(norms=["l2"])
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
-    data = torch.Generator().manual_seed(1)
+    hook.get_collection("biases").reduction_config = smdebug.ReductionConfig(norms=["l2"])
+    data = np.random.default_rng(1)
     for step in range(steps):
-        x, y = torch.randn(8, 4, generator=data), torch.randint(0, 3, (8,), generator=data)
+        x, y = batch(data, 8)
         if change_at is not None and step >= change_at:
             x = x + 0.5
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
+        train_step(hook, model, x, y, loss_fn, opt)
     hook.close()
     plugins.reset()
     return str(out_dir)
@@ -99,37 +89,6 @@ def test_what_could_not_be_compared_is_said(runs, tmp_path, cli):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert all("steps saved by one side only: 10 in a, 0 in b" in t["not_compared"] for t in data["tensors"])
-
-
-@pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("ddp") / "run")
-    run_ranks(DDP_WORKER, out)
-    return out
-
-
-def test_two_ddp_ranks_weights_agree(ddp_run, cli):
-    from smdebug.trials import create_trial, diff
-
-    workers = create_trial(ddp_run).workers()
-    assert len(workers) == 2
-    result = cli("diff", ddp_run, "--workers", *workers, "--collection", "weights")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"workers {workers[0]} vs {workers[1]}" in result.stdout
-    df = diff(ddp_run, workers=tuple(workers), collection="weights")
-    assert len(df) == 2 and set(df["status"]) == {"agrees"} and (df["steps_compared"] == 4).all()
-    # each rank saw its own data: their losses differ from the first step
-    losses = cli("diff", ddp_run, "--workers", *workers, "--collection", "losses")
-    assert losses.returncode == 1 and "first differ at step 0" in losses.stdout
-
-
-def test_report_of_a_ddp_run_says_which_worker_its_charts_show(ddp_run, tmp_path, cli):
-    from smdebug.trials import create_trial
-
-    page = tmp_path / "ddp.html"
-    assert cli("report", ddp_run, "-o", page, "--no-rules").returncode == 0
-    first = create_trial(ddp_run).workers()[0]
-    assert f"2 worker(s) (charts: {first})" in page.read_text()
 
 
 def test_diff_errors_are_one_line(runs, tmp_path, capsys):

@@ -185,10 +185,8 @@ def test_json_config_tensorboard_output_and_save_histogram(tmp_path, tb):
     """The SageMaker JSON form: TensorBoardOutputConfig.LocalPath, and save_histogram per collection."""
     import json
 
-    import torch
-    from conftest import Net
-
-    import smdebug.pytorch as smd
+    from conftest import Net, batch
+    from numpy_training import SGD, CrossEntropyLoss, NumpyHook, train_step
 
     config = {
         "LocalPath": str(tmp_path / "run"),
@@ -202,12 +200,10 @@ def test_json_config_tensorboard_output_and_save_histogram(tmp_path, tb):
     }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    hook = smd.Hook.create_from_json_file(str(path))
-    model, loss_fn = Net(), torch.nn.CrossEntropyLoss()
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
+    hook = NumpyHook.create_from_json_file(str(path))
+    model, loss_fn, rng = Net(), CrossEntropyLoss(), np.random.default_rng(0)
     for _ in range(3):
-        loss_fn(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        train_step(hook, model, *batch(rng, 8), loss_fn, SGD(0.0))  # gradients, no update
     hook.close()
     read = tb(tmp_path / "tb" / "GLOBAL")
     assert [s for s, _ in read["scalars"]["CrossEntropyLoss_output_0"]] == [0, 1, 2]
@@ -216,22 +212,20 @@ def test_json_config_tensorboard_output_and_save_histogram(tmp_path, tb):
 
 def test_non_finite_values_never_stop_the_export(tmp_path, tb):
     """An exploding tensor (all NaN) gets no histogram; the others, and later steps, are still exported."""
-    import torch
-    from conftest import Net
+    from conftest import Net, batch
+    from numpy_training import SGD, CrossEntropyLoss, NumpyHook, train_step
 
-    import smdebug.pytorch as smd
+    import smdebug
 
-    hook = smd.Hook(
+    hook = NumpyHook(
         out_dir=str(tmp_path / "run"),
         tensorboard_dir=str(tmp_path / "tb"),
-        save_config=smd.SaveConfig(save_interval=1),
+        save_config=smdebug.SaveConfig(save_interval=1),
         include_collections=["losses"],
     )
-    model, loss_fn = Net(), torch.nn.CrossEntropyLoss()
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
+    model, loss_fn, rng = Net(), CrossEntropyLoss(), np.random.default_rng(0)
     for _ in range(3):
-        loss_fn(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        train_step(hook, model, *batch(rng, 8), loss_fn, SGD(0.0))
         hook.save_tensor("probe/all_nan", np.full(4, np.nan), "probes")
         hook.save_tensor("probe/some_nan", np.array([1.0, np.nan, 3.0, np.inf]), "probes")
     hook.close()

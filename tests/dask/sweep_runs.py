@@ -1,7 +1,8 @@
-"""A small sweep of real PyTorch runs saved with the smdebug hook, some with a defect planted.
+"""A small sweep of real runs, trained in numpy and saved with the core's hook (tests/numpy_training.py),
+some with a defect planted.
 
-Each run trains a tiny regression model on fixed data (full batch, one thread), so runs are fast and the
-same on every machine. Defects, as tests/rules/rule_scenarios.py plants them:
+Each run trains a tiny regression model on fixed data (full batch), so runs are fast and the same on every
+machine. Defects:
 
 - ``vanishing``: a deep sigmoid network initialised with tiny weights (its gradients vanish);
 - ``flat``: learning rate 0 (the loss does not decrease, the weights do not change);
@@ -15,33 +16,34 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
+import numpy as np
+from numpy_training import (
+    SGD,
+    Adam,
+    Linear,
+    MSELoss,
+    Net,
+    NumpyHook,
+    ReLU,
+    Sigmoid,
+    regression_data,
+    train_step,
+)
 
-import smdebug.pytorch as smd
+import smdebug
 from smdebug.rules import VanishingGradient
 
 FEATURES = 8
 DEFECTS = (None, "vanishing", "flat", "exploding")
 
 
-def _data(seed: int):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(64, FEATURES, generator=g)
-    w = torch.randn(FEATURES, 1, generator=g)
-    return x, x @ w + 0.1 * torch.randn(64, 1, generator=g)
-
-
-def _model(defect):
+def _model(defect, rng) -> Net:
     if defect == "vanishing":
         layers = []
-        for _ in range(6):
-            linear = nn.Linear(FEATURES, FEATURES)
-            nn.init.normal_(linear.weight, std=1e-3)
-            nn.init.zeros_(linear.bias)
-            layers += [linear, nn.Sigmoid()]
-        return nn.Sequential(*layers, nn.Linear(FEATURES, 1))
-    return nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, 1))
+        for i in range(6):
+            layers += [(str(2 * i), Linear(FEATURES, FEATURES, rng, std=1e-3)), (str(2 * i + 1), Sigmoid())]
+        return Net("Sequential", [*layers, ("12", Linear(FEATURES, 1, rng))])
+    return Net("Sequential", [("0", Linear(FEATURES, 16, rng)), ("1", ReLU()), ("2", Linear(16, 1, rng))])
 
 
 def make_run(
@@ -49,27 +51,20 @@ def make_run(
 ) -> None:
     """Train ``steps`` steps with the hook saving weights, gradients and losses at every step (pausing
     ``pause`` seconds after each, for a run that is still being written while it is read)."""
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    x, y = _data(seed)
-    model = _model(defect)
+    x, y = regression_data(features=FEATURES, seed=seed)
+    model = _model(defect, np.random.default_rng(seed))
     lr = {"flat": 0.0, "exploding": 1e6}.get(defect, 0.01)
-    loss_fn = nn.MSELoss()
-    hook = smd.Hook(
+    hook = NumpyHook(
         out_dir=out_dir,
-        save_config=smd.SaveConfig(save_interval=1),
+        save_config=smdebug.SaveConfig(save_interval=1),
         include_collections=["weights", "gradients", "losses"],
     )
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
-    hook.set_mode(smd.modes.TRAIN)
+    hook.set_mode(smdebug.modes.TRAIN)
     # Adam would bound the steps of a huge learning rate: plain SGD makes it diverge
-    sgd = defect in ("flat", "exploding")
-    opt = (torch.optim.SGD if sgd else torch.optim.Adam)(model.parameters(), lr=lr)
+    opt = SGD(lr) if defect in ("flat", "exploding") else Adam(lr)
+    loss_fn = MSELoss()
     for _ in range(steps):
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
+        train_step(hook, model, x, y, loss_fn, opt)
         time.sleep(pause)
     hook.close()
 

@@ -4,6 +4,7 @@ JSON, exit codes, a live run followed to its end, and Dask missing (serial, with
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +20,14 @@ def smdebug(*args, timeout=300, pre=""):
     return subprocess.run(
         [sys.executable, "-c", code, "rules", *args], capture_output=True, text=True, timeout=timeout
     )
+
+
+def start_live_run(out, defect: str, steps: int, pause: float) -> subprocess.Popen:
+    """sweep_runs.py training a run slowly in a subprocess (tests/ on its path, for numpy_training)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, str(HERE / "sweep_runs.py"), str(out), defect, str(steps), str(pause)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def test_a_sweep_folder_on_two_workers(sweep):
@@ -68,12 +77,7 @@ def test_without_dask_serially_with_a_hint(sweep):
 
 def test_a_run_still_being_written_is_followed(sweep, tmp_path):
     live = tmp_path / "live"
-    writer = subprocess.Popen(
-        [sys.executable, str(HERE / "sweep_runs.py"), str(live), "flat", "30", "0.2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    writer = start_live_run(live, "flat", 30, 0.2)
     try:
         deadline = time.monotonic() + 60
         while not (live / "index").exists() and time.monotonic() < deadline:
@@ -95,24 +99,19 @@ def test_watch_stops_a_live_run_when_a_rule_fires(sweep, tmp_path):
     from smdebug.trials import create_trial
 
     live = tmp_path / "exploding"
-    writer = subprocess.Popen(
-        [sys.executable, str(HERE / "sweep_runs.py"), str(live), "exploding", "200", "0.1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    writer = start_live_run(live, "exploding", 600, 0.1)  # a minute: the cluster starts well before
     try:
         deadline = time.monotonic() + 60
         while not (live / "index").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         finished = sweep["root"] + "/run-00"
         done = smdebug(finished, str(live), "--watch", "--workers", "2", "--rule", "exploding_tensor")
-        writer.wait(60)
+        writer.wait(90)
     finally:
         writer.kill()
     assert done.returncode == 1, done.stdout + done.stderr
-    assert (live / STOP_SIGNAL_FILE).exists()
-    assert len(create_trial(str(live)).steps()) < 200  # the hook stopped training
+    assert (live / STOP_SIGNAL_FILE).exists(), done.stdout
+    assert len(create_trial(str(live)).steps()) < 600  # the hook stopped training
 
 
 def test_evaluate_runs_without_dask_runs_serially_with_one_warning(sweep):

@@ -7,29 +7,15 @@ STOPPED <step> <rule> when the hook stopped training.
 import sys
 import time
 
-import rule_scenarios as sc
-import torch
-from torch import nn
+from numpy_runs import make_hook, train
 
 from smdebug.exceptions import StopTraining
 
-torch.set_num_threads(1)
-
 
 def main(out, kind, steps):
-    torch.manual_seed(0)
-    x, y = sc.regression_data()
-    model, loss_fn = sc.MLP(), nn.MSELoss()
-    hook = sc.make_hook(out)
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
-    opt = torch.optim.SGD(model.parameters(), lr=1e6 if kind == "bad" else 0.01)
+    hook = make_hook(out)
     try:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss_fn(model(x), y).backward()
-            opt.step()
-            time.sleep(0.15)
+        train(hook, lr=1e6 if kind == "bad" else 0.01, steps=steps, on_step=lambda _: time.sleep(0.15))
         print("COMPLETED", flush=True)
     except StopTraining as exc:
         print(f"STOPPED {hook.step} {exc.rule_name}", flush=True)

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import rule_scenarios as sc
-import torch
-from torch import nn
+from numpy_runs import make_hook, train
 
 import smdebug
 from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError, StopTraining
@@ -27,28 +25,9 @@ from smdebug.trials import create_trial
 HERE = Path(__file__).parent
 
 
-def train(hook, lr, steps=30, on_step=None):
-    """Train an MLP with the hook; returns the number of optimizer steps done."""
-    torch.manual_seed(0)
-    x, y = sc.regression_data()
-    model, loss_fn = sc.MLP(), nn.MSELoss()
-    hook.register_module(model)
-    hook.register_loss(loss_fn)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    done = 0
-    for step in range(steps):
-        if on_step:
-            on_step(step)
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-        done += 1
-    return done
-
-
-def test_a_firing_rule_stops_pytorch_training(tmp_path):
+def test_a_firing_rule_stops_training(tmp_path):
     out = str(tmp_path / "run")
-    hook = sc.make_hook(out)
+    hook = make_hook(out)
     rule = hook.add_rule("exploding_tensor", collection_names="weights")
     assert type(rule).__name__ == "ExplodingTensor"
     with pytest.raises(StopTraining) as info:
@@ -59,13 +38,13 @@ def test_a_firing_rule_stops_pytorch_training(tmp_path):
     assert stop.rule_name == "ExplodingTensor" and stop.step == 3 and "NaN or infinite" in str(stop)
     assert hook.should_stop() and hook.stop_reason is stop
     assert [(r.rule, r.step) for r in hook.rule_results] == [("ExplodingTensor", 3)]
-    # raised from the forward call after step 3: steps 0-3 are saved, training went no further
+    # raised as step 4 began: steps 0-3 are saved, training went no further
     assert create_trial(out).steps() == [0, 1, 2, 3]
     assert read_stop_signal(out)["rule"] == "ExplodingTensor"  # so every worker stops
 
 
 def test_healthy_training_is_not_stopped(tmp_path):
-    hook = sc.make_hook(str(tmp_path / "run"))
+    hook = make_hook(str(tmp_path / "run"))
     hook.add_rule("exploding_tensor", collection_names="weights")
     hook.add_rule("vanishing_gradient", threshold="1e-9")
     assert train(hook, lr=0.01, steps=8) == 8
@@ -74,7 +53,7 @@ def test_healthy_training_is_not_stopped(tmp_path):
 
 
 def test_action_none_only_records(tmp_path, caplog):
-    hook = sc.make_hook(str(tmp_path / "run"))
+    hook = make_hook(str(tmp_path / "run"))
     hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
     assert train(hook, lr=0.0, steps=8) == 8
     hook.close()
@@ -87,7 +66,7 @@ def test_firings_during_training_are_recorded_in_the_run(tmp_path, capsys):
     """A rule with action None that fires: its firings are in the run (rules/<worker>.json), in
     trial.rule_firings() and in `smdebug ls`, though training went on."""
     out = str(tmp_path / "run")
-    hook = sc.make_hook(out)
+    hook = make_hook(out)
     hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
     hook.set_mode(smdebug.modes.TRAIN)
     assert train(hook, lr=0.0, steps=8) == 8
@@ -113,7 +92,7 @@ def test_firings_an_earlier_job_of_the_run_recorded_are_kept(tmp_path):
     (out / "rules").mkdir(parents=True)
     earlier = {"worker": "worker_0", "firings": [{"rule": "Old", "step": 1, "reason": "r", "time": 1.0}]}
     (out / "rules" / "worker_0.json").write_text(json.dumps(earlier))
-    hook = sc.make_hook(str(out))
+    hook = make_hook(str(out))
     hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
     train(hook, lr=0.0, steps=8)
     hook.close()
@@ -127,7 +106,7 @@ def test_firings_an_earlier_job_of_the_run_recorded_are_kept(tmp_path):
 
 def test_a_run_without_firings_has_none(tmp_path):
     out = str(tmp_path / "run")
-    hook = sc.make_hook(out)
+    hook = make_hook(out)
     hook.add_rule("exploding_tensor", collection_names="weights")
     train(hook, lr=0.01, steps=4)
     hook.close()
@@ -146,7 +125,7 @@ def test_a_run_without_firings_has_none(tmp_path):
 )
 def test_a_hostile_firings_file_is_skipped_with_a_warning(tmp_path, caplog, content):
     out = tmp_path / "run"
-    hook = sc.make_hook(str(out))
+    hook = make_hook(str(out))
     hook.add_rule("loss_not_decreasing", action=None, num_steps="3")
     train(hook, lr=0.0, steps=4)
     hook.close()
@@ -168,7 +147,7 @@ def test_a_custom_rule_class_and_instance(tmp_path):
                 for n in self.base_trial.tensor_names(collection="losses", step=step)
             )
 
-    hook = sc.make_hook(str(tmp_path / "run"))
+    hook = make_hook(str(tmp_path / "run"))
     hook.add_rule(BigLoss, limit="1e6")
     with pytest.raises(StopTraining, match="BigLoss fired at step 1"):
         train(hook, lr=1e6)
@@ -176,7 +155,7 @@ def test_a_custom_rule_class_and_instance(tmp_path):
 
 
 def test_rules_are_checked_when_added(tmp_path):
-    hook = sc.make_hook(str(tmp_path / "run"))
+    hook = make_hook(str(tmp_path / "run"))
     with pytest.raises(SMDebugValueError, match="threshold='tiny' is not a number"):
         hook.add_rule("vanishing_gradient", threshold="tiny")
     with pytest.raises(SMDebugValueError, match="unknown rule"):
@@ -188,7 +167,7 @@ def test_rules_are_checked_when_added(tmp_path):
 
 def test_the_hook_honours_a_stop_signal_at_its_next_step(tmp_path):
     out = str(tmp_path / "run")
-    hook = sc.make_hook(out)
+    hook = make_hook(out)
 
     def sidecar(step):
         if step == 4:
@@ -199,7 +178,7 @@ def test_the_hook_honours_a_stop_signal_at_its_next_step(tmp_path):
         train(hook, lr=0.01, on_step=sidecar)
     hook.close()
     assert info.value.source == "signal" and info.value.rule_name == "SomeRule" and info.value.step == 2
-    # written after step 3's update: the next forward call (which would begin step 4) raised
+    # written after step 3's update: the next step's start (a framework's forward call) raised
     assert create_trial(out).steps() == [0, 1, 2, 3]
 
 
@@ -207,7 +186,7 @@ def test_an_old_stop_signal_is_not_for_a_new_run(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / STOP_SIGNAL_FILE).write_text('{"rule": "Old", "step": 1}')
-    hook = sc.make_hook(str(out))
+    hook = make_hook(str(out))
     assert train(hook, lr=0.01, steps=3) == 3
     hook.close()
     assert not hook.should_stop()
@@ -235,7 +214,7 @@ def test_framework_neutral_api_for_other_plugins(tmp_path):
 
 
 def _run(*args, **kwargs):
-    env = dict(os.environ, PYTHONPATH=str(HERE))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent)]))
     return subprocess.Popen(
         [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs
     )

@@ -1,8 +1,8 @@
 """String parameters and their errors, rule_configs, create_rule, builtin_rules, plugin rules."""
 
 import numpy as np
+import numpy_runs
 import pytest
-import rule_scenarios as sc
 
 import smdebug.rules
 from smdebug import plugins
@@ -66,7 +66,7 @@ COLLECTIONS = {
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("api") / "run")
-    sc.vanishing_gradient(out, bad=False)
+    numpy_runs.vanishing_gradient(out, bad=False)
     return out
 
 

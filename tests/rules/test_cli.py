@@ -3,8 +3,8 @@
 import subprocess
 import sys
 
+import numpy_runs
 import pytest
-import rule_scenarios as sc
 
 
 def smdebug_rules(*args):
@@ -17,8 +17,8 @@ def smdebug_rules(*args):
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("cli")
     bad, good = str(base / "bad"), str(base / "good")
-    sc.vanishing_gradient(bad, bad=True)
-    sc.vanishing_gradient(good, bad=False)
+    numpy_runs.vanishing_gradient(bad, bad=True)
+    numpy_runs.vanishing_gradient(good, bad=False)
     return bad, good
 
 
@@ -107,7 +107,7 @@ def test_any_fsspec_path_in_process(capsys):
     """The command reads through fsspec: here a memory:// run, written and read in this process."""
     from smdebug.cli import main
 
-    sc.vanishing_gradient("memory://rules-cli/bad", bad=True)
+    numpy_runs.vanishing_gradient("memory://rules-cli/bad", bad=True)
     assert main(["rules", "memory://rules-cli/bad", "--rule", "vanishing_gradient"]) == 1
     assert "FIRED" in capsys.readouterr().out
     assert main(["rules", "memory://rules-cli/bad", "--rule", "exploding_tensor"]) == 0

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import png_size
 
 DEMO = Path(__file__).parents[2] / "examples" / "demo.py"
 
@@ -26,7 +27,7 @@ def _rows(stdout):
 
 
 @pytest.mark.parametrize("healthy", [False, True], ids=["planted", "healthy"])
-def test_demo(tmp_path, png, healthy):
+def test_demo(tmp_path, healthy):
     out, plot = tmp_path / "run", tmp_path / "demo.png"
     args = [sys.executable, str(DEMO), "--out-dir", str(out), "--plot", str(plot)]
     result = subprocess.run(
@@ -47,7 +48,7 @@ def test_demo(tmp_path, png, healthy):
         assert rows["vanishing_gradient"] == rows["loss_not_decreasing"] == "FIRED"
         assert "Net_inp.weight" in result.stdout  # the first layer's gradient is the one that vanished
         assert rows["exploding_tensor"] == "ok"
-    width, height = png(plot)
+    width, height = png_size(plot)
     assert width > 600 and height > 600
     assert "(10 curves)" in result.stdout  # the loss in TRAIN and EVAL, 8 weight gradients
     assert (out / "tensorboard" / "TRAIN").is_dir()

@@ -1,6 +1,6 @@
-"""One rank of a tiny 2-process gloo DDP job (started by test_diff.py, as torchrun would):
+"""One rank of a tiny 2-process gloo DDP job (started by test_diff_ddp.py, as torchrun would):
 
-    RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=p python ddp_worker.py OUT_DIR
+    RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=p python diff_ddp_worker.py OUT_DIR
 
 Each rank sees its own data; DistributedDataParallel keeps the replicas' weights equal.
 """
@@ -44,5 +44,5 @@ def main(out_dir, steps=4):
 
 
 if __name__ == "__main__":
-    assert "RANK" in os.environ, "start through test_diff.py (or torchrun)"
+    assert "RANK" in os.environ, "start through test_diff_ddp.py (or torchrun)"
     main(sys.argv[1])
