@@ -1,0 +1,248 @@
+"""Calling the plugins' hook implementations (PluginHost's part): a typed method per hook specification,
+each implementation isolated; through pluggy whenever a hook has a wrapper or the calls are monitored,
+else by a plain loop over a cached list of the implementations (the per-step path)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from smdebug.hookspecs import Framework
+
+if TYPE_CHECKING:
+    import argparse
+
+    import numpy as np
+
+    from smdebug.hook import BaseHook
+    from smdebug.types import Store
+
+logger = logging.getLogger("smdebug")
+
+# (plugin name, function, argnames) of each implementation of a hook, called by a plain loop
+CallList = list[tuple[str, Callable, tuple[str, ...]]]
+# a cached call list's value for a hook that pluggy calls (truthy: someone may be listening)
+_THROUGH_PLUGGY: Any = "through pluggy"
+
+
+class PluginCalls:
+    """PluginHost's calls of the hook implementations; the host holds the PluginManager (``pm``), the
+    cached call lists, and reports a failing implementation (``_report``)."""
+
+    defaults: tuple[str, ...]
+    _calls: dict[str, CallList]
+    _generation: int
+    _failed: set[tuple[str, str]]
+    _declared_by: dict[str, str]
+    pm: pluggy.PluginManager
+
+    # -- calling the implementations, each isolated ------------------------------------------------
+    def _call_list(self, spec: str) -> CallList:
+        """(plugin name, function, argnames) of each implementation, in pluggy's order (last registered
+        first, tryfirst/trylast honoured), or _THROUGH_PLUGGY when the hook has a wrapper or the calls
+        are monitored (tracing). Cached until the plugins or the monitoring change."""
+        generation = self._generation
+        pm = self.pm
+        impls = getattr(pm.hook, spec).get_hookimpls()
+        if pm.monitors or any(impl.hookwrapper or impl.wrapper for impl in impls):
+            found: CallList = _THROUGH_PLUGGY
+        else:
+            found = [
+                (impl.plugin_name, getattr(impl.function, "_smdebug_plain", impl.function), impl.argnames)
+                for impl in reversed(impls)
+            ]
+        if pm is self._pm and generation == self._generation:
+            self._calls[spec] = found
+        return found
+
+    def _first(self, spec: str, kwargs: dict[str, Any]) -> Any:
+        """firstresult: the first result that is not None, skipping implementations that raise (the core's
+        own error is the caller's). Called per saved tensor: a plain loop over the cached list."""
+        calls = self._calls.get(spec)
+        if calls is None:
+            calls = self._call_list(spec)
+        if calls is _THROUGH_PLUGGY:
+            return getattr(self.pm.hook, spec)(**kwargs)
+        for plugin_name, function, argnames in calls:
+            try:
+                result = function(*map(kwargs.__getitem__, argnames))
+            except Exception as exc:
+                if plugin_name in self.defaults:
+                    raise
+                self._report(plugin_name, spec, exc)
+                continue
+            if result is not None:
+                return result
+        return None
+
+    def _each(self, spec: str, kwargs: dict[str, Any]) -> list[Any]:
+        """The result of each implementation that did not raise (one that raised is reported once).
+        step_begin and step_end call this at every step."""
+        calls = self._calls.get(spec)
+        if calls is None:
+            calls = self._call_list(spec)
+        if calls is _THROUGH_PLUGGY:
+            return getattr(self.pm.hook, spec)(**kwargs)
+        results = []
+        for plugin_name, function, argnames in calls:
+            try:
+                results.append(function(*map(kwargs.__getitem__, argnames)))
+            except Exception as exc:
+                self._report(plugin_name, spec, exc)
+        return results
+
+    def _each_plugin(self, spec: str, kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+        """(plugin name, result) of each plugin's implementation that did not raise."""
+        calls = self._calls.get(spec)
+        if calls is None:
+            calls = self._call_list(spec)
+        if calls is not _THROUGH_PLUGGY:
+            results = []
+            for plugin_name, function, argnames in calls:
+                try:
+                    results.append((plugin_name, function(*map(kwargs.__getitem__, argnames))))
+                except Exception as exc:
+                    self._report(plugin_name, spec, exc)
+            return results
+        return [
+            (name, result) for name in self._implementers(spec) for result in self._only(spec, name)(**kwargs)
+        ]
+
+    def _implementers(self, spec: str) -> list[str]:
+        """The names of the plugins implementing a hook (not as a wrapper), in call order."""
+        calls = self._calls.get(spec)
+        if calls is None:
+            calls = self._call_list(spec)
+        if calls is not _THROUGH_PLUGGY:
+            return [plugin_name for plugin_name, _, _ in calls]
+        impls = getattr(self.pm.hook, spec).get_hookimpls()
+        return [i.plugin_name for i in reversed(impls) if not (i.hookwrapper or i.wrapper)]
+
+    def _only(self, spec: str, plugin_name: str | None) -> Callable[..., Any]:
+        """The hook caller of one plugin's implementation (with every wrapper)."""
+        pm = self.pm
+        others = []
+        for impl in getattr(pm.hook, spec).get_hookimpls():
+            if impl.plugin_name != plugin_name and not (impl.hookwrapper or impl.wrapper):
+                others.append(impl.plugin)
+        return pm.subset_hook_caller(spec, others)
+
+    # -- the typed facade: one method per hook specification ---------------------------------------
+    def frameworks(self) -> dict[str, Framework]:
+        """Every framework the installed plugins serve, by alias. The first plugin to claim an alias keeps
+        it; a later claim is logged and ignored."""
+        found: dict[str, Framework] = {}
+        for plugin_name, fw in self._each_plugin("smdebug_framework", {}):
+            if not isinstance(fw, Framework):
+                continue
+            owner = self._declared_by.setdefault(fw.alias, plugin_name)
+            if owner != plugin_name:
+                if (plugin_name, f"alias:{fw.alias}") not in self._failed:
+                    self._failed.add((plugin_name, f"alias:{fw.alias}"))
+                    logger.warning(
+                        "smdebug: plugin %r also declares the alias %r, which plugin %r serves; ignored",
+                        plugin_name,
+                        fw.alias,
+                        owner,
+                    )
+                continue
+            found.setdefault(fw.alias, fw)
+        return found
+
+    def activate(self, framework: Framework, module: Any) -> BaseHook | None:
+        """Call ``smdebug_activate`` of the plugin that declared the framework (only that one). Its error
+        is raised to the caller (smdebug.activation logs it without failing the framework import)."""
+        if framework.alias not in self._declared_by:
+            self.frameworks()
+        owner = self._declared_by.get(framework.alias)
+        if owner is None:
+            return None
+        return self._only("smdebug_activate", owner)(framework=framework, module=module)
+
+    def to_numpy(self, value: Any) -> np.ndarray | None:
+        return self._first("smdebug_to_numpy", {"value": value})
+
+    def host_view(self, value: Any) -> np.ndarray | None:
+        return self._first("smdebug_host_view", {"value": value})
+
+    def reduce(self, value: Any, reduction: str, abs: bool = False) -> float | None:
+        return self._first("smdebug_reduce", {"value": value, "reduction": reduction, "abs": abs})
+
+    def reductions(self, values: list[Any], pairs: list[tuple[str, bool]]) -> list[Any] | None:
+        """Every (reduction, abs) pair of each value, started together where the values live: one result
+        per value, None for a value no plugin can reduce there (None: none of them)."""
+        return self._first("smdebug_reductions", {"values": values, "reductions": pairs})
+
+    def to_host(self, results: list[Any]) -> Sequence[np.ndarray]:
+        """The host arrays of a step's ``reductions`` results, brought over together."""
+        return self._first("smdebug_to_host", {"results": results})
+
+    def open_store(self, uri: str) -> Store:
+        store = self._first("smdebug_open_store", {"uri": uri})
+        if store is None:
+            raise ValueError(f"no storage backend can open {uri!r}")
+        return store
+
+    def step_begin(self, hook: BaseHook) -> None:
+        calls = self._calls.get("smdebug_step_begin")
+        if calls is None:
+            calls = self._call_list("smdebug_step_begin")
+        if calls:  # most steps of most runs: nobody listens
+            self._each(
+                "smdebug_step_begin",
+                {"hook": hook, "mode": hook.mode, "step": hook.step, "mode_step": hook.mode_step},
+            )
+
+    def step_end(self, hook: BaseHook) -> None:
+        self._each(
+            "smdebug_step_end",
+            {"hook": hook, "mode": hook.mode, "step": hook.step, "mode_step": hook.mode_step},
+        )
+
+    def tensor_saved(self, hook: BaseHook, name: str, value: np.ndarray) -> None:
+        if self.listens_to_tensors(hook):
+            self._each(
+                "smdebug_tensor_saved",
+                {"hook": hook, "name": name, "value": value, "step": hook.step, "mode": hook.mode},
+            )
+
+    def listens_to_tensors(self, hook: BaseHook) -> bool:
+        """Whether anything observes saved tensors (so the hook skips the call per saved tensor when
+        nobody listens)."""
+        return self._observed("smdebug_tensor_saved", hook)
+
+    def listens_to_idle_steps(self, hook: BaseHook) -> bool:
+        """Whether anything observes the end of a step that saved nothing, beyond the core's rule runner
+        (which has only its stop-signal check to do there: the hook calls that itself)."""
+        return self._observed("smdebug_step_end", hook)
+
+    def _observed(self, spec: str, hook: BaseHook) -> bool:
+        """A plugin implements the observation hook, or the core's own has work for this hook:
+        TensorBoard."""
+        calls = self._calls.get(spec)
+        if calls is None:
+            calls = self._call_list(spec)
+        if calls is _THROUGH_PLUGGY:
+            calls = [(name, None, ()) for name in self._implementers(spec)]
+        for plugin_name, _, _ in calls:
+            if plugin_name not in self.defaults or getattr(hook, "tensorboard_dir", None) is not None:
+                return True
+        return False
+
+    def hook_closed(self, hook: BaseHook) -> None:
+        self._each("smdebug_hook_closed", {"hook": hook})
+
+    def add_commands(self, subparsers: argparse._SubParsersAction) -> None:
+        self._each("smdebug_add_commands", {"subparsers": subparsers})
+
+    def rules(self) -> dict[str, type]:
+        """Built-in rules of the core and every plugin, by name (the first to contribute a name keeps
+        it)."""
+        found: dict[str, type] = {}
+        for contributed in self._each("smdebug_rules", {}):
+            for name, cls in (contributed or {}).items():
+                found.setdefault(name, cls)
+        return found
