@@ -111,3 +111,13 @@ def test_any_fsspec_path_in_process(capsys):
     assert main(["rules", "memory://rules-cli/bad", "--rule", "vanishing_gradient"]) == 1
     assert "FIRED" in capsys.readouterr().out
     assert main(["rules", "memory://rules-cli/bad", "--rule", "exploding_tensor"]) == 0
+
+
+def test_watch_waits_for_a_run_whose_writer_has_only_claimed_it(tmp_path):
+    """The hook claims its out_dir (writers/<worker>.json) before it writes a step: a watcher that looks
+    then waits for the run's steps, rather than taking the folder for one that holds runs."""
+    run = tmp_path / "run"
+    (run / "writers").mkdir(parents=True)
+    (run / "writers" / "worker_0.json").write_text("{}")
+    done = smdebug_rules(str(run), "--watch", "--timeout", "1")
+    assert done.returncode == 2 and "no smdebug run appeared within 1s" in done.stderr, done.stderr

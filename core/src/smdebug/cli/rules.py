@@ -126,17 +126,17 @@ def _many(args) -> bool:
         return True
     from smdebug import plugins
     from smdebug.cli._common import REACH_TIMEOUT
-    from smdebug.layout import is_run
+    from smdebug.layout import WRITERS_DIR, is_run
 
     answer: list[bool] = []
 
     def look() -> None:  # a folder (or prefix) that exists and is not itself a run holds runs
         try:
             store = plugins.open_store(path)
-            if store.is_local:
-                answer.append(os.path.isdir(store.root) and not is_run(store.fs, store.root))
-            else:
-                answer.append(store.fs.isdir(store.root) and not is_run(store.fs, store.root))
+            isdir = os.path.isdir(store.root) if store.is_local else store.fs.isdir(store.root)
+            # a writer's claim and nothing else yet: a run starting (--watch waits for its first step)
+            starting = store.fs.exists(f"{store.root}/{WRITERS_DIR}")
+            answer.append(isdir and not (starting or is_run(store.fs, store.root)))
         except Exception:
             answer.append(False)  # _run_one reports it
 
