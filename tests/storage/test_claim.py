@@ -4,6 +4,7 @@ distributed job still share the out_dir."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -77,7 +78,10 @@ def test_distinct_workers_starting_together_share_the_out_dir(out_dir):
 
 def test_two_training_processes_starting_together(out_dir, tmp_path):
     go = tmp_path / "go"
-    procs = [start_training(out_dir, 5, "--go", str(go)) for _ in range(2)]
+    # the store's answer is waited for (a loaded machine's moto can take seconds) and the runs last
+    # seconds: the claim decides, not which one finished before the other looked
+    env = {**os.environ, "SMDEBUG_CHECK_TIMEOUT": "60"}
+    procs = [start_training(out_dir, 5, "--go", str(go), "--sleep", "1", env=env) for _ in range(2)]
     for p in procs:
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
     go.touch()  # both create their hook now
