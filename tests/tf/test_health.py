@@ -99,11 +99,15 @@ def why(out_dir, *args):
     return buffer.getvalue()
 
 
-def test_healthy_run_writes_nothing_between_save_steps(out_dir):
-    norms = train(out_dir)
+@pytest.mark.parametrize("validation", [False, True])
+def test_healthy_run_writes_nothing_between_save_steps(out_dir, validation):
+    norms = train(out_dir, validation=validation)
     trial = smd.create_trial(out_dir)
-    assert trial.steps() == [0, 5, 7]  # the save steps, and the epoch's last step (its logs)
-    assert trial.tensor("mlp/hidden/kernel").steps() == [0, 5]  # no statistics at the others
+    # the save steps, and the epoch's last step (its logs); with validation, EVAL's save steps (its mode
+    # steps 0 and 5) and its last step (the validation logs)
+    assert trial.steps() == [0, 5, 7] + ([8, 13, 15] if validation else [])
+    # no statistics at the others
+    assert trial.tensor("mlp/hidden/kernel").steps() == [0, 5] + ([8, 13] if validation else [])
     assert trial.first_nonfinite() is None
     # a save step carries the statistics computed in the compiled step
     kernel = trial.tensor("mlp/hidden/kernel").reduction_value(5, "l2")
