@@ -186,61 +186,77 @@ def needed(pairs) -> set[int]:
     return found
 
 
-def partials(shards: list[torch.Tensor], stats: set[int] = _ALL) -> torch.Tensor:
-    """The partial statistics of each shard, a [shards, 13] float64 matrix, computed where the shards live:
-    only ``stats`` (the others keep the neutral values of an empty shard), by torch's foreach kernels
-    where they exist (one call for all the shards), else a call per shard."""
-    out = torch.tensor([_EMPTY] * len(shards), dtype=torch.float64)
+def partials(
+    shards: list[torch.Tensor], stats: set[int] = _ALL, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The partial statistics of each shard, a [shards, 13] float64 host matrix (or written into ``out``):
+    only ``stats`` (the others keep the neutral values of an empty shard), computed where the shards live
+    by a few batched calls for all of them (torch's foreach kernels, one stack per statistic), then one
+    transfer to the host per device and dtype."""
+    if out is None:
+        out = torch.tensor([_EMPTY] * len(shards), dtype=torch.float64)
     groups: dict = {}
     for i, shard in enumerate(shards):
         t = _prepared(shard.detach())
         if t is not None:  # (None: empty, its row stays _EMPTY)
-            groups.setdefault((t.device, t.dtype), []).append((i, t.reshape(-1)))
-    for members in groups.values():
-        rows = [i for i, _ in members]
-        columns = _columns([t for _, t in members], stats)
-        for column, values in columns.items():
-            out[rows, column] = values.double().cpu()
-        bad = [r for r, v in zip(rows, out[rows, SUMSQ].tolist()) if not math.isfinite(v)]
-        for row, (_, t) in zip(rows, members):  # rare: a shard with NaN or inf
-            if row in bad:
-                out[row, NONFINITE] = float((~torch.isfinite(t)).sum())
+            rows, ts = groups.setdefault((t.device, t.dtype), ([], []))
+            rows.append(i)
+            ts.append(t.reshape(-1))
+    for rows, ts in groups.values():
+        block = _columns(ts, stats)
+        bad = ~torch.isfinite(block[:, SUMSQ])
+        if bad.any():  # rare: a shard with NaN or inf (a finite sum of squares rules them out)
+            for k in bad.nonzero().flatten().tolist():
+                block[k, NONFINITE] = float((~torch.isfinite(ts[k])).sum())
+        out[rows] = block
     return out
 
 
-def _columns(ts: list[torch.Tensor], stats: set[int]) -> dict[int, torch.Tensor]:
-    stack = torch.stack
-    n = torch.tensor([float(t.numel()) for t in ts], dtype=torch.float64)
-    cols = {N: n, SUMSQ: stack(torch._foreach_norm(ts, 2)).double() ** 2}
+def _columns(ts: list[torch.Tensor], stats: set[int]) -> torch.Tensor:
+    """The [tensors, 13] float64 host matrix of flat tensors of one device and dtype: one foreach call per
+    statistic where torch has one, then one stack of every 0-d result and one transfer."""
+    k = len(ts)
+    found: dict[int, list] = {SUMSQ: torch._foreach_norm(ts, 2)}  # squared on the host (no overflow)
     if M2 in stats:
         var_mean = [torch.var_mean(t, correction=0) for t in ts]
-        cols[SUM] = stack([m for _, m in var_mean]).double().cpu() * n
-        cols[M2] = stack([v for v, _ in var_mean]).double().cpu() * n
+        found[SUM] = [m for _, m in var_mean]  # means: times the count on the host
+        found[M2] = [v for v, _ in var_mean]  # variances: likewise
     elif SUM in stats:
-        cols[SUM] = stack([t.sum() for t in ts])
+        found[SUM] = [t.sum() for t in ts]
+    if MAX in stats:
+        found[MAX] = torch._foreach_max(ts) if hasattr(torch, "_foreach_max") else [t.amax() for t in ts]
+    if MIN in stats:
+        found[MIN] = [t.amin() for t in ts]
+    if PROD in stats:
+        found[PROD] = [t.prod() for t in ts]
+    if AMAX in stats:
+        found[AMAX] = torch._foreach_norm(ts, math.inf)
     if stats & {ASUM, AM2, AMIN, APROD}:
-        magnitudes = torch._foreach_abs(ts)
+        magnitudes = torch._foreach_abs(ts) if stats & {AM2, AMIN, APROD} else None
         if AM2 in stats:
             var_mean = [torch.var_mean(a, correction=0) for a in magnitudes]
-            cols[ASUM] = stack([m for _, m in var_mean]).double().cpu() * n
-            cols[AM2] = stack([v for v, _ in var_mean]).double().cpu() * n
+            found[ASUM] = [m for _, m in var_mean]
+            found[AM2] = [v for v, _ in var_mean]
         else:
-            cols[ASUM] = stack(torch._foreach_norm(ts, 1))
+            found[ASUM] = torch._foreach_norm(ts, 1)
         if AMIN in stats:
-            cols[AMIN] = stack([a.amin() for a in magnitudes])
+            found[AMIN] = [a.amin() for a in magnitudes]
         if APROD in stats:
-            cols[APROD] = stack([a.prod() for a in magnitudes])
-    if MAX in stats:
-        cols[MAX] = (
-            stack(torch._foreach_max(ts)) if hasattr(torch, "_foreach_max") else stack([t.amax() for t in ts])
-        )
-    if MIN in stats:
-        cols[MIN] = stack([t.amin() for t in ts])
-    if AMAX in stats:
-        cols[AMAX] = stack(torch._foreach_norm(ts, math.inf))
-    if PROD in stats:
-        cols[PROD] = stack([t.prod() for t in ts])
-    return cols
+            found[APROD] = [a.prod() for a in magnitudes]
+    columns = list(found)
+    values = torch.stack([v for c in columns for v in found[c]]).double().cpu().reshape(len(columns), k)
+    block = torch.tensor([_EMPTY] * k, dtype=torch.float64)
+    block[:, columns] = values.T
+    n = torch.tensor([float(t.numel()) for t in ts], dtype=torch.float64)
+    block[:, N] = n
+    block[:, SUMSQ] **= 2
+    if M2 in stats:
+        block[:, SUM] *= n
+        block[:, M2] *= n
+    if AM2 in stats:
+        block[:, ASUM] *= n
+        block[:, AM2] *= n
+    return block
 
 
 def combine(gathered: np.ndarray) -> dict[tuple[str, bool], np.ndarray]:
@@ -335,23 +351,26 @@ class Shards:
             hook.save_computed(values)
 
     def _start_gather(self, items: list[_Item], world: int) -> None:
-        """Every rank's partial statistics of the items: one asynchronous all_gather."""
+        """Every rank's partial statistics of the items: one asynchronous all_gather into one tensor."""
         self.inflight = None
         if not items:
             return
         header = [float(len(items)), float(zlib.crc32("\n".join(i.name for i in items).encode()))]
-        mine = torch.cat(
-            [
-                torch.tensor([header + [0.0] * (len(_EMPTY) - 2)], dtype=torch.float64),
-                partials(
-                    [i.value.to_local() if _contributes(i.value) else _NOTHING for i in items],
-                    needed({pair for i in items for pair in i.pairs}),
-                ),
-            ]
+        mine = torch.tensor([header + [0.0] * (len(_EMPTY) - 2)] + [_EMPTY] * len(items), dtype=torch.float64)
+        partials(
+            [i.value.to_local() if _contributes(i.value) else _NOTHING for i in items],
+            needed({pair for i in items for pair in i.pairs}),
+            out=mine[1:],
         )
-        everyone = [torch.empty_like(mine) for _ in range(world)]
-        work = torch.distributed.all_gather(everyone, mine, async_op=True)
-        self.inflight = (work, everyone, [(i.name, i.pairs, _result_dtype(i.value)) for i in items])
+        everyone = mine.new_empty((world * mine.shape[0], mine.shape[1]))
+        dist = torch.distributed  # (torch 2.13 renamed all_gather_into_tensor)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        work = gather(everyone, mine, async_op=True)
+        self.inflight = (
+            work,
+            everyone.view(world, *mine.shape),
+            [(i.name, i.pairs, _result_dtype(i.value)) for i in items],
+        )
 
     def finish(self) -> None:
         """Wait for the last flush's all_gather and save the full tensors' reductions (every rank calls it
@@ -362,7 +381,7 @@ class Shards:
             return
         work, everyone, items = inflight
         work.wait()
-        gathered = torch.stack(everyone).numpy()  # [rank, 1 + tensors, statistics]
+        gathered = everyone.numpy()  # [rank, 1 + tensors, statistics]
         if not (gathered[:, 0, :2] == gathered[0, 0, :2]).all():
             self.hook.warn_once(
                 "shards:mismatch",
