@@ -24,10 +24,16 @@ import torch
 from smdebug.plugin import ModeKeys
 
 _NONE = type(None)
-# Tensors up to STACK_NUMEL elements are stacked with the others of their shape when they are at least
-# STACK_MEMBERS (then one kernel reduces them all); the others go to foreach kernels (one C++ loop).
+# Every torch call costs microseconds on the CPU, so a step makes a few per group of tensors, none per
+# tensor: tensors up to STACK_NUMEL elements are stacked with the others of their shape when they are at
+# least STACK_MEMBERS; the other small ones (up to PAD_NUMEL) are packed, zero padded, into the rows of one
+# matrix (zeros change neither an l2 norm nor a max |x|); one kernel per statistic reduces a stack or a pack.
+# The large ones are reduced one by one (their reading costs more than a call).
 STACK_NUMEL = 1 << 16
 STACK_MEMBERS = 4
+PAD_NUMEL = 1 << 14
+PAD_SLACK = 1 << 16  # zeros a pack may hold beyond its values' count (reading them costs less than a call)
+_FLOAT32_SOURCES = (torch.float32, torch.float16, torch.bfloat16)  # norms computed into float32 directly
 
 
 def _nonfinite(t: Any) -> bool:
@@ -38,56 +44,132 @@ def _nonfinite(t: Any) -> bool:
     )
 
 
-class _Plan:
-    """How one set of present tensors is reduced: stacked groups (a buffer each) and foreach singles,
-    and where their results go in the recorder's row."""
+def _groups(tensors: list) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """The indices of these tensors in stacks (one shape), in zero-padded packs and alone."""
+    shapes: dict[Any, list[int]] = {}
+    for i, t in enumerate(tensors):
+        small = t.is_floating_point() and t.numel() <= STACK_NUMEL
+        shapes.setdefault((t.device, t.dtype, tuple(t.shape)) if small else i, []).append(i)
+    stacks: list[list[int]] = []
+    small: dict[tuple, list[int]] = {}
+    alone: list[int] = []
+    for key, members in shapes.items():
+        if isinstance(key, tuple) and len(members) >= STACK_MEMBERS:
+            stacks.append(members)
+        elif isinstance(key, tuple) and tensors[members[0]].numel() <= PAD_NUMEL:
+            small.setdefault(key[:2], []).extend(members)
+        else:
+            alone.extend(members)
+    packs: list[list[int]] = []
+    for members in small.values():  # smallest first: a pack's width is its last member's size
+        members.sort(key=lambda i: tensors[i].numel())
+        pack: list[int] = []
+        total = 0
+        for i in members:
+            numel = tensors[i].numel()
+            if pack and (len(pack) + 1) * numel > 2 * (total + numel) + PAD_SLACK:
+                packs.append(pack)
+                pack, total = [], 0
+            pack.append(i)
+            total += numel
+        packs.append(pack)
+    alone += [p[0] for p in packs if len(p) == 1]
+    return stacks, [p for p in packs if len(p) > 1], alone
 
-    def __init__(self, tensors: list[torch.Tensor], columns: list[int], width: int, device):
-        groups: dict[tuple, list[int]] = {}
-        for i, t in enumerate(tensors):
-            key = (t.device, t.dtype, tuple(t.shape)) if t.numel() <= STACK_NUMEL else i
-            groups.setdefault(key, []).append(i)
-        self.stacks: list[tuple[Any, torch.Tensor, int]] = []
-        singles: list[int] = []
-        stacked: list[int] = []  # the row's columns of the stacks' results, in their order
-        for members in groups.values():
-            if len(members) >= STACK_MEMBERS:
-                first = tensors[members[0]]
-                buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
-                self.stacks.append((operator.itemgetter(*members), buffer, len(members)))
-                stacked += [columns[i] for i in members] + [width + columns[i] for i in members]
-            else:
-                singles.extend(members)
-        order = [columns[i] for i in singles] + [width + columns[i] for i in singles] + stacked
-        self.singles = operator.itemgetter(*singles) if singles else None
-        self.one_single = len(singles) == 1
-        self.columns = torch.tensor(order, dtype=torch.long, device=device)
-        self.partial = len(tensors) < width
+
+def computing_order(tensors: list) -> list[int]:
+    """The order in which a plan of these tensors computes their statistics: recorder columns in this
+    order are written in place, without a scatter."""
+    stacks, packs, alone = _groups(tensors)
+    return [i for group in (*stacks, *packs) for i in group] + alone
+
+
+def _norms_into(m: torch.Tensor, out: torch.Tensor) -> None:
+    """The l2 norm of each row of ``m`` into ``out`` (float32)."""
+    if m.dtype in _FLOAT32_SOURCES and m.device == out.device:
+        torch.linalg.vector_norm(m, 2, dim=1, dtype=torch.float32, out=out)
+    else:
+        out.copy_(torch.linalg.vector_norm(m, 2, dim=1))
+
+
+def _abs_max_into(m: torch.Tensor, out: torch.Tensor) -> None:
+    """The max |x| of each row of ``m`` (a buffer of ours: made absolute in place) into ``out``."""
+    m.abs_()
+    if m.dtype == out.dtype and m.device == out.device:
+        torch.amax(m, 1, out=out)
+    else:
+        out.copy_(m.amax(1))
+
+
+class _Plan:
+    """How one set of present tensors is reduced: stacks and packs (a buffer each) and large singles,
+    the l2 norms and max |x| going straight into the recorder's row when its columns follow the plan's
+    order (else into a vector scattered into the row)."""
+
+    def __init__(self, tensors: list[torch.Tensor], columns: list[int], width: int, row: torch.Tensor):
+        stacks, packs, alone = _groups(tensors)
+        order = [i for group in (*stacks, *packs) for i in group] + alone
+        n = len(order)
+        self.n = n
+        self.direct = n == width and all(columns[i] == k for k, i in enumerate(order))
+        self.values = None if self.direct else torch.empty(2 * n, dtype=row.dtype, device=row.device)
+        self.columns = None
+        if not self.direct:
+            where = [columns[i] for i in order]
+            self.columns = torch.tensor(
+                where + [width + c for c in where], dtype=torch.long, device=row.device
+            )
+        self.partial = n < width
+        self.stacks: list[tuple[Any, torch.Tensor, int, int]] = []  # (pick, buffer, start, count)
+        self.packs: list[tuple[Any, torch.Tensor, torch.Tensor, int, int]] = []  # (+ flat positions)
+        start = 0
+        for members in stacks:
+            first = tensors[members[0]]
+            buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
+            self.stacks.append((_picker(members), buffer, start, len(members)))
+            start += len(members)
+        for members in packs:
+            first = tensors[members[0]]
+            width_ = max(tensors[i].numel() for i in members)
+            matrix = torch.zeros((len(members), width_), dtype=first.dtype, device=first.device)
+            positions = torch.cat(
+                [r * width_ + torch.arange(tensors[i].numel()) for r, i in enumerate(members)]
+            ).to(first.device)
+            self.packs.append((_picker(members), matrix, positions, start, len(members)))
+            start += len(members)
+        self.alone = _picker(alone) if alone else None
+        self.alone_start = start
 
     def fill(self, tensors: list[torch.Tensor], row: torch.Tensor) -> None:
-        parts = []
-        if self.singles is not None:
-            singles = self.singles(tensors)
-            if self.one_single:
-                singles = (singles,)
-            # one stack of every l2 norm and max |x| (0-d results of two foreach kernels)
-            parts.append(
-                torch.stack(
-                    torch._foreach_norm(singles, 2, dtype=torch.float32)
-                    + torch._foreach_max(torch._foreach_abs(singles))
-                )
-            )
-        for pick, buffer, n in self.stacks:
+        values = row if self.direct else self.values
+        n = self.n
+        for pick, buffer, start, count in self.stacks:
             torch.stack(pick(tensors), out=buffer)
-            m = buffer.view(n, -1)
-            parts.append(torch.linalg.vector_norm(m, 2, dim=1, dtype=torch.float32))
-            parts.append(m.abs_().amax(1))  # the buffer is ours: no copy for |x|
-        values = torch.cat(parts) if len(parts) > 1 else parts[0]
-        if values.dtype != row.dtype or values.device != row.device:
-            values = values.to(row.device, row.dtype, non_blocking=True)
-        if self.partial:
-            row.fill_(-1.0)  # absent this step (smdebug.health.ABSENT)
-        row.index_copy_(0, self.columns, values)
+            m = buffer.view(count, -1)
+            _norms_into(m, values[start : start + count])
+            _abs_max_into(m, values[n + start : n + start + count])
+        for pick, matrix, positions, start, count in self.packs:
+            flat = torch._C._nn.flatten_dense_tensors(pick(tensors))
+            matrix.view(-1).index_copy_(0, positions, flat)
+            _norms_into(matrix, values[start : start + count])
+            _abs_max_into(matrix, values[n + start : n + start + count])
+        if self.alone is not None:  # large tensors: a call's cost is small beside their reading
+            for k, t in enumerate(self.alone(tensors), self.alone_start):
+                _norms_into(t.reshape(1, -1), values[k : k + 1])
+                if t.dtype == values.dtype and t.device == values.device:
+                    torch.amax(t.abs(), out=values[n + k])
+                else:
+                    values[n + k].copy_(t.abs().amax())
+        if not self.direct:
+            if self.partial:
+                row.fill_(-1.0)  # absent this step (smdebug.health.ABSENT)
+            row.index_copy_(0, self.columns, values)
+
+
+def _picker(indices: list[int]):
+    """A list of the tensors at these indices (one C call)."""
+    get = operator.itemgetter(*indices)
+    return (lambda ts: [get(ts)]) if len(indices) == 1 else get
 
 
 class TorchHealth:
@@ -101,7 +183,7 @@ class TorchHealth:
         self._inputs: tuple | None = None  # (step, model, args, kwargs) of the step's first model call
         self._outputs: tuple | None = None  # (step, model, outputs)
         self._loss: tuple | None = None  # (step, name, tensor) of the step's first loss call
-        self._layout: tuple | None = None  # (key, weights, grad params, names, loss name)
+        self._layout: _Layout | None = None
         self._plans: dict[tuple, _Plan] = {}
         self._ring = None
         self._ring_host = None  # CPU: the ring's numpy view
@@ -163,37 +245,36 @@ class TorchHealth:
             return
         self._collected = hook.step
         self._judge_lagged()
-        key, weights, grad_params, names, loss_name = self._current_layout()
-        grads = [p.grad for p in grad_params]
+        layout = self._current_layout()
+        grads = list(map(_GRAD, layout.grad_params))
         loss = self._loss[2] if self._loss is not None and self._loss[0] == hook.step else None
-        tensors = weights + grads + ([loss] if loss_name is not None else [])
-        ring = self.monitor.track(names, loss_name, self._make_ring)
+        tensors = layout.weights + grads
+        if layout.loss_name is not None:
+            tensors.append(loss)
+        ring = self.monitor.track(layout.columns_names, layout.loss_name, self._make_ring)
         if ring is not self._ring:
             self._ring, self._plans = ring, {}
             self._ring_host = ring.numpy() if ring.device.type == "cpu" else None
         present = None
-        if _NONE in set(map(type, tensors)):  # (not `None in`: that compares each tensor with None)
+        if _NONE in set(map(type, grads)) or loss is None and layout.loss_name is not None:
+            # (not `None in`: that compares each tensor with None)
             present = tuple(i for i, t in enumerate(tensors) if t is not None)
             if not present:
                 return
-        plan_key = (key, present)
+        plan_key = (layout.key, present)
         plan = self._plans.get(plan_key)
         chosen = tensors if present is None else [tensors[i] for i in present]
-        if plan is None:
-            columns = list(range(len(tensors))) if present is None else list(present)
-            plan = self._plans[plan_key] = _Plan(chosen, columns, len(names), ring.device)
         slot = self.monitor.row()
+        row = ring[slot]
         with torch.no_grad():
+            if plan is None:
+                plan = self._plans[plan_key] = self._plan(layout, chosen, present, row)
             try:
-                plan.fill(chosen, ring[slot])
+                plan.fill(chosen, row)
             except RuntimeError:  # shapes, dtypes or devices changed: plan again
-                plan = self._plans[plan_key] = _Plan(
-                    chosen,
-                    list(range(len(tensors))) if present is None else list(present),
-                    len(names),
-                    ring.device,
-                )
-                plan.fill(chosen, ring[slot])
+                plan = self._plans[plan_key] = self._plan(layout, chosen, present, row)
+                plan.fill(chosen, row)
+        names = layout.names
         if self._ring_host is not None or hook.anything_due():  # (a GPU's save step: waited for)
             row = self._ring_host[slot] if self._ring_host is not None else ring[slot].cpu().numpy()
             triggers = len(self.monitor.triggers)
@@ -224,7 +305,7 @@ class TorchHealth:
         row = host.numpy()
         if self.monitor.check(slot, row):
             bad = self.monitor.nonfinite_names(row)
-            where = self._from_names(bad, self._layout[4])
+            where = self._from_names(bad)
             self.monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
 
     def _make_ring(self, rows: int, columns: int) -> torch.Tensor:
@@ -234,7 +315,12 @@ class TorchHealth:
                 device = p.device if p.device.type != "meta" else device
         return torch.full((rows, columns), -1.0, dtype=torch.float32, device=device)
 
-    def _current_layout(self) -> tuple:
+    @staticmethod
+    def _plan(layout: _Layout, chosen: list, present: tuple | None, row: torch.Tensor) -> _Plan:
+        columns = layout.columns if present is None else [layout.columns[i] for i in present]
+        return _Plan(chosen, columns, len(layout.names), row)
+
+    def _current_layout(self) -> _Layout:
         hook = self.hook
         models = list(hook._models.values())
         for model in models:
@@ -245,14 +331,8 @@ class TorchHealth:
             first = hook._loss_modules[0]
             loss_name = f"{hook._module_names.get(first, first._get_name())}_output_0"
         key = (tuple(id(m.params) for m in models), loss_name)
-        if self._layout is None or self._layout[0] != key:
-            params = [(n, p) for m in models for n, p in m.params if isinstance(p, torch.Tensor)]
-            params = [
-                (n, p) for n, p in params if not isinstance(p, torch.nn.parameter.UninitializedParameter)
-            ]
-            grads = [(g, p) for m in models for g, p in m.gradients if p.requires_grad]
-            names = [n for n, _ in params] + [g for g, _ in grads] + ([loss_name] if loss_name else [])
-            self._layout = (key, [p for _, p in params], [p for _, p in grads], tuple(names), loss_name)
+        if self._layout is None or self._layout.key != key:
+            self._layout = _Layout(key, models, loss_name)
             self._plans = {}
         return self._layout
 
@@ -264,7 +344,7 @@ class TorchHealth:
         with hook.guard("find where the first non-finite value came from"):
             where = self._examine(bad, rerun_safe)
         if where is None:
-            where = self._from_names(bad, self._layout[4])
+            where = self._from_names(bad)
         self.monitor.found({"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where})
         with hook.guard("save the step's tensors"):
             self._save_step(tensors, names)
@@ -291,9 +371,11 @@ class TorchHealth:
                     return _where("forward", name, f"{name}_output_{i}")
         return None
 
-    def _from_names(self, bad: list[str], loss_name: str | None) -> dict:
+    def _from_names(self, bad: list[str]) -> dict:
         """Where, from the recorded row alone: the loss, else the gradient nearest the output (the backward
         pass meets it first), else a weight."""
+        loss_name = self._layout.loss_name
+        bad = sorted(bad, key=self._layout.position.__getitem__)  # the model's order, not the columns'
         if loss_name in bad:
             return _where("loss", loss_name[: -len("_output_0")], loss_name)
         grads = [n for n in bad if n.startswith("gradient/")]
@@ -364,6 +446,34 @@ class TorchHealth:
             collections = [c.name for c in hook.collections_of(name)]
             if collections:
                 hook.save_tensor(name, tensor.detach(), collections)
+
+
+_GRAD = operator.attrgetter("grad")
+
+
+class _Layout:
+    """The tensors health watches, in the model's order (weights, gradients, the loss), and the
+    recorder's columns of them: in the order a plan computes them, so that a step writes its row in place."""
+
+    def __init__(self, key: tuple, models: list, loss_name: str | None):
+        params = [(n, p) for m in models for n, p in m.params if isinstance(p, torch.Tensor)]
+        params = [(n, p) for n, p in params if not isinstance(p, torch.nn.parameter.UninitializedParameter)]
+        grads = [(g, p) for m in models for g, p in m.gradients if p.requires_grad]
+        self.key = key
+        self.loss_name = loss_name
+        self.weights = [p for _, p in params]
+        self.grad_params = [p for _, p in grads]
+        names = [n for n, _ in params] + [g for g, _ in grads] + ([loss_name] if loss_name else [])
+        self.names = tuple(names)
+        self.position = {name: i for i, name in enumerate(names)}
+        # a gradient is planned like its parameter, the loss like any scalar
+        device = self.weights[0].device if self.weights else None
+        like = self.weights + self.grad_params + ([torch.zeros((), device=device)] if loss_name else [])
+        order = computing_order(like) if all(isinstance(t, torch.Tensor) for t in like) else range(len(like))
+        self.columns = [0] * len(names)
+        for column, i in enumerate(order):
+            self.columns[i] = column
+        self.columns_names = tuple(names[i] for i in order)
 
 
 def _where(direction: str, module: str, tensor: str) -> dict:
