@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import Any
 
 import numpy as np
 import torch
@@ -132,7 +133,81 @@ def reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
         return _reductions(values, pairs)
 
 
+# The grouping of a list of plain float tensors (by their shapes, dtypes and devices) is kept, so that a
+# step's reductions, the same tensors' every step, make no Python call per tensor (a few hundred cost a
+# many-tensor model more than its kernels); the stacks keep their buffers. At most PLANS are kept.
+PLANS = 16
+_plans: dict[tuple, _Plan] = {}
+_PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+_shape_of = operator.attrgetter("shape")
+_dtype_of = operator.attrgetter("dtype")
+_device_of = operator.attrgetter("device")
+_layout_of = operator.attrgetter("layout")
+
+
+class _Plan:
+    """The groups of one list of tensors (the indices of each stack and of the tensors reduced alone)."""
+
+    def __init__(self, values: list[torch.Tensor], pairs: list[tuple[str, bool]]):
+        self.stacks: list[tuple[list[int], Any, torch.Tensor]] = []  # (indices, picker, buffer)
+        self.alone: list[tuple[list[int], Any]] = []
+        for members, stacked in _groups(values):
+            pick = operator.itemgetter(*members)
+            if stacked:
+                first = values[members[0]]
+                buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
+                self.stacks.append((members, pick, buffer))
+            else:
+                self.alone.append((members, pick))
+        self.count = len(values)
+
+    def run(self, values: list[torch.Tensor], pairs: list[tuple[str, bool]]) -> list[Row | None]:
+        results: list[Row | None] = [None] * self.count
+        for members, pick, buffer in self.stacks:
+            try:
+                torch.stack(_listed(pick(values)), out=buffer)
+                matrix = _reduce_rows(buffer.view(len(members), -1), pairs)
+            except (RuntimeError, TypeError, NotImplementedError):
+                continue  # numpy computes these on the host
+            for row, i in enumerate(members):
+                results[i] = Row(matrix, row)
+        for members, pick in self.alone:
+            _fill(results, list(zip(members, _listed(pick(values)))), _reduce_each, pairs)
+        return results
+
+
+def _listed(picked) -> list:
+    return list(picked) if isinstance(picked, tuple) else [picked]
+
+
+def _groups(values: list) -> list[tuple[list[int], bool]]:
+    """The indices of tensors stacked together (True) and of tensors reduced alone, by device and dtype."""
+    shapes: dict = {}  # (device, dtype, shape) -> indices of small tensors
+    for i, t in enumerate(values):
+        numel = t.numel()
+        if numel:
+            shapes.setdefault((t.device, t.dtype, t.shape if numel <= STACK_NUMEL else i), []).append(i)
+    groups: list[tuple[list[int], bool]] = []
+    alone: dict = {}  # (device, dtype) -> indices of tensors without a partner of their shape
+    for key, members in shapes.items():
+        if len(members) == 1:
+            alone.setdefault(key[:2], []).extend(members)
+            continue
+        per_stack = max(1, STACK_ELEMENTS // values[members[0]].numel())
+        groups += [(members[first : first + per_stack], True) for first in range(0, len(members), per_stack)]
+    return groups + [(members, False) for members in alone.values()]
+
+
 def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
+    dtypes = tuple(map(_dtype_of, values)) if _PLAIN_TYPES.issuperset(map(type, values)) else None
+    if dtypes and _PLAIN_FLOATS.issuperset(dtypes) and set(map(_layout_of, values)) == {torch.strided}:
+        key = (tuple(pairs), dtypes, tuple(map(_shape_of, values)), tuple(map(_device_of, values)))
+        plan = _plans.get(key)
+        if plan is None:
+            if len(_plans) >= PLANS:
+                _plans.clear()
+            plan = _plans[key] = _Plan(values, pairs)
+        return plan.run(values, pairs)
     results: list[Row | None] = [None] * len(values)
     shapes: dict = {}  # (device, dtype, shape) -> [(index, tensor)] of small tensors
     for i, value in enumerate(values):
