@@ -28,8 +28,8 @@ LABEL = {
     "default": "(a) default config",
     "raw": "(b) weights+biases+gradients+losses, raw, every step",
     "reductions": "(c) as (b), reductions mean/max/l2 instead of raw",
-    "health": "(d) health=True (every step's l2 and max |x| of each weight, gradient and the loss), default "
-    "config otherwise",
+    "health": "(d) health=True (every step's l2 norm and largest absolute value of each weight, gradient and "
+    "the loss), default config otherwise",
 }
 OURS_ONLY = ("health",)  # smdebug 1.0.34 has no such mode
 OURS, REF = "ours", "smdebug 1.0.34"
