@@ -3,18 +3,25 @@ not only arrays' bytes: many small records with long names make training wait as
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
+import pytest
 from test_writer import GatedStore
 
 from smdebug.modes import ModeKeys
 from smdebug.store import Store
 from smdebug.writing import ProcessWriter, RunWriter
+from smdebug.writing.wire import Names, encode, give
 
+HERE = Path(__file__).parent
 BOUND = 64 * 1024
 NAME = "n" * 200
 
@@ -76,3 +83,55 @@ def test_process_writer_sends_a_step_on_before_it_holds_more_than_the_bound(tmp_
     assert not trainer.is_alive() and len(done) == 20_000
     writer.end_step(step)
     assert writer.close(end_of_job=True) == {}
+
+
+def grown(tmp_path, writer: str, steps: int, per_step: int, names: str) -> dict:
+    """How many KiB the training process and the writer process grew while a run saved these scalars."""
+    out = subprocess.run(
+        [sys.executable, str(HERE / "many_names_run.py"), str(tmp_path / "run"), writer]
+        + [str(steps), str(per_step), names],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["child"] == (writer == "process"), result
+    return result
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_many_distinct_names_stay_within_the_bound(tmp_path, writer):
+    # 40,000 distinct names with a 1 MiB bound: the writer's cache of event headers kept ~500 bytes a
+    # name whatever the bound (before: the thread writer grew by ~20 MiB here, the writer process as
+    # much); now it holds a share of the bound (measured: < 1 MiB of growth)
+    result = grown(tmp_path, writer, 400, 100, "distinct")
+    assert result["training_kib"] < 8 * 1024, result
+    assert result["child_kib"] < 8 * 1024, result
+
+
+def test_a_long_run_keeps_the_writer_process_near_the_bound(tmp_path):
+    # 50,000 steps of one scalar with a 1 MiB bound: the writer process kept ~200 bytes a step (the
+    # folders it had checked, the steps it had been given), +10 MiB here, the training process +6.5 MiB
+    # (measured now: +3 and +1 MiB)
+    result = grown(tmp_path, "process", 50_000, 1, "same")
+    assert result["child_kib"] < 6 * 1024, result
+    assert result["training_kib"] < 6 * 1024, result
+
+
+def test_the_reduction_name_table_starts_over_on_both_sides_within_its_budget():
+    # the writer process keeps a copy of every list of reduction names it was sent: past its share of
+    # the bound both sides forget them, and the lists that follow are sent again whole
+    table, child, got = Names(4096), {}, []
+
+    class Collect:
+        def write_scalars(self, step, mode, mode_step, names, values, wall_time):
+            got.append((names, values[0].tolist()))
+
+    for step in range(40):
+        names = [[f"tensor_{step}_{i}/{r}" for r in ("mean", "max")] for i in range(5)]
+        values = [np.array([step, i], dtype=np.float32) for i in range(5)]
+        header, buffers = encode([("scalars", step, ModeKeys.TRAIN, step, names, values, 0.0)], table)
+        give(Collect(), header, bytearray(b"".join(bytes(b) for b in buffers)), child, None)
+        assert got[-1] == (names, [step, 0]) and table.held <= 4096
+        assert sum(table._bytes(some) for some in child.values()) <= 4096

@@ -9,6 +9,7 @@ smdebug 1.0.34 writes for the same inputs.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -240,11 +241,35 @@ def encode_tensor_event(
     return _event(wall_time, step, _sub(5, _sub(1, value)))
 
 
-# (tag, shape, dtype, mode) -> what a numeric tensor event holds besides the step, the wall time, the mode
-# step and the content (the tag, the TensorProto's dtype and shape, the mode): the same at every step,
-# so encoded once
-_TEMPLATES: dict[tuple, tuple] = {}
-_MAX_TEMPLATES = 100_000
+class Templates:
+    """What a tensor's event holds besides its step, wall time, mode step and content (its tag, dtype,
+    shape and mode): the same at every step, so encoded once and kept here, within ``budget`` bytes (an
+    estimate of what the entries hold, names included; past it the cache starts over). A writer owns one,
+    so that the bytes it keeps per tensor name count in its memory bound whatever the number of names."""
+
+    ENTRY_BYTES = (
+        200  # an entry besides its name and header bytes: its dict slot, key and value (measured ~160)
+    )
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.held = 0
+        # (tag, shape, dtype, mode) -> (header bytes, mode entry, dtype); scalar records: (name, dtype
+        # enum, mode, tail length) -> (the bytes between the wall time and step and the content, its size)
+        self.tensors: dict[tuple, tuple] = {}
+        self.scalars: dict[tuple, tuple[bytes, int]] = {}
+
+    def room(self, name: str, head: bytes) -> None:
+        """Count a new entry, first emptying the cache when it would pass its budget."""
+        nbytes = self.ENTRY_BYTES + len(name) + len(head)
+        if self.held + nbytes > self.budget:
+            self.tensors.clear()
+            self.scalars.clear()
+            self.held = 0
+        self.held += nbytes
+
+
+_TEMPLATES = Templates(4 * 1024 * 1024)  # for callers that bring none (a writer brings its own)
 _SMALL = 4096  # a smaller tensor's content is joined with the record's other bytes (one write, not three)
 _MODE_STEP_KEY = b"".join(_text(1, _MODE_STEP) + [_key(2, 2)])
 
@@ -260,6 +285,7 @@ def _template(tag: str, array: np.ndarray, enum: int, mode: int) -> tuple:
     return head, _mode_entry(mode), _DTYPES[enum]
 
 
+@functools.cache
 def _mode_entry(mode: int) -> bytes:
     return b"".join(_sub(1, _text(1, _MODE) + _text(2, str(mode))))
 
@@ -273,7 +299,13 @@ def _plugins_field(mode_entry: bytes, mode_step: int) -> bytes:
 
 
 def tensor_event_chunks(
-    tag: str, array: np.ndarray, step: int, wall_time: float, mode: int, mode_step: int
+    tag: str,
+    array: np.ndarray,
+    step: int,
+    wall_time: float,
+    mode: int,
+    mode_step: int,
+    templates: Templates = _TEMPLATES,
 ) -> list:
     """encode_tensor_event's bytes as a list of chunks whose concatenation is the event: a large numeric
     tensor's content is one chunk, a view of the array itself (never copied when it is contiguous and in
@@ -281,8 +313,8 @@ def tensor_event_chunks(
     if not isinstance(array, np.ndarray):
         array = np.array([array]) if np.isscalar(array) else np.asarray(array)
     mode = int(getattr(mode, "value", mode))
-    key = (tag, array.shape, array.dtype.str, mode)
-    template = _TEMPLATES.get(key)
+    key = (tag, array.shape, array.dtype, mode)
+    template = templates.tensors.get(key)
     if template is None:
         enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
         if (
@@ -294,9 +326,9 @@ def tensor_event_chunks(
             return [
                 encode_tensor_event(tag, array, step, wall_time, mode, mode_step)
             ]  # (raises if unsupported)
-        if len(_TEMPLATES) >= _MAX_TEMPLATES:
-            _TEMPLATES.clear()
-        template = _TEMPLATES[key] = _template(tag, array, enum, mode)
+        template = _template(tag, array, enum, mode)
+        templates.room(tag, template[0])
+        templates.tensors[key] = template
     head, mode_entry, dtype = template
     if array.nbytes < _SMALL:
         content = array.astype(dtype, copy=False).tobytes()  # C order
@@ -334,15 +366,18 @@ def frame_chunks(chunks: list, checksum: bool = True) -> tuple[list, int, int]:
     )
 
 
-# (tag, dtype, mode, tail length) -> the bytes of a 0-d tensor event between its wall time and step and
-# its content, and the content's size: a step's reductions are framed without building their protos
-_SCALAR_HEADS: dict[tuple, tuple[bytes, int]] = {}
 _RECORD_HEADERS: dict[int, bytes] = {}  # payload size -> the record's header (its length and that CRC)
 _NO_CHECKSUM_FOOTER = _U32.pack(_NO_CHECKSUM)
 
 
 def scalar_records(
-    names: list[list[str]], values: list, step: int, wall_time: float, mode: int, mode_step: int
+    names: list[list[str]],
+    values: list,
+    step: int,
+    wall_time: float,
+    mode: int,
+    mode_step: int,
+    templates: Templates = _TEMPLATES,
 ) -> tuple[bytes, list[tuple[str, int, int, int]]]:
     """The TFRecords of many 0-d tensor events of one step (a step's reductions: ``values[i]`` is a 1-d
     array whose elements are named ``names[i]``), byte-identical to tensor_event_chunks' with smdebug's
@@ -354,6 +389,7 @@ def scalar_records(
     entries: list[tuple[str, int, int, int]] = []
     offset = 0
     crc32c = _crc32c.crc32c
+    heads = templates.scalars
     for some, array in zip(names, values):
         array = np.asarray(array).reshape(-1)
         enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
@@ -362,18 +398,15 @@ def scalar_records(
         content = array.astype(_DTYPES[enum], copy=False).tobytes()
         for i, name in enumerate(some):
             key = (name, enum, mode, len(tail))
-            head = _SCALAR_HEADS.get(key)
+            head = heads.get(key)
             if head is None:
-                if len(_SCALAR_HEADS) >= _MAX_TEMPLATES:
-                    _SCALAR_HEADS.clear()
                 proto_head = _template(name, array[:1].reshape(()), enum, mode)[0]
                 size = _DTYPES[enum].itemsize
                 value_len = len(proto_head) + size + len(tail)
                 value_key = b"\x0a" + _varint(value_len)
-                head = _SCALAR_HEADS[key] = (
-                    b"\x2a" + _varint(len(value_key) + value_len) + value_key + proto_head,
-                    size,
-                )
+                head = (b"\x2a" + _varint(len(value_key) + value_len) + value_key + proto_head, size)
+                templates.room(name, head[0])
+                heads[key] = head
             middle, size = head
             event = b"".join((when, middle, content[i * size : (i + 1) * size], tail))
             header = _RECORD_HEADERS.get(len(event))

@@ -296,6 +296,8 @@ class Store:
             real = path if resolved else os.path.realpath(path)
             known = real == root or real.startswith(root.rstrip("/") + "/")
             if not resolved:
+                if len(self._inside) >= 1024:  # each step has a folder: a long run would keep them all
+                    self._inside.clear()
                 self._inside[path] = known
         return known
 
@@ -400,8 +402,17 @@ class StagedFile:
         self.size += len(data)
 
     def resume(self) -> None:
-        """Write on after a failed ``commit`` (which may have read the buffer)."""
-        self._file.seek(0, os.SEEK_END)
+        """Write on after ``seal`` or a failed ``commit`` (which may have read the buffer)."""
+        if self._tmp is not None and self._file.closed:
+            self._file = open(self._tmp, "ab")
+        else:
+            self._file.seek(0, os.SEEK_END)
+
+    def seal(self) -> None:
+        """Written whole: a local temp file is closed (a step waiting to be published holds no buffer
+        nor file descriptor)."""
+        if self._tmp is not None:
+            self._file.close()
 
     @property
     def in_memory(self) -> int:

@@ -13,6 +13,7 @@ import mmap
 import os
 import sys
 import threading
+from array import array
 
 from smdebug.store import Store
 from smdebug.writing.thread_writer import RunWriter
@@ -53,7 +54,7 @@ class _Forward(logging.Handler):
 def _state(writer: RunWriter, live: bool, reported: list[int]) -> dict:
     """What the training process mirrors; of the written steps only those not reported yet (rules
     flush at every step: the whole list each time would grow with the run)."""
-    written = writer.written_steps[reported[0] :]
+    written = writer.written_steps[reported[0] :].tolist()
     reported[0] += len(written)
     return {
         "failed_steps": writer.failed_steps,
@@ -85,6 +86,9 @@ def main() -> int:
         uri=uri,
         claim_token=options["claim_token"],
     )
+    # only told to the training process: kept as 8-byte numbers, not one small object a step (which
+    # would also pin the allocator's pools a long run's transient objects share with them)
+    writer.written_steps = array("q")
     ring = None
     if options.get("ring"):
         fd, size = options["ring"]

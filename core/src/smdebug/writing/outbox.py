@@ -97,7 +97,7 @@ class Outbox:
     """The publishing half of a writer (RunWriter): the outbox, its publisher thread and close's drain.
 
     The writer provides ``store`` (set before ``_store_ready``), ``uri``, ``worker``, ``max_queue_bytes``,
-    ``failed_steps``, ``failed_files``, ``written_steps``, ``refused``, ``_submitted`` and ``_describe``."""
+    ``failed_steps``, ``failed_files``, ``written_steps``, ``refused``, ``_unwritten`` and ``_describe``."""
 
     _end_written = False
 
@@ -167,8 +167,7 @@ class Outbox:
             why = f"not written within the close timeout ({timeout:g} s)"
             if self._last_error:
                 why += f"; last error: {self._last_error}"
-            written = set(self.written_steps)
-            for step in sorted(self._submitted - written):
+            for step in sorted(self._unwritten.copy()):
                 self.failed_steps.setdefault(step, why)
             for pub in self._outbox:
                 if pub.file is not None:
@@ -299,6 +298,7 @@ class Outbox:
         with self._lock:
             if pub.step is not None:
                 self.written_steps.append(pub.step)
+                self._unwritten.discard(pub.step)
             if self._failing:
                 self._failing = False
                 self._backoff = RETRY_FIRST

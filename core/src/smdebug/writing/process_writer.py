@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections.abc import Callable
 
 import numpy as np
@@ -31,6 +32,7 @@ from smdebug.writing.child_link import REPLY_GRACE, ChildLink
 from smdebug.writing.outbox import unsaved_report
 from smdebug.writing.settings import (
     BATCH_BYTES,
+    cache_bytes,
     close_timeout_from_env,
     max_queue_bytes_from_env,
     record_bytes,
@@ -92,8 +94,8 @@ class ProcessWriter(ChildLink):
         self._step_has_data = False
         self._batch: list = []  # RunWriter batch items of the step, sent to the child at its end
         self._batch_bytes = 0
-        self._sent_steps: set[int] = set()  # steps the child was given items of
-        self._names = Names()
+        self._sent_steps = array("q")  # steps the child was given items of, in order (8 bytes each)
+        self._names = Names(cache_bytes(self.max_queue_bytes))
         self._closed = False
 
     def _local_takes(self, step: int) -> bool:
@@ -234,7 +236,7 @@ class ProcessWriter(ChildLink):
         if wrote and self._proc is None and self._gone is None and not self._forked():
             self._steps_written += 1
             if self._steps_written >= SPAWN_AFTER_STEPS:
-                self._start(RING_BYTES)
+                self._start(min(RING_BYTES, self.max_queue_bytes))  # within the bound too
 
     def write_file(self, relpath: str, data: bytes) -> None:
         if self._local is not None:
@@ -321,7 +323,8 @@ class ProcessWriter(ChildLink):
                     shared = ring.put(buffers, nbytes) if nbytes else None
                     head = ["items", header, shared, ring.used]
                     write_all(self._fd, message(head) if shared else message(head, buffers))
-                self._sent_steps.update(steps_of(items))
+                sent = self._sent_steps
+                sent.extend(s for s in sorted(steps_of(items)) if not sent or s != sent[-1])
                 items = []  # the child has them
             if request is not None:
                 write_all(self._fd, message(request))
@@ -341,7 +344,7 @@ class ProcessWriter(ChildLink):
         except Exception:  # the RunWriter reports why it cannot open it
             store = None
         lost = {}
-        for step in sorted(self._sent_steps):
+        for step in sorted(set(self._sent_steps)):
             try:
                 written = store is not None and store.exists(index_file_path(step, self.worker))
             except Exception:

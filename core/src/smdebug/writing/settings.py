@@ -13,6 +13,9 @@ SCALAR_BYTES = 256  # what a tensor's reductions count in the queue (encoded: a 
 # What each queued record counts in the queue besides its array's bytes and its name's: the item tuple,
 # the array object, its index entry and its event header (measured: ~300-450 bytes a scalar record).
 RECORD_BYTES = 512
+# Of a writer's memory bound, this share (at most) holds the encoder's per-name cache of event headers,
+# and as much the writer process's table of reduction-name lists: the queue gets the rest.
+CACHE_SHARE = 8
 RETRY_FIRST, RETRY_MAX = 0.25, 8.0  # backoff between retries of a failing store, in seconds
 CLOSE_RETRY_MAX = 2.0  # backoff cap while close() drains
 # Environment variables of launchers that start several workers (each then names itself by its rank,
@@ -24,6 +27,11 @@ WRITER_PROCESS_ENV = "SMDEBUG_WRITER_PROCESS"  # 0 keeps a local run's writer on
 def record_bytes(name: str) -> int:
     """What a record named ``name`` counts in a writer's queue besides its array's bytes."""
     return len(name) + RECORD_BYTES
+
+
+def cache_bytes(max_queue_bytes: int) -> int:
+    """What a writer's per-name caches may hold, each, within its memory bound."""
+    return max_queue_bytes // CACHE_SHARE
 
 
 def max_queue_bytes_from_env() -> int:

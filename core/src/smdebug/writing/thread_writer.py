@@ -29,6 +29,7 @@ from smdebug.writing.settings import (
     BATCH_BYTES,
     RESERVE_BYTES,
     SCALAR_BYTES,
+    cache_bytes,
     close_timeout_from_env,
     max_queue_bytes_from_env,
     record_bytes,
@@ -74,6 +75,10 @@ class RunWriter(Outbox):
         self.uri = self.store.uri if self.store is not None else redact(uri or "?")
         self.worker = worker
         self.max_queue_bytes = max_queue_bytes or max_queue_bytes_from_env()
+        # the bound covers the encoder's cache of headers per name and (in a writer process) the table of
+        # reduction names it was sent: the queue holds the rest
+        self._templates = codec.Templates(cache_bytes(self.max_queue_bytes))
+        self._queue_limit = self.max_queue_bytes - 2 * cache_bytes(self.max_queue_bytes)
         self.close_timeout = close_timeout_from_env() if close_timeout is None else close_timeout
         self.failed_steps: dict[int, str] = {}  # steps that will never be saved -> why
         self.failed_files: dict[str, str] = {}
@@ -86,7 +91,9 @@ class RunWriter(Outbox):
         self._batch_bytes = 0
         self._queued_bytes = 0
         self._step_has_data = False  # anything queued for the step that end_step will finish
-        self._submitted: set[int] = set()  # steps the training thread gave data to
+        # steps the training thread gave data to that are not written yet (not every step of the run: a
+        # long run would hold them all)
+        self._unwritten: set[int] = set()
         self._room = threading.Condition()
         self._open: _OpenStep | None = None
         self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
@@ -115,7 +122,7 @@ class RunWriter(Outbox):
         else:
             self.reserve(nbytes)
         self._step_has_data = True
-        self._submitted.add(step)
+        self._unwritten.add(step)
         wall_time = time.time() if wall_time is None else wall_time
         self._batch.append(("tensor", step, mode, mode_step, name, array, wall_time, nbytes))
         self._batch_bytes += nbytes
@@ -130,7 +137,7 @@ class RunWriter(Outbox):
         nbytes = SCALAR_BYTES * len(values) + sum(record_bytes(n) for row in names for n in row)
         self.reserve(nbytes)
         self._step_has_data = True
-        self._submitted.add(step)
+        self._unwritten.add(step)
         self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time, nbytes))
         self._batch_bytes += nbytes
 
@@ -140,7 +147,7 @@ class RunWriter(Outbox):
         bound, then passes ``reserved=nbytes``). One item is always admitted into an empty queue however
         large it is."""
         with self._room:
-            while self._queued_bytes and self._queued_bytes + nbytes > self.max_queue_bytes:
+            while self._queued_bytes and self._queued_bytes + nbytes > self._queue_limit:
                 if self._batch:
                     self._send_batch()  # the encoder frees room only for what it has been given
                 self._room.wait()
@@ -153,7 +160,7 @@ class RunWriter(Outbox):
 
     def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
         self._step_has_data = True
-        self._submitted.add(step)
+        self._unwritten.add(step)
         nbytes = record_bytes(name)
         self.reserve(nbytes)
         self._batch.append(("shape", step, mode, mode_step, name, list(shape), nbytes))
@@ -353,7 +360,9 @@ class RunWriter(Outbox):
             # smdebug 1.0's reader insists on its "no checksum" footer in tensor event files, so the
             # payload's CRC goes in the index entry instead (smdebug 1.0 ignores keys it does not know).
             # The record stays in chunks, a large tensor's content a view of the array: no copy of it.
-            event = codec.tensor_event_chunks(name, array, step, wall_time, mode.value, mode_step)
+            event = codec.tensor_event_chunks(
+                name, array, step, wall_time, mode.value, mode_step, self._templates
+            )
             record, size, crc = codec.frame_chunks(event, checksum=False)
         except Exception as exc:  # one unencodable tensor does not lose its step
             logger.warning("smdebug: could not encode %s at step %d: %s", name, step, self._describe(exc))
@@ -367,7 +376,9 @@ class RunWriter(Outbox):
         if st.failed:
             return
         try:
-            data, records = codec.scalar_records(names, values, step, wall_time, mode.value, mode_step)
+            data, records = codec.scalar_records(
+                names, values, step, wall_time, mode.value, mode_step, self._templates
+            )
         except Exception as exc:  # one by one: only what cannot be encoded is lost
             logger.debug("smdebug: encoding reductions together failed (%s); one by one", exc)
             for some, array in zip(names, values):
@@ -410,7 +421,10 @@ class RunWriter(Outbox):
         index = layout.encode_index(
             st.mode.name, st.mode_step, event_file_path(step, self.worker), st.tensors, st.shapes
         )
-        parts = [st.staged] if st.staged is not None else []
+        parts = []
+        if st.staged is not None:
+            st.staged.seal()
+            parts.append(st.staged)
         st.staged = None  # the publication owns it now
         parts.append((index_file_path(step, self.worker), index))
         self._publish(Publication(step, parts))

@@ -120,25 +120,38 @@ def steps_of(items: list) -> set[int]:
 
 class Names:
     """Numbers for a tensor's lists of reduction names (the same list objects step after step): each is
-    sent once, then by its number. Holding the lists keeps their ids from being reused."""
+    sent once, then by its number. Holding the lists keeps their ids from being reused. The child keeps
+    a copy of each list it was sent: past ``budget`` bytes of them (an estimate, names included) both
+    sides start over (``ids`` says so, and the child is told before the lists that follow)."""
 
-    LIMIT = 100_000  # lists remembered before starting over (plans made again as due collections change)
+    LIST_BYTES, NAME_BYTES = 160, 80  # a list and a name in it besides its characters, both sides' tables
 
-    def __init__(self):
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.held = 0
         self.numbers: dict[int, tuple[list, int]] = {}
 
-    def ids(self, names: list[list[str]]) -> tuple[list[int], list]:
-        """The numbers of these lists, and [number, list] of those the child has not seen yet."""
-        numbers, ids, new = self.numbers, [], []
+    def ids(self, names: list[list[str]]) -> tuple[list[int], list, bool]:
+        """The numbers of these lists, [number, list] of those the child has not seen yet, and whether
+        the child must forget the lists it has first."""
+        numbers = self.numbers
+        cost = sum(self._bytes(some) for some in names if id(some) not in numbers)
+        reset = bool(numbers) and self.held + cost > self.budget
+        if reset:
+            numbers.clear()
+            self.held = 0
+        ids, new = [], []
         for some in names:
             known = numbers.get(id(some))
             if known is None:
-                if len(numbers) >= self.LIMIT:
-                    numbers.clear()
                 known = numbers[id(some)] = (some, len(numbers))
                 new.append([known[1], some])
+                self.held += self._bytes(some)
             ids.append(known[1])
-        return ids, new
+        return ids, new, reset
+
+    def _bytes(self, some: list[str]) -> int:
+        return self.LIST_BYTES + sum(self.NAME_BYTES + len(name) for name in some)
 
 
 def encode(items: list, names_table: Names) -> tuple[list, list]:
@@ -167,7 +180,9 @@ def encode(items: list, names_table: Names) -> tuple[list, list]:
             buffers.append(array)
         elif kind == "scalars":
             _, step, mode, mode_step, names, values, wall_time = item
-            ids, new = names_table.ids(names)
+            ids, new, reset = names_table.ids(names)
+            if reset:
+                header.append(["r"])
             if isinstance(values, np.ndarray) and values.ndim == 2 and values.dtype.kind in "fiub":
                 # a [results, reductions] matrix (smdebug_to_host's bulk answer): already one buffer
                 sizes, dtypes, values = [values.shape[1]] * len(values), values.dtype.str, [values]
@@ -282,6 +297,8 @@ def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mm
                 values.append(np.frombuffer(payload, dtype, size, offset))
                 offset += size * dtype.itemsize
             writer.write_scalars(step, ModeKeys(mode), mode_step, [names[i] for i in ids], values, wall_time)
+        elif kind == "r":  # the training process's table started over
+            names.clear()
         elif kind == "h":
             writer.write_shape(item[1], ModeKeys(item[2]), item[3], item[4], item[5])
         elif kind == "e":
