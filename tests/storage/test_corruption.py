@@ -72,6 +72,8 @@ def test_bit_flip_in_a_tensor_is_detected_reported_and_skipped(run, caplog):
     warnings = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
     assert len(warnings) == 1 and f"offset {b['start_idx']}" in warnings[0]
     assert_rest_readable(trial, {("b", 2)})
+    # the step is listed once its damaged record was read (its other records stay readable)
+    assert trial.corrupt_steps == [2] and "000000000002_worker_0.tfevents" in trial.corrupt()["worker_0"][2]
 
 
 def test_truncated_event_file_keeps_earlier_records_and_other_steps(run, caplog):
@@ -139,15 +141,22 @@ def test_rules_pass_over_a_damaged_value(run):
         (b"\xff\xfe", "malformed"),
     ],
 )
-def test_malformed_index_file_gives_a_clear_error(run, content, problem):
+def test_malformed_index_file_skips_its_step_and_says_so(run, content, problem, caplog):
     _, path = index_entries(run, 1)
     with open(path, "wb") as f:
         f.write(content)
-    with pytest.raises(CorruptRunError) as info:
-        create_trial(run)
-    message = str(info.value)
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    trial = create_trial(run)  # the rest of the run reads: only step 1 is left out
+    assert trial.steps() == [0, 2, 3] and trial.tensor("a").steps() == [0, 2, 3]
+    assert trial.corrupt_steps == [1]
+    message = trial.corrupt()["worker_0"][1]
     assert "index/000000000/000000000001_worker_0.json" in message and "malformed index file" in message
     assert re.search(problem, message)
+    warnings = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warnings) == 1 and "step 1" in warnings[0] and "000000000001_worker_0.json" in warnings[0]
+    trial.refresh()  # not read (nor said) again
+    assert len([r for r in caplog.records if "damaged" in r.getMessage()]) == 1
+    assert_rest_readable(trial, {(name, 1) for name in NAMES})
 
 
 @pytest.mark.parametrize("content", [b"{not json", b'{"collections": 3}', b"null"])

@@ -50,6 +50,7 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
                     pass
         tensors.append(entry)
     unsaved = trial.unsaved()
+    damaged = trial.corrupt()
     health = trial.health_records()
     firings = trial.rule_firings()
     return {
@@ -57,6 +58,9 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
         "training_ended": trial.loaded_all_steps,
         # steps the run could not save, per worker (step -> why); empty when none were lost
         "unsaved_steps": {w: {str(s): why for s, why in steps.items()} for w, steps in unsaved.items()},
+        # damaged steps found, per worker (step -> what is wrong, the file named); a damaged index file's
+        # step is left out of "steps"
+        "damaged_steps": {w: {str(s): why for s, why in steps.items()} for w, steps in damaged.items()},
         "workers": trial.workers(),
         "steps": trial.steps(),
         "modes": modes,
@@ -69,6 +73,9 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
     }
 
 
+DAMAGED_LINES = 10  # damaged steps described per worker (a badly damaged run would fill the screen)
+
+
 def run(args) -> int:
     trial = open_trial(args.out_dir)
     info = describe(trial, args.collection, args.regex)
@@ -79,6 +86,9 @@ def run(args) -> int:
     lost = sorted({int(s) for steps in info["unsaved_steps"].values() for s in steps})
     if lost:
         state += f", {len(lost)} step(s) NOT SAVED"
+    damaged = sorted({int(s) for steps in info["damaged_steps"].values() for s in steps})
+    if damaged:
+        state += f", {len(damaged)} step(s) DAMAGED"
     print(f"Run {printable(info['path'])}: {state}")
     print(f"Workers: {printable(', '.join(info['workers'])) or '-'}")
     print(f"Steps: {compact_steps(info['steps'])}")
@@ -88,6 +98,13 @@ def run(args) -> int:
             by_reason.setdefault(why, []).append(int(step))
         for why, group in by_reason.items():
             print(printable(f"Unsaved steps ({worker}): {_ranges(group)} ({why})"))
+    for worker, steps in info["damaged_steps"].items():
+        for step, why in list(steps.items())[:DAMAGED_LINES]:
+            print(printable(f"Damaged step {step} ({worker}), skipped: {why}"))
+        if len(steps) > DAMAGED_LINES:
+            print(
+                f"  ... {len(steps) - DAMAGED_LINES} more damaged step(s) of {printable(worker)} (--json lists them)"
+            )
     if "first_nonfinite" in info:
         first = info["first_nonfinite"]
         print(

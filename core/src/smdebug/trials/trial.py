@@ -122,6 +122,9 @@ class Trial:
         self._done_index_dirs: set[str] = set()  # index folders no worker writes into any more
         self._fetcher = RecordFetcher(self.store)
         self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
+        # worker -> step -> what is wrong: steps whose index file is damaged (skipped) or holds a damaged
+        # record (found when read)
+        self._damaged: dict[str, dict[int, str]] = {}
         self._reduction_of: dict[str, tuple | None] = {}  # record name -> parse_reduction_tensor_name's
         # the workers' tensor notes (layout.tensor_notes_path): name -> worker -> placement of its shard,
         # and worker -> tensors it could not capture
@@ -167,11 +170,14 @@ class Trial:
             collecting = gc.isenabled()
             gc.disable()  # tens of thousands of lasting, acyclic objects: collections only slow it down
             try:
-                for relpath, data in sorted(self.store.read_many(new).items()):
+                refused: dict[str, str] = {}  # not a regular file, or a link out of the run
+                for relpath, data in sorted(self.store.read_many(new, refused).items()):
                     # the names asked for come back as asked; one spelled otherwise is parsed again
                     self._load_index(
                         relpath, data, *(new.get(relpath) or layout.parse_index_file_name(relpath))
                     )
+                for relpath, why in sorted(refused.items()):
+                    self._skip_damaged(relpath, *new[relpath], why)
             finally:
                 if collecting:
                     gc.enable()
@@ -227,10 +233,10 @@ class Trial:
             index = layout.decode_index(data)
             mode = to_mode(index.mode)
             mode_step = step if index.mode_step is None else index.mode_step
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptRunError(
-                f"{self.path}/{relpath}: malformed index file: {type(exc).__name__}: {exc}"
-            ) from None
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError, CorruptRunError) as exc:
+            what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CorruptRunError) else str(exc)
+            self._skip_damaged(relpath, step, worker, f"{self.path}/{relpath}: malformed index file: {what}")
+            return
         event_file, entries, shapes = index.event_file, index.tensors, index.shapes
         self._loaded_index.add(relpath)
         self._index_dirs.add(relpath.rsplit("/", 1)[0])
@@ -262,6 +268,13 @@ class Trial:
             self._tensor(name).add_step(step, mode, mode_step, worker, shape=shape)
             at_step.add(name)
 
+    def _skip_damaged(self, relpath: str, step: int, worker: str, why: str) -> None:
+        """A step whose index file cannot be read: left out of the trial, said once and listed by
+        ``corrupt()`` / ``corrupt_steps`` (the rest of the run reads as usual)."""
+        self._loaded_index.add(relpath)  # published whole by the writer: it will not get better
+        self._damaged.setdefault(worker, {})[step] = why
+        logger.warning("smdebug: skipping damaged step %d of %s: %s", step, worker, why)
+
     def read_record(self, loc: Location | _StepData, tname: str, step: int, mode: ModeKeys) -> bytes:
         """The payload of one saved record; a damaged one is reported once (file, offset) and skipped
         by raising CorruptTensorRecord."""
@@ -277,6 +290,9 @@ class Trial:
             if (loc.event_file, loc.start) not in self._reported:
                 self._reported.add((loc.event_file, loc.start))
                 logger.warning("smdebug: skipping a damaged record of %s: %s", tname, exc)
+                info = self._fetcher.files.get(loc.event_file)
+                if info is not None:
+                    self._damaged.setdefault(info.worker, {}).setdefault(info.step, str(exc))
             raise CorruptTensorRecord(tname, step, mode, str(exc)) from None
 
     def read_value(
@@ -560,6 +576,20 @@ class Trial:
                 found[worker] = steps
         return found
 
+    # -- damaged steps (a damaged index file's step is skipped; a damaged record's is listed once read) --
+    def corrupt(self) -> dict[str, dict[int, str]]:
+        """Per worker, the steps found damaged and what is wrong (the file named): a step whose index
+        file is malformed or not a regular file (left out of ``steps()`` and of every tensor's steps), or
+        that holds a damaged record (listed once that record was read: ``value()`` raises
+        CorruptTensorRecord for it, the step's other records stay readable)."""
+        self.maybe_refresh()
+        return {w: dict(sorted(steps.items())) for w, steps in sorted(self._damaged.items())}
+
+    @property
+    def corrupt_steps(self) -> _Steps:
+        """The damaged steps, sorted (``corrupt()`` says which worker and why); also callable."""
+        return _Steps(sorted({step for steps in self.corrupt().values() for step in steps}))
+
     # -- health monitoring (hooks with health=True write a record per worker; smdebug 1.0 lists none) --------
     def health_records(self) -> list[dict]:
         """Each worker's health record: its first non-finite value (or None), the triggers that wrote its
@@ -609,6 +639,13 @@ class Trial:
     def unsaved_steps(self) -> list[int]:
         """The steps some worker could not save, sorted (see ``unsaved()`` for who and why)."""
         return sorted({step for steps in self.unsaved().values() for step in steps})
+
+
+class _Steps(list):
+    """A list of steps that may also be called (``trial.corrupt_steps`` and ``trial.corrupt_steps()``)."""
+
+    def __call__(self) -> list[int]:
+        return list(self)
 
 
 class LocalTrial(Trial):
