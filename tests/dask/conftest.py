@@ -22,11 +22,12 @@ def sweep(tmp_path_factory) -> dict:
     # a twin of run-00 (same seed, same training), to compare runs with
     sweep_runs.make_run(str(root / "run-20"), None, steps=STEPS, seed=0)
     defects[str(root / "run-20")] = None
-    # a damaged run: a copy of run-01 whose first index file is cut short
+    # a damaged run: a copy of run-01 whose collections file is cut short (a damaged step's index file
+    # would only skip that step: this leaves the run nothing to read by)
     damaged = root / "run-21"
     shutil.copytree(root / "run-01", damaged)
-    index = sorted((damaged / "index").rglob("*.json"))[0]
-    index.write_bytes(index.read_bytes()[:20])
+    collections = sorted((damaged / "collections").rglob("*.json"))[0]
+    collections.write_bytes(collections.read_bytes()[:20])
     return {"root": str(root), "defects": defects, "damaged": str(damaged)}
 
 

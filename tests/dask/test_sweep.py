@@ -67,7 +67,7 @@ def test_planted_defects_fire_and_healthy_runs_do_not(sweep, serial):
 def test_a_damaged_run_is_one_error_row_and_the_others_complete(sweep, serial):
     damaged = serial[serial.run == sweep["damaged"]]
     assert len(damaged) == 1 and damaged.iloc[0].status == "error" and pd.isna(damaged.iloc[0].rule)
-    assert "malformed index file" in damaged.iloc[0].error
+    assert "malformed collections file" in damaged.iloc[0].error
     others = serial[serial.run != sweep["damaged"]]
     assert len(others) == (N_RUNS + 1) * len(RULES) and not (others.status == "error").any()
 
