@@ -247,9 +247,8 @@ class Templates:
     estimate of what the entries hold, names included; past it the cache starts over). A writer owns one,
     so that the bytes it keeps per tensor name count in its memory bound whatever the number of names."""
 
-    ENTRY_BYTES = (
-        200  # an entry besides its name and header bytes: its dict slot, key and value (measured ~160)
-    )
+    # an entry besides its name and header bytes: its dict slot, key and value tuples (measured: ~160)
+    ENTRY_BYTES = 200
 
     def __init__(self, budget: int):
         self.budget = budget

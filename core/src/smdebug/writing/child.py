@@ -86,8 +86,7 @@ def main() -> int:
         uri=uri,
         claim_token=options["claim_token"],
     )
-    # only told to the training process: kept as 8-byte numbers, not one small object a step (which
-    # would also pin the allocator's pools a long run's transient objects share with them)
+    # only told to the training process: 8 bytes a step, not a list of int objects (~36)
     writer.written_steps = array("q")
     ring = None
     if options.get("ring"):
