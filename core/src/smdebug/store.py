@@ -186,10 +186,8 @@ class Store:
                 os.close(fd)
         return self.fs.cat_file(path, start=start, end=end)
 
-    def read_many(self, relpaths: Iterable[str], refused: dict[str, str] | None = None) -> dict[str, bytes]:
-        """Fetch several whole files; remote filesystems fetch them concurrently. Missing ones are left out.
-        With ``refused``, a file that is not read as untrusted (a FIFO, a device, a link out of the run)
-        is left out too, and why put there, instead of raising CorruptRunError."""
+    def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes]:
+        """Fetch several whole files; remote filesystems fetch them concurrently. Missing ones are left out."""
         relpaths = list(relpaths)
         if self.is_local:
             out = {}
@@ -198,10 +196,6 @@ class Store:
                     out[p] = self.read_bytes(p)
                 except FileNotFoundError:
                     pass
-                except CorruptRunError as exc:
-                    if refused is None:
-                        raise
-                    refused[p] = str(exc)
             return out
         if not relpaths:
             return {}

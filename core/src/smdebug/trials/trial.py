@@ -171,7 +171,7 @@ class Trial:
             gc.disable()  # tens of thousands of lasting, acyclic objects: collections only slow it down
             try:
                 refused: dict[str, str] = {}  # not a regular file, or a link out of the run
-                for relpath, data in sorted(self.store.read_many(new, refused).items()):
+                for relpath, data in sorted(self._read_index_files(new, refused).items()):
                     # the names asked for come back as asked; one spelled otherwise is parsed again
                     self._load_index(
                         relpath, data, *(new.get(relpath) or layout.parse_index_file_name(relpath))
@@ -267,6 +267,20 @@ class Trial:
         for name, shape in shapes:
             self._tensor(name).add_step(step, mode, mode_step, worker, shape=shape)
             at_step.add(name)
+
+    def _read_index_files(self, relpaths, refused: dict[str, str]) -> dict[str, bytes]:
+        """The index files' bytes; one the store refuses to read (a FIFO, a device, a link out of the
+        run: CorruptRunError) is left out, and why put in ``refused``."""
+        try:
+            return self.store.read_many(relpaths)
+        except CorruptRunError:  # which one: each alone
+            found = {}
+            for relpath in relpaths:
+                try:
+                    found.update(self.store.read_many([relpath]))
+                except CorruptRunError as exc:
+                    refused[relpath] = str(exc)
+            return found
 
     def _skip_damaged(self, relpath: str, step: int, worker: str, why: str) -> None:
         """A step whose index file cannot be read: left out of the trial, said once and listed by
