@@ -191,8 +191,8 @@ def partials(
 ) -> torch.Tensor:
     """The partial statistics of each shard, a [shards, 13] float64 host matrix (or written into ``out``):
     only ``stats`` (the others keep the neutral values of an empty shard), computed where the shards live
-    by a few batched calls for all of them (torch's foreach kernels, one stack per statistic), then one
-    transfer to the host per device and dtype."""
+    by a few batched calls for all of them (torch's foreach kernels where they exist), then one stack of
+    the results and one transfer to the host per device and dtype."""
     if out is None:
         out = torch.tensor([_EMPTY] * len(shards), dtype=torch.float64)
     groups: dict = {}
@@ -363,7 +363,7 @@ class Shards:
             out=mine[1:],
         )
         everyone = mine.new_empty((world * mine.shape[0], mine.shape[1]))
-        dist = torch.distributed  # (torch 2.13 renamed all_gather_into_tensor)
+        dist = torch.distributed  # (all_gather_into_tensor is deprecated for all_gather_single)
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         work = gather(everyone, mine, async_op=True)
         self.inflight = (
