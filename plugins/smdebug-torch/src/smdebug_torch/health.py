@@ -103,16 +103,15 @@ def _abs_max_into(m: torch.Tensor, out: torch.Tensor) -> None:
 
 class _Plan:
     """How one set of present tensors is reduced: stacks and packs (a buffer each) and large singles,
-    the l2 norms and max |x| going straight into the recorder's row when its columns follow the plan's
-    order (else into a vector scattered into the row)."""
+    their l2 norms and max |x| written through views made once into a vector of the plan's order, then
+    copied into the recorder's row at once (scattered when the row's columns are in another order)."""
 
     def __init__(self, tensors: list[torch.Tensor], columns: list[int], width: int, row: torch.Tensor):
         stacks, packs, alone = _groups(tensors)
         order = [i for group in (*stacks, *packs) for i in group] + alone
         n = len(order)
-        self.n = n
         self.direct = n == width and all(columns[i] == k for k, i in enumerate(order))
-        self.values = None if self.direct else torch.empty(2 * n, dtype=row.dtype, device=row.device)
+        self.values = values = torch.empty(2 * n, dtype=row.dtype, device=row.device)
         self.columns = None
         if not self.direct:
             where = [columns[i] for i in order]
@@ -120,50 +119,57 @@ class _Plan:
                 where + [width + c for c in where], dtype=torch.long, device=row.device
             )
         self.partial = n < width
-        self.stacks: list[tuple[Any, torch.Tensor, int, int]] = []  # (pick, buffer, start, count)
-        self.packs: list[tuple[Any, torch.Tensor, torch.Tensor, int, int]] = []  # (+ flat positions)
+        # (pick, buffer, its [members, elements] view, l2 out, max out)
+        self.stacks: list[tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        # (pick, flat positions, the matrix's flat view, the matrix, l2 out, max out)
+        self.packs: list[
+            tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+        ] = []
         start = 0
         for members in stacks:
-            first = tensors[members[0]]
-            buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
-            self.stacks.append((_picker(members), buffer, start, len(members)))
-            start += len(members)
+            first, count = tensors[members[0]], len(members)
+            buffer = torch.empty((count, *first.shape), dtype=first.dtype, device=first.device)
+            outs = (values[start : start + count], values[n + start : n + start + count])
+            self.stacks.append((_picker(members), buffer, buffer.view(count, -1), *outs))
+            start += count
         for members in packs:
-            first = tensors[members[0]]
+            first, count = tensors[members[0]], len(members)
             width_ = max(tensors[i].numel() for i in members)
-            matrix = torch.zeros((len(members), width_), dtype=first.dtype, device=first.device)
+            matrix = torch.zeros((count, width_), dtype=first.dtype, device=first.device)
             positions = torch.cat(
                 [r * width_ + torch.arange(tensors[i].numel()) for r, i in enumerate(members)]
             ).to(first.device)
-            self.packs.append((_picker(members), matrix, positions, start, len(members)))
-            start += len(members)
+            outs = (values[start : start + count], values[n + start : n + start + count])
+            self.packs.append((_picker(members), positions, matrix.view(-1), matrix, *outs))
+            start += count
         self.alone = _picker(alone) if alone else None
-        self.alone_start = start
+        self.alone_outs = [(values[k], values[n + k]) for k in range(start, n)]
 
     def fill(self, tensors: list[torch.Tensor], row: torch.Tensor) -> None:
-        values = row if self.direct else self.values
-        n = self.n
-        for pick, buffer, start, count in self.stacks:
+        for pick, buffer, m, l2, top in self.stacks:
             torch.stack(pick(tensors), out=buffer)
-            m = buffer.view(count, -1)
-            _norms_into(m, values[start : start + count])
-            _abs_max_into(m, values[n + start : n + start + count])
-        for pick, matrix, positions, start, count in self.packs:
-            flat = torch._C._nn.flatten_dense_tensors(pick(tensors))
-            matrix.view(-1).index_copy_(0, positions, flat)
-            _norms_into(matrix, values[start : start + count])
-            _abs_max_into(matrix, values[n + start : n + start + count])
+            _norms_into(m, l2)
+            _abs_max_into(m, top)
+        for pick, positions, flat, matrix, l2, top in self.packs:
+            flat.index_copy_(0, positions, torch._C._nn.flatten_dense_tensors(pick(tensors)))
+            _norms_into(matrix, l2)
+            _abs_max_into(matrix, top)
         if self.alone is not None:  # large tensors: a call's cost is small beside their reading
-            for k, t in enumerate(self.alone(tensors), self.alone_start):
-                _norms_into(t.reshape(1, -1), values[k : k + 1])
-                if t.dtype == values.dtype and t.device == values.device:
-                    torch.amax(t.abs(), out=values[n + k])
+            for t, (l2, top) in zip(self.alone(tensors), self.alone_outs):
+                if t.dtype in _FLOAT32_SOURCES and t.device == l2.device:
+                    torch.linalg.vector_norm(t, 2, dtype=torch.float32, out=l2)
                 else:
-                    values[n + k].copy_(t.abs().amax())
-        if not self.direct:
+                    l2.copy_(torch.linalg.vector_norm(t, 2))
+                if t.dtype == top.dtype and t.device == top.device:
+                    torch.amax(t.abs(), out=top)
+                else:
+                    top.copy_(t.abs().amax())
+        if self.direct:
+            row.copy_(self.values)
+        else:
             if self.partial:
                 row.fill_(-1.0)  # absent this step (smdebug.health.ABSENT)
-            row.index_copy_(0, self.columns, values)
+            row.index_copy_(0, self.columns, self.values)
 
 
 def _picker(indices: list[int]):
@@ -187,6 +193,7 @@ class TorchHealth:
         self._plans: dict[tuple, _Plan] = {}
         self._ring = None
         self._ring_host = None  # CPU: the ring's numpy view
+        self._rows: tuple = ()
         self._lagged: tuple | None = None  # GPU: (slot, host row, event) judged at the next step
         self._pinned: list | None = None  # GPU: two host rows the copies alternate between
         self._handles: list = []
@@ -255,6 +262,7 @@ class TorchHealth:
         if ring is not self._ring:
             self._ring, self._plans = ring, {}
             self._ring_host = ring.numpy() if ring.device.type == "cpu" else None
+            self._rows = ring.unbind(0)  # each slot's row, a view made once
         present = None
         if _NONE in set(map(type, grads)) or loss is None and layout.loss_name is not None:
             # (not `None in`: that compares each tensor with None)
@@ -265,7 +273,7 @@ class TorchHealth:
         plan = self._plans.get(plan_key)
         chosen = tensors if present is None else [tensors[i] for i in present]
         slot = self.monitor.row()
-        row = ring[slot]
+        row = self._rows[slot]
         with torch.no_grad():
             if plan is None:
                 plan = self._plans[plan_key] = self._plan(layout, chosen, present, row)
