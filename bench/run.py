@@ -3,7 +3,7 @@
 Runs the workloads of bench/workloads.py in both venvs, alternating (the order flips every round), over
 several rounds, and reports medians: hook overhead, trial reads from a folder and from S3 (a moto server
 started here on 127.0.0.1), extra `import torch` time, and peak memory under the writer's queue bound.
-Prints the table and writes it to bench/RESULTS.md.
+Prints the table and writes it to bench/RESULTS.md (a run of some rows, `--only`, is appended to it).
 
     python bench/run.py --smdebug-python P --baseline-python B [--rounds N] [--quick] [--only a,b]
 """
@@ -840,8 +840,14 @@ def main(argv=None) -> int:
     text += frameworks.report(results.get("frameworks", {}))
     print()
     print(text)
-    Path(args.output).write_text(text)
-    log(f"wrote {args.output}")
+    out = Path(args.output)
+    if only != set(ap.get_default("only").split(",")) and out.exists():
+        # a partial run adds its rows below the last full table rather than replacing it
+        out.write_text(out.read_text().rstrip() + "\n\n---\n\n" + text)
+        log(f"appended to {out}")
+    else:
+        out.write_text(text)
+        log(f"wrote {out}")
     return 0
 
 
