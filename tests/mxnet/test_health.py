@@ -32,7 +32,7 @@ class Plant(gluon.Block):
         return out + np.inf if self.hit else out
 
 
-def train(out_dir, fault=None, steps=8, input_fault=False):
+def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, **hook_args):
     """Train a tiny net ``steps`` steps; the l2 norm of each step's hidden weight as the hook saves it
     (after the step's update) and of its gradient."""
     mx.random.seed(0)
@@ -42,7 +42,7 @@ def train(out_dir, fault=None, steps=8, input_fault=False):
             net.add(gluon.nn.Dense(5, activation="relu", in_units=4), Plant(), gluon.nn.Dense(3, in_units=5))
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     net.initialize(mx.init.Xavier())
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5))
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5), **hook_args)
     hook.register_block(net)
     hook.register_block(loss_fn)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
@@ -60,6 +60,8 @@ def train(out_dir, fault=None, steps=8, input_fault=False):
         if fault == "gradient" and step == FAULT:
             plant.scale.grad()[2] = np.nan
         grads.append(float(np.linalg.norm(hidden.weight.grad().asnumpy())))
+        if step == lr_jump_at:
+            trainer.set_learning_rate(trainer.learning_rate * 1e4)
         trainer.step(BATCH)
         norms.append(float(np.linalg.norm(hidden.weight.data().asnumpy())))
     hook.close()
@@ -167,3 +169,21 @@ def test_a_fault_inside_a_hybridized_model_is_named_at_its_inner_block(out_dir):
         "module": plant.name,
         "tensor": f"{plant.name}_output_0",
     }
+
+
+def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
+    net, norms, grads = train(
+        out_dir, steps=12, lr_jump_at=8, health_loss_factor=3, include_collections=["weights", "gradients"]
+    )
+    trial = smd.create_trial(out_dir)
+    (record,) = trial.health_records()
+    spikes = [t for t in record["triggers"] if t["reason"].startswith("loss spike")]
+    assert spikes, record
+    spike = spikes[0]["step"]
+    assert spike == 9  # the loss of the step after the jump (not a save step)
+    weight = net[0].weight.name
+    for step in range(1, spike):
+        assert trial.tensor(weight).reduction_value(step, "l2") == pytest.approx(norms[step], rel=1e-5)
+    assert trial.tensor("gradient/" + weight).reduction_value(spike, "l2") == pytest.approx(
+        grads[spike], rel=1e-5
+    )

@@ -61,7 +61,28 @@ class Seen(keras.callbacks.Callback):
         self.norms.append(float(np.linalg.norm(self.model.get_layer("hidden").kernel.numpy())))
 
 
-def train(out_dir, fault=None, steps=8, jit_compile=False, include=None, validation=False):
+class LearningRateJump(keras.callbacks.Callback):
+    """The learning rate times 1e4 from training batch ``at`` on (its update makes the next loss spike)."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.at:
+            self.model.optimizer.learning_rate.assign(self.model.optimizer.learning_rate * 1e4)
+
+
+def train(
+    out_dir,
+    fault=None,
+    steps=8,
+    jit_compile=False,
+    include=None,
+    validation=False,
+    lr_jump_at=None,
+    **hook_args,
+):
     keras.utils.set_random_seed(1)
     model = keras.Sequential(
         [
@@ -76,14 +97,28 @@ def train(out_dir, fault=None, steps=8, jit_compile=False, include=None, validat
     rng = np.random.default_rng(0)
     x = rng.normal(size=(8 * steps, 4)).astype("float32")
     y = rng.integers(0, 3, size=8 * steps)
+    if fault == "input":
+        x[8 * FAULT + 2, 1] = np.nan
     hook = smd.KerasHook(
-        out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5), include_collections=include
+        out_dir=out_dir,
+        health=True,
+        save_config=smd.SaveConfig(save_interval=5),
+        include_collections=include,
+        **hook_args,
     )
     seen = Seen()
+    jump = [LearningRateJump(lr_jump_at)] if lr_jump_at is not None else []
     # validation: as many batches as training, each of them evaluated after the epoch's training steps
     data = (x, y) if validation else None
     model.fit(
-        x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[seen, hook], verbose=0, validation_data=data
+        x,
+        y,
+        batch_size=8,
+        epochs=1,
+        shuffle=False,
+        callbacks=[seen, *jump, hook],
+        verbose=0,
+        validation_data=data,
     )
     hook.close()
     return seen.norms
@@ -205,3 +240,30 @@ def test_a_nan_in_a_predict_batch_is_found_in_predict_mode(out_dir):
         "direction": "input",
         "tensor": "model_input",
     }
+
+
+def test_a_nan_in_a_training_batch_is_found_at_the_input(out_dir):
+    train(out_dir, fault="input")
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert {k: first[k] for k in ("step", "mode", "direction", "module", "tensor")} == {
+        "step": FAULT,
+        "mode": "TRAIN",
+        "direction": "input",
+        "module": "mlp",
+        "tensor": "model_input",
+    }
+
+
+def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
+    norms = train(out_dir, steps=12, lr_jump_at=8, health_loss_factor=3, include=["weights", "losses"])
+    trial = smd.create_trial(out_dir)
+    (record,) = trial.health_records()
+    spikes = [t for t in record["triggers"] if t["reason"].startswith("loss spike")]
+    assert spikes, record
+    spike = spikes[0]["step"]
+    assert spike == 9  # the loss of the step after the jump (not a save step)
+    # the steps before, as reductions; the spiking step's weights raw, as the user's collections name them
+    kernel = trial.tensor("mlp/hidden/kernel")
+    for step in range(1, spike):
+        assert kernel.reduction_value(step, "l2") == pytest.approx(norms[step], rel=1e-5)
+    assert np.linalg.norm(kernel.value(spike)) == pytest.approx(norms[spike], rel=1e-5)
