@@ -329,3 +329,43 @@ def test_smdebug_run_health_watches_an_unmodified_script(tmp_path):
     assert done.returncode == 0, done.stderr
     first = smd.create_trial(out).first_nonfinite()
     assert (first["step"], first["direction"], first["tensor"]) == (5, "input", "Sequential_input_0")
+
+
+def test_recorded_statistics_of_stacked_packed_and_large_tensors(out_dir):
+    # the statistics are computed in groups: same-shape tensors stacked (four 8x8 layers), the other small
+    # ones packed zero-padded into one matrix, large ones alone (a 2100x8 weight): each recorded value is
+    # the tensor's own, all-negative and mixed tensors alike
+    torch.manual_seed(0)
+    layers = [nn.Linear(8, 8) for _ in range(4)] + [nn.Linear(8, 2100), nn.Linear(2100, 3)]
+    model = nn.Sequential(*layers)
+    with torch.no_grad():
+        layers[1].weight.copy_(-layers[1].weight.abs() - 0.5)  # all negative: |x| is its minimum's
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    g = torch.Generator().manual_seed(2)
+    seen = {}
+    for step in range(4):
+        opt.zero_grad()
+        loss = criterion(model(torch.randn(5, 8, generator=g)), torch.randint(0, 3, (5,), generator=g))
+        loss.backward()
+        if step == 3:
+            layers[5].bias.grad[0] = float("nan")
+        seen[step] = {
+            name: (t.norm().item(), t.abs().max().item())
+            for name, t in [
+                *((f"Sequential_{n}", p.detach()) for n, p in model.named_parameters()),
+                *((f"gradient/Sequential_{n}", p.grad) for n, p in model.named_parameters()),
+                ("CrossEntropyLoss_output_0", loss.detach()),
+            ]
+        }
+        opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.first_nonfinite()["tensor"] == "gradient/Sequential_5.bias"
+    for step in range(3):
+        for name, (l2, top) in seen[step].items():
+            assert trial.tensor(name).reduction_value(step, "l2") == pytest.approx(l2, rel=1e-5), name
+            assert trial.tensor(name).reduction_value(step, "max", abs=True) == pytest.approx(top, rel=1e-6)
