@@ -135,7 +135,7 @@ def reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
 
 # The grouping of a list of plain float tensors (by their shapes, dtypes and devices) is kept, so that a
 # step's reductions, the same tensors' every step, make no Python call per tensor (a few hundred cost a
-# many-tensor model more than its kernels); the stacks keep their buffers. At most PLANS are kept.
+# many-tensor model more than its kernels); host stacks keep their buffers. At most PLANS are kept.
 PLANS = 16
 _plans: dict[tuple, _Plan] = {}
 _PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
@@ -149,13 +149,16 @@ class _Plan:
     """The groups of one list of tensors (the indices of each stack and of the tensors reduced alone)."""
 
     def __init__(self, values: list[torch.Tensor], pairs: list[tuple[str, bool]]):
-        self.stacks: list[tuple[list[int], Any, torch.Tensor]] = []  # (indices, picker, buffer)
+        self.stacks: list[tuple[list[int], Any, torch.Tensor | None]] = []  # (indices, picker, buffer)
         self.alone: list[tuple[list[int], Any]] = []
         for members, stacked in _groups(values):
             pick = operator.itemgetter(*members)
             if stacked:
                 first = values[members[0]]
-                buffer = torch.empty((len(members), *first.shape), dtype=first.dtype, device=first.device)
+                # a buffer kept on the host only: an accelerator's memory is not held between steps
+                buffer = None
+                if first.device.type == "cpu":
+                    buffer = torch.empty((len(members), *first.shape), dtype=first.dtype)
                 self.stacks.append((members, pick, buffer))
             else:
                 self.alone.append((members, pick))
@@ -165,8 +168,8 @@ class _Plan:
         results: list[Row | None] = [None] * self.count
         for members, pick, buffer in self.stacks:
             try:
-                torch.stack(_listed(pick(values)), out=buffer)
-                matrix = _reduce_rows(buffer.view(len(members), -1), pairs)
+                stacked = torch.stack(_listed(pick(values)), out=buffer)
+                matrix = _reduce_rows(stacked.view(len(members), -1), pairs)
             except (RuntimeError, TypeError, NotImplementedError):
                 continue  # numpy computes these on the host
             for row, i in enumerate(members):
