@@ -49,7 +49,7 @@ def assert_step_skipped(run, problem: str) -> None:
     problem; the other steps read; `smdebug ls` says so."""
     trial = create_trial(run)
     assert trial.steps() == [0, 2] and trial.tensor("a").steps() == [0, 2]
-    assert trial.corrupt_steps == [1] and trial.corrupt_steps() == [1]
+    assert trial.corrupt_steps() == [1]
     why = trial.corrupt()["worker_0"][1]
     assert "000000000001_worker_0.json" in why and problem in why, why
     assert trial.tensor("a").value(2)[0] == 2

@@ -73,7 +73,7 @@ def test_bit_flip_in_a_tensor_is_detected_reported_and_skipped(run, caplog):
     assert len(warnings) == 1 and f"offset {b['start_idx']}" in warnings[0]
     assert_rest_readable(trial, {("b", 2)})
     # the step is listed once its damaged record was read (its other records stay readable)
-    assert trial.corrupt_steps == [2] and "000000000002_worker_0.tfevents" in trial.corrupt()["worker_0"][2]
+    assert trial.corrupt_steps() == [2] and "000000000002_worker_0.tfevents" in trial.corrupt()["worker_0"][2]
 
 
 def test_truncated_event_file_keeps_earlier_records_and_other_steps(run, caplog):
@@ -148,7 +148,7 @@ def test_malformed_index_file_skips_its_step_and_says_so(run, content, problem, 
     caplog.set_level(logging.WARNING, logger="smdebug")
     trial = create_trial(run)  # the rest of the run reads: only step 1 is left out
     assert trial.steps() == [0, 2, 3] and trial.tensor("a").steps() == [0, 2, 3]
-    assert trial.corrupt_steps == [1]
+    assert trial.corrupt_steps() == [1]
     message = trial.corrupt()["worker_0"][1]
     assert "index/000000000/000000000001_worker_0.json" in message and "malformed index file" in message
     assert re.search(problem, message)

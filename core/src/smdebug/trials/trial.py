@@ -284,7 +284,7 @@ class Trial:
 
     def _skip_damaged(self, relpath: str, step: int, worker: str, why: str) -> None:
         """A step whose index file cannot be read: left out of the trial, said once and listed by
-        ``corrupt()`` / ``corrupt_steps`` (the rest of the run reads as usual)."""
+        ``corrupt()`` / ``corrupt_steps()`` (the rest of the run reads as usual)."""
         self._loaded_index.add(relpath)  # published whole by the writer: it will not get better
         self._damaged.setdefault(worker, {})[step] = why
         logger.warning("smdebug: skipping damaged step %d of %s: %s", step, worker, why)
@@ -599,10 +599,9 @@ class Trial:
         self.maybe_refresh()
         return {w: dict(sorted(steps.items())) for w, steps in sorted(self._damaged.items())}
 
-    @property
-    def corrupt_steps(self) -> _Steps:
-        """The damaged steps, sorted (``corrupt()`` says which worker and why); also callable."""
-        return _Steps(sorted({step for steps in self.corrupt().values() for step in steps}))
+    def corrupt_steps(self) -> list[int]:
+        """The damaged steps, sorted (``corrupt()`` says which worker and why)."""
+        return sorted({step for steps in self.corrupt().values() for step in steps})
 
     # -- health monitoring (hooks with health=True write a record per worker; smdebug 1.0 lists none) --------
     def health_records(self) -> list[dict]:
@@ -653,13 +652,6 @@ class Trial:
     def unsaved_steps(self) -> list[int]:
         """The steps some worker could not save, sorted (see ``unsaved()`` for who and why)."""
         return sorted({step for steps in self.unsaved().values() for step in steps})
-
-
-class _Steps(list):
-    """A list of steps that may also be called (``trial.corrupt_steps`` and ``trial.corrupt_steps()``)."""
-
-    def __call__(self) -> list[int]:
-        return list(self)
 
 
 class LocalTrial(Trial):
