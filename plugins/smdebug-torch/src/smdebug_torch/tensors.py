@@ -211,25 +211,16 @@ def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]
                 _plans.clear()
             plan = _plans[key] = _Plan(values, pairs)
         return plan.run(values, pairs)
+    present = [
+        (i, t)
+        for i, v in enumerate(values)
+        if isinstance(v, torch.Tensor)
+        for t in [_prepared(v)]
+        if t is not None
+    ]
     results: list[Row | None] = [None] * len(values)
-    shapes: dict = {}  # (device, dtype, shape) -> [(index, tensor)] of small tensors
-    for i, value in enumerate(values):
-        if not isinstance(value, torch.Tensor):
-            continue
-        t = _prepared(value)
-        if t is not None:
-            numel = t.numel()
-            shapes.setdefault((t.device, t.dtype, t.shape if numel <= STACK_NUMEL else i), []).append((i, t))
-    alone: dict = {}  # (device, dtype) -> [(index, tensor)] of tensors without a partner of their shape
-    for key, members in shapes.items():
-        if len(members) == 1:
-            alone.setdefault(key[:2], []).extend(members)
-            continue
-        per_stack = max(1, STACK_ELEMENTS // members[0][1].numel())
-        for first in range(0, len(members), per_stack):
-            _fill(results, members[first : first + per_stack], _stacked, pairs)
-    for members in alone.values():
-        _fill(results, members, _reduce_each, pairs)
+    for members, stacked in _groups([t for _, t in present]):
+        _fill(results, [present[j] for j in members], _stacked if stacked else _reduce_each, pairs)
     return results
 
 
