@@ -55,6 +55,7 @@ class Store:
             self.is_local = True
             self._secrets = []
             self._inside: dict[str, bool] = {}
+            self._root_real: str | None = None
             return
         import fsspec
 
@@ -87,6 +88,7 @@ class Store:
         self.is_local = "file" in _protocols(fs)
         self._secrets = _secrets_of(fs)
         self._inside = {}
+        self._root_real = None
 
     def __repr__(self):
         return f"<Store {self.uri}>"
@@ -277,9 +279,12 @@ class Store:
         file (checked before opening: opening a FIFO would wait for a writer)."""
         if not self._is_inside(os.path.dirname(path)):
             raise CorruptRunError(f"{path}: its folder leads out of the run; not read")
-        if os.path.islink(path) and not self._is_inside(os.path.realpath(path), resolved=True):
-            raise CorruptRunError(f"{path}: a link leading out of the run; not read")
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        info = os.lstat(path)  # looked at before opening: opening a FIFO waits, a device may act
+        if stat.S_ISLNK(info.st_mode):
+            if not self._is_inside(os.path.realpath(path), resolved=True):
+                raise CorruptRunError(f"{path}: a link leading out of the run; not read")
+            info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
             raise CorruptRunError(f"{path}: not a regular file; not read")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         info = os.fstat(fd)
@@ -289,17 +294,32 @@ class Store:
         return fd, info.st_size
 
     def _is_inside(self, path: str, resolved: bool = False) -> bool:
-        """Whether a local path (a folder, or a resolved file) lies inside the run's real folder."""
+        """Whether a local path (a folder, or a resolved file) lies inside the run's real folder. A folder
+        below the root is inside when its parent is and it is no link leading out: one lstat a new folder
+        (a run has a folder a step), not a realpath of the whole chain."""
+        if resolved:
+            root = self._real_root()
+            return path == root or path.startswith(root.rstrip("/") + "/")
         known = self._inside.get(path)
         if known is None:
-            root = os.path.realpath(self.root)
-            real = path if resolved else os.path.realpath(path)
-            known = real == root or real.startswith(root.rstrip("/") + "/")
-            if not resolved:
-                if len(self._inside) >= 1024:  # each step has a folder: a long run would keep them all
-                    self._inside.clear()
-                self._inside[path] = known
+            parent = os.path.dirname(path)
+            if path == self.root:
+                known = True
+            elif parent != path and path.startswith(self.root + "/") and "/.." not in path[len(self.root) :]:
+                known = self._is_inside(parent) and (
+                    not os.path.islink(path) or self._is_inside(os.path.realpath(path), resolved=True)
+                )
+            else:
+                known = self._is_inside(os.path.realpath(path), resolved=True)
+            if len(self._inside) >= 1024:  # each step has a folder: a long run would keep them all
+                self._inside.clear()
+            self._inside[path] = known
         return known
+
+    def _real_root(self) -> str:
+        if self._root_real is None:
+            self._root_real = os.path.realpath(self.root)
+        return self._root_real
 
     def _check_folder(self, path: str) -> None:
         """The writer writes nothing through a link inside the run that leads out of it."""
