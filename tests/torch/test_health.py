@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from support import run_ranks
+from support import chromium, run_ranks, script_errors, smdebug_cli
 from torch import nn
 
 import smdebug.pytorch as smd
@@ -152,6 +152,18 @@ def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, modu
     listing = why(out_dir, command="ls")
     assert f"First non-finite: step {FAULT} (GLOBAL) on worker_0, {direction} {tensor}" in listing
     assert json.loads(why(out_dir, "--json", command="ls"))["first_nonfinite"]["module"] == module
+
+
+def test_report_page_shows_where_the_first_nonfinite_value_appeared(out_dir, tmp_path):
+    """``smdebug report`` of a run with a NaN in the input at step FAULT: the page's provenance panel names
+    the step and the input, and renders in headless Chromium."""
+    train(out_dir, fault="input")
+    page = tmp_path / "nan.html"
+    assert smdebug_cli("report", out_dir, "-o", page, "--no-rules").returncode == 0
+    panel = page.read_text().split('id="provenance"', 1)[1].split("</section>", 1)[0]
+    assert f"<th>step</th><td class='mono'>{FAULT}</td>" in panel and "input" in panel
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom
 
 
 def test_rows_judged_a_step_late_name_the_gradient_and_its_step(out_dir):
