@@ -68,13 +68,14 @@ def _run(python: str, name: str, **args) -> dict:
     return json.loads(lines[-1])
 
 
-def _figures(res: dict) -> dict:
+def step_figures(res: dict) -> dict:
+    """An overhead workload's figures (bench/run.py's rows too): the median over block pairs of hooked /
+    plain time (robust to other load on the machine), the plain step and what the hook adds to it."""
     pairs = list(zip(res["hooked_s"], res["plain_s"]))
     return {
         "ratio": statistics.median(h / p for h, p in pairs),
         "plain_step_ms": 1000 * statistics.median(res["plain_s"]) / res["block"],
         "extra_ms": 1000 * statistics.median(h - p for h, p in pairs) / res["block"],
-        "version": res["version"],
     }
 
 
@@ -104,7 +105,7 @@ def bench(only: set, args, tmp: str) -> dict:
                         python, workload, config=config, out_dir=f"{tmp}/{framework}-{impl[:4]}-{config}-{r}",
                         steps=args.steps, **extra,
                     )  # fmt: skip
-                    fig = _figures(res)
+                    fig = {**step_figures(res), "version": res["version"]}
                     out[impl][config].append(fig)
                     _log(
                         f"{framework:<6} {config:<10} {impl:<15} ratio {fig['ratio']:.3f} "

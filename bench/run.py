@@ -94,23 +94,11 @@ def bench_overhead(pythons, rounds, steps, tmp) -> dict:
                     out_dir=f"{tmp}/oh-{impl[:4]}-{config}-{r}",
                     steps=steps,
                 )
-                # per block pair: hooked time / plain time; the median is robust to other load on the machine
-                ratios = [h / p for h, p in zip(res["hooked_s"], res["plain_s"])]
-                step_ms = 1000 * median(res["plain_s"]) / res["block"]
-                extra_ms = (
-                    1000 * median([h - p for h, p in zip(res["hooked_s"], res["plain_s"])]) / res["block"]
-                )
-                out[impl][config].append(
-                    {
-                        "ratio": median(ratios),
-                        "plain_step_ms": step_ms,
-                        "extra_ms": extra_ms,
-                        "close_s": res["close_s"],
-                    }
-                )
+                fig = frameworks.step_figures(res)
+                out[impl][config].append({**fig, "close_s": res["close_s"]})
                 log(
-                    f"overhead {config:<10} {impl:<15} ratio {median(ratios):.3f} "
-                    f"(plain step {step_ms:.2f} ms)"
+                    f"overhead {config:<10} {impl:<15} ratio {fig['ratio']:.3f} "
+                    f"(plain step {fig['plain_step_ms']:.2f} ms)"
                 )
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp, exist_ok=True)
@@ -126,11 +114,9 @@ def bench_fsdp(python, rounds, steps, tmp) -> dict:
             res = run_workload(
                 python, "fsdp_overhead", config=config, out_dir=f"{tmp}/fsdp-{config}-{r}", steps=steps
             )
-            ratios = [h / p for h, p in zip(res["hooked_s"], res["plain_s"])]
-            step_ms = 1000 * median(res["plain_s"]) / res["block"]
-            extra_ms = 1000 * median([h - p for h, p in zip(res["hooked_s"], res["plain_s"])]) / res["block"]
-            out[config].append({"ratio": median(ratios), "plain_step_ms": step_ms, "extra_ms": extra_ms})
-            log(f"fsdp {config:<10} ratio {median(ratios):.3f} (plain step {step_ms:.2f} ms)")
+            fig = frameworks.step_figures(res)
+            out[config].append(fig)
+            log(f"fsdp {config:<10} ratio {fig['ratio']:.3f} (plain step {fig['plain_step_ms']:.2f} ms)")
     shutil.rmtree(tmp, ignore_errors=True)
     return out
 
@@ -150,21 +136,10 @@ def bench_many(pythons, rounds, steps, tmp) -> dict:
                 model="mlp",
                 depth=MANY_DEPTH,
             )
-            ratios = [h / p for h, p in zip(res["hooked_s"], res["plain_s"])]
-            extra_ms = 1000 * median([h - p for h, p in zip(res["hooked_s"], res["plain_s"])]) / res["block"]
-            out[impl].append(
-                {
-                    "ratio": median(ratios),
-                    "plain_step_ms": 1000 * median(res["plain_s"]) / res["block"],
-                    "extra_ms": extra_ms,
-                    "per_tensor_us": 1000 * extra_ms / res["parameters"],
-                    "parameters": res["parameters"],
-                }
-            )
-            log(
-                f"many tensors {impl:<15} ratio {median(ratios):.3f}, "
-                f"{1000 * extra_ms / res['parameters']:.1f} µs per tensor"
-            )
+            fig = frameworks.step_figures(res)
+            per_tensor_us = 1000 * fig["extra_ms"] / res["parameters"]
+            out[impl].append({**fig, "per_tensor_us": per_tensor_us, "parameters": res["parameters"]})
+            log(f"many tensors {impl:<15} ratio {fig['ratio']:.3f}, {per_tensor_us:.1f} µs per tensor")
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp, exist_ok=True)
     return out
@@ -186,17 +161,9 @@ def bench_health(python, rounds, steps, tmp) -> dict:
                 model=model,
                 depth=MANY_DEPTH,
             )
-            ratios = [h / p for h, p in zip(res["hooked_s"], res["plain_s"])]
-            extra_ms = 1000 * median([h - p for h, p in zip(res["hooked_s"], res["plain_s"])]) / res["block"]
-            out[model].append(
-                {
-                    "ratio": median(ratios),
-                    "plain_step_ms": 1000 * median(res["plain_s"]) / res["block"],
-                    "extra_ms": extra_ms,
-                    "parameters": res["parameters"],
-                }
-            )
-            log(f"health {model:<4} ratio {median(ratios):.3f} (+{extra_ms:.2f} ms a step)")
+            fig = frameworks.step_figures(res)
+            out[model].append({**fig, "parameters": res["parameters"]})
+            log(f"health {model:<4} ratio {fig['ratio']:.3f} (+{fig['extra_ms']:.2f} ms a step)")
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp, exist_ok=True)
     return out
