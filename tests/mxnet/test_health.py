@@ -13,6 +13,7 @@ from mxnet import autograd, gluon
 
 import smdebug.mxnet as smd
 from smdebug.cli import main as cli
+from smdebug.exceptions import TensorUnavailableForStep
 
 FAULT = 4
 BATCH = 4
@@ -29,12 +30,16 @@ class Plant(gluon.Block):
 
     def forward(self, x):
         out = x * self.scale.data()
-        return out + np.inf if self.hit else out
+        out = out + np.inf if self.hit else out
+        self.seen = (x, out)
+        return out
 
 
-def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, **hook_args):
-    """Train a tiny net ``steps`` steps; the l2 norm of each step's hidden weight as the hook saves it
-    (after the step's update) and of its gradient."""
+def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, seen=None, **hook_args):
+    """Train a tiny net ``steps`` steps, its input batches in one buffer refilled in place; the l2 norm
+    of each step's hidden weight as the hook saves it (after the step's update) and of its gradient.
+    ``seen``: filled with the tensors of step FAULT as the step left them; a collection "layers" names
+    the model's input and the planted block's input and output."""
     mx.random.seed(0)
     with mx.name.NameManager():
         net = gluon.nn.Sequential()
@@ -43,19 +48,24 @@ def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, **ho
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     net.initialize(mx.init.Xavier())
     hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5), **hook_args)
+    plant, hidden = net[1], net[0]
+    if seen is not None:
+        hook.get_collection("layers").add_block_tensors(net, inputs=True, outputs=False)
+        hook.get_collection("layers").add_block_tensors(plant, inputs=True, outputs=True)
     hook.register_block(net)
     hook.register_block(loss_fn)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
     rng = np.random.RandomState(0)
-    plant, hidden = net[1], net[0]
     norms, grads = [], []
+    batch = mx.nd.zeros((BATCH, 4))
     for step in range(steps):
         x = rng.randn(BATCH, 4).astype("float32")
         if input_fault and step == FAULT:
             x[1, 2] = np.nan
         plant.hit = fault == "forward" and step == FAULT
+        batch[:] = x
         with autograd.record():
-            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(rng.randint(0, 3, BATCH)))
+            loss = loss_fn(net(batch), mx.nd.array(rng.randint(0, 3, BATCH)))
         loss.backward()
         if fault == "gradient" and step == FAULT:
             plant.scale.grad()[2] = np.nan
@@ -64,6 +74,18 @@ def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, **ho
             trainer.set_learning_rate(trainer.learning_rate * 1e4)
         trainer.step(BATCH)
         norms.append(float(np.linalg.norm(hidden.weight.data().asnumpy())))
+        if seen is not None and step == FAULT:
+            seen.update(
+                {
+                    net.name + "_input_0": x,
+                    plant.name + "_input_0": plant.seen[0].asnumpy(),
+                    plant.name + "_output_0": plant.seen[1].asnumpy(),
+                    hidden.weight.name: hidden.weight.data().asnumpy(),
+                    "gradient/" + hidden.weight.name: hidden.weight.grad().asnumpy(),
+                    "gradient/" + plant.scale.name: plant.scale.grad().asnumpy(),
+                    "loss": loss.asnumpy(),
+                }
+            )
     hook.close()
     return net, norms, grads
 
@@ -121,6 +143,55 @@ def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, wher
     bad = "gradient/" + (net[0].weight.name if fault == "input" else net[1].scale.name)
     assert not np.isfinite(trial.tensor(bad).reduction_value(FAULT, "l2"))
     assert json.loads(why(out_dir, "--json"))["tensor"] == tensor
+
+
+@pytest.mark.parametrize("fault", ["gradient", "forward"])
+def test_a_trigger_saves_the_steps_tensors_the_collections_name(out_dir, fault):
+    """The first non-finite value at a step that is not a save step: that step's weights, gradients,
+    loss and the layer tensors a collection names are in the run, with the values the step had."""
+    seen = {}
+    net, _, _ = train(
+        out_dir, fault=fault, seen=seen, include_collections=["weights", "gradients", "losses", "layers"]
+    )
+    trial = smd.create_trial(out_dir)
+    assert trial.first_nonfinite()["step"] == FAULT
+    assert FAULT % 5 != 0  # not a step of the save interval
+    weight = net[0].weight.name
+    with pytest.raises(TensorUnavailableForStep):  # the recorder's steps before: reductions only
+        trial.tensor(weight).value(FAULT - 1)
+    seen[trial.tensor_names(collection="losses")[0]] = seen.pop("loss")
+    for name, value in seen.items():
+        saved = trial.tensor(name).value(FAULT)
+        np.testing.assert_array_equal(saved, value, err_msg=name)  # (NaN where NaN)
+    plant = net[1]
+    if fault == "gradient":  # NaN planted into one value of the scale's gradient
+        grad = trial.tensor("gradient/" + plant.scale.name).value(FAULT)
+        assert np.isnan(grad).tolist() == [False, False, True, False, False]
+        assert np.isfinite(trial.tensor(plant.name + "_output_0").value(FAULT)).all()
+    else:  # inf added to the planted block's output
+        assert np.isposinf(trial.tensor(plant.name + "_output_0").value(FAULT)).all()
+        assert np.isfinite(trial.tensor(plant.name + "_input_0").value(FAULT)).all()
+    # the model's input is the step's batch, although its buffer was refilled before the step was judged
+    assert not np.array_equal(trial.tensor(net.name + "_input_0").value(5), seen[net.name + "_input_0"])
+
+
+def test_rows_read_a_step_late_on_a_gpu_still_name_the_first_nonfinite(out_dir, monkeypatch):
+    """On a GPU the row is read when the next step is recorded (no wait for the device): that path, run
+    on the CPU, finds the same place and writes the same recorder."""
+    from smdebug_mxnet import health
+
+    monkeypatch.setattr(health, "reads_late", lambda ctx: True)
+    net, norms, _ = train(out_dir, fault="gradient")
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (
+        FAULT,
+        "backward",
+        "gradient/" + net[1].scale.name,
+    )
+    weight = net[0].weight.name
+    for step in range(FAULT):
+        assert trial.tensor(weight).reduction_value(step, "l2") == pytest.approx(norms[step], rel=1e-5)
 
 
 class HybridPlant(gluon.HybridBlock):

@@ -6,22 +6,29 @@ hook closes), after ``trainer.step`` has changed the weights. A step is recorded
 max |x| of every parameter's weight (as the step left it, the value the hook saves as that step's weight),
 every gradient (final since the step's backward) and the loss (the registered loss block's output), in
 one call of a cached MXNet graph over all of them (BLAS dot products and oneDNN pooling, see Statistics) that
-writes straight into the recorder's row, an NDArray ring on the parameters' context. Nothing waits: the
-row is read on the host when the next step is recorded (MXNet's engine has long computed it), a save
-step's at once (the save writes its statistics).
+writes straight into the recorder's row, an NDArray ring on the parameters' context.
+
+On the CPU the row is read and judged at once, while the step's tensors are still as the step left them
+(the next backward overwrites the gradients in place, the next ``trainer.step`` the weights): on a
+trigger the step's tensors the user's collections name are saved into it, whatever the save interval.
+The wait costs next to nothing there: the training thread, not MXNet's engine, is what limits a CPU step
+(measured in-process against reading the row a step later: no difference beyond the noise). On a GPU
+the row is read when the next step is recorded (nothing waits for the device), a save step's at once, so
+only a save step's tensors are saved on a trigger (as with torch on a GPU).
 
 Provenance, cheaply and correctly although the weights have moved on: a re-run of the bad step's forward
 pass is impossible (its weights are gone), and checks switched on only once something is seen would look
 at the next step, whose every output a NaN weight already spoils. So every step keeps, lazily, what the
-check needs: each of the model's blocks' forward hooks keeps a reference to its outputs (no computation),
-and the model's input batch gets one queued reduction (its sum of |x|: non-finite if any value is; a
-buffer the script refills later is judged as the step saw it). They are kept until the step's row is
-read (one step longer than training keeps them) and read only when that row holds the run's first
-non-finite value, in the order the step computed them: the input batch, the blocks' outputs in the order
-their forward passes ended (a child ends before its parent: the first bad one is where the value
-appeared), the loss, then the gradient nearest the output. A hybridized model runs its blocks as one
-graph without their forward hooks: while MXNet builds that graph they say which node outputs are theirs,
-and MXNet's op hook hands those over as the graph runs (a reference each, as for the other blocks).
+check needs: each of the model's blocks' forward hooks keeps a reference to its inputs and outputs (no
+computation), and the model's input batch gets one queued reduction (its sum of |x|: non-finite if any
+value is; a buffer the script refills later is judged as the step saw it; an engine copy of it is kept
+only when a collection names it). They are kept until the step's row is read and read only when that row
+holds the run's first non-finite value (or, on a trigger, to save those the collections name), in the
+order the step computed them: the input batch, the blocks' outputs in the order their forward passes
+ended (a child ends before its parent: the first bad one is where the value appeared), the loss, then the
+gradient nearest the output. A hybridized model runs its blocks as one graph without their forward hooks:
+while MXNet builds that graph they say which node outputs are theirs, and MXNet's op hook hands those
+over as the graph runs (a reference each, as for the other blocks).
 """
 
 from __future__ import annotations
@@ -91,13 +98,15 @@ class MXNetHealth:
         self.monitor = hook.health
         self.loss_blocks: list = []  # names of the registered loss blocks, in registration order
         self._collected = None  # the step last recorded
-        self._inputs: list = []  # (model name, [(tensor name, queued sum of |x|)]) of the step
-        self._outputs: list = []  # (block name, outputs) of the step, in the order the forwards ended
+        # (model name, [(tensor name, queued sum of |x|, the array, its engine copy or None)]) of the step
+        self._inputs: list = []
+        self._outputs: list = []  # (block name, inputs or None, outputs) of the step, as the forwards ended
         self._nodes: dict[str, str] = {}  # a hybridized graph's node output -> the block it is the output of
         self._loss = None  # (tensor name, output) of the step's first loss block call
         self._layout = None  # (key, (parameter, has a gradient), names, loss name, Statistics by loss shape)
         self._ring = None
         self._rows: list = []
+        self._late = False  # the ring is on a GPU: rows are read a step late
         self._lagged = None  # (slot, step, mode, mode step, inputs, outputs, loss name) of a row to read
 
     # -- what the hook tells it ------------------------------------------------------------------------
@@ -115,18 +124,22 @@ class MXNetHealth:
         """A model's forward starts (after the previous step was recorded)."""
         if self.hook.mode not in RECORDED_MODES or self._inputs:
             return
+        hook = self.hook
+        flags = []
         with autograd.pause():
-            flags = [
-                (name, mx.nd.sum(mx.nd.abs(value)))
-                for name, value in self.hook.numbered_tensors(block.name + INPUT_SUFFIX, inputs)
-                if isinstance(value, mx.nd.NDArray) and np.issubdtype(value.dtype, np.floating)
-            ]
+            for i, value in enumerate(hook.tensors_in(inputs)):
+                name = f"{block.name}{INPUT_SUFFIX}{i}"
+                # the buffer may be refilled before the step is judged: a copy, if a collection names it
+                kept = mx.nd._internal._copy(value) if hook.collections_of(name) else None
+                flag = mx.nd.sum(mx.nd.abs(value)) if np.issubdtype(value.dtype, np.floating) else None
+                flags.append((name, flag, value, kept))
         self._inputs.append((block.name, flags))
 
     def _on_output(self, block, inputs, outputs) -> None:
         symbols = list(symbols_in(outputs))
         if not symbols:
-            self._outputs.append((block.name, outputs))
+            # a model's own inputs are kept by model_input
+            self._outputs.append((block.name, None if block in self.hook.models else inputs, outputs))
             return
         # a hybridized graph being built: which of its node outputs are this block's (a child's forward
         # ends before its parent's, so a node keeps the innermost block)
@@ -144,7 +157,7 @@ class MXNetHealth:
         smdebug_mxnet.hybrid): kept when it is a block's output (no computation, as for other blocks)."""
         block = self._nodes.get(node_output)
         if block is not None and self.hook.mode in RECORDED_MODES:
-            self._outputs.append((block, value))
+            self._outputs.append((block, None, value))
 
     def _on_loss(self, block, inputs, outputs) -> None:
         if self._loss is None and isinstance(outputs, mx.nd.NDArray):
@@ -152,9 +165,8 @@ class MXNetHealth:
 
     # -- every step ------------------------------------------------------------------------------------
     def collect(self) -> None:
-        """Record the hook's current step (once), as it ends. Its row is read on the host when the next
-        step ends (by then long computed: no wait for MXNet's engine), a save step's at once (the save
-        writes its statistics)."""
+        """Record the hook's current step (once), as it ends, and judge it at once (on a GPU: when the
+        next step ends, a save step's at once)."""
         hook = self.hook
         if not hook.in_step or self._collected == hook.step or hook.closed:
             return
@@ -170,11 +182,11 @@ class MXNetHealth:
             if recorded is None:
                 return
             slot, tensors, names, loss_name = recorded
-            lagged = (slot, hook.step, hook.mode, hook.mode_step, step[0], step[1], loss_name)
-            if hook.anything_due():
-                self._judge(lagged, tensors, names)
+            judged = (slot, hook.step, hook.mode, hook.mode_step, step[0], step[1], loss_name)
+            if self._late and not hook.anything_due():
+                self._lagged = judged
             else:
-                self._lagged = lagged
+                self._judge(judged, tensors, names)
 
     def judge_lagged(self) -> None:
         """Judge the row the last recorded step left to be read (the hook closes: now)."""
@@ -205,24 +217,29 @@ class MXNetHealth:
             op(tensors, out=self._rows[slot])  # (straight into the ring's row)
         return slot, tensors, names, loss_name
 
-    def _judge(self, lagged: tuple, tensors: list | None, names: tuple) -> None:
-        """Judge a recorded row; ``tensors``: the step's own arrays (still as the step left them), whose
-        values the user's collections name are saved if the row holds the first non-finite value."""
-        slot, step, mode, mode_step, inputs, outputs, loss_name = lagged
+    def _judge(self, judged: tuple, tensors: list | None, names: tuple) -> None:
+        """Judge a recorded row; ``tensors``: the step's parameters, gradients and loss, still as the step
+        left them (None for a row read late), saved with the step's block tensors, as far as the user's
+        collections name them, when the row fires a trigger (the first non-finite value, a loss spike)."""
+        slot, step, mode, mode_step, inputs, outputs, loss_name = judged
         if self._ring is None:
             return
         row = self._rows[slot].asnumpy()
-        if self.monitor.check(slot, row):
+        monitor = self.monitor
+        triggers = len(monitor.triggers)
+        if monitor.check(slot, row):
             where = self._where(row, inputs, outputs, loss_name)
-            self.monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
-            if tensors is not None:
-                with self.hook.guard("save the step's tensors"):
-                    self._save_step(tensors, names)
+            monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
+        if tensors is not None and len(monitor.triggers) > triggers:
+            with self.hook.guard("save the step's tensors"):
+                self._save_step(zip(names, tensors))
+                self._save_step(self._block_tensors(inputs, outputs))
 
     def _make_ring(self, rows: int, columns: int):
         weights = self._layout[1] if self._layout is not None else []
         ctx = _alive(weights[0]).list_ctx()[0] if weights else mx.cpu()
         self._ring = mx.nd.full((rows, columns), ABSENT, ctx=ctx, dtype="float32")
+        self._late = reads_late(ctx)
         self._rows = [self._ring[i] for i in range(rows)]  # views of its rows (a view costs a call)
         return self._ring
 
@@ -244,13 +261,12 @@ class MXNetHealth:
     def _where(self, row, inputs, outputs, loss_name) -> dict:
         """Where the step's first non-finite value appeared (see the module's docstring)."""
         for model, flags in inputs:
-            for name, flag in flags:
-                if not np.isfinite(flag.asnumpy()).all():
+            for name, flag, _, _ in flags:
+                if flag is not None and not np.isfinite(flag.asnumpy()).all():
                     return _where("input", model, name)
-        for block, values in outputs:
-            for name, value in self.hook.numbered_tensors(block + OUTPUT_SUFFIX, values):
-                if _nonfinite(value):
-                    return _where("forward", block, name)
+        for block, name, value in self._block_tensors((), outputs, OUTPUT_SUFFIX):
+            if _nonfinite(value):
+                return _where("forward", block, name)
         bad = self.monitor.nonfinite_names(row)
         if loss_name in bad:
             return _where("loss", loss_name[: -len(OUTPUT_SUFFIX + "0")], loss_name)
@@ -266,12 +282,33 @@ class MXNetHealth:
             model.apply(lambda b: found.append(b.name) if param_name in b.params.keys() else None)
         return found[0] if found else param_name
 
-    def _save_step(self, tensors: list, names: tuple) -> None:
-        """The triggering step's tensors the user's collections name, saved as those collections save."""
+    def _block_tensors(self, inputs: list, outputs: list, only: str | None = None):
+        """(block, tensor name, array) of the step's model inputs (their copies where kept) and its blocks'
+        inputs and outputs (``only``: of this suffix), named as the hook names them, numbered per step."""
+        copies = {}
+        for model, flags in inputs:
+            for name, _, value, kept in flags:
+                if kept is not None:
+                    copies[id(value)] = kept  # (a child's input that is the model's batch: the copy too)
+                    yield model, name, kept
+        counts: dict[str, int] = {}
+        for block, block_inputs, values in outputs:
+            for suffix, value in ((INPUT_SUFFIX, block_inputs), (OUTPUT_SUFFIX, values)):
+                if value is None or only not in (None, suffix):
+                    continue
+                prefix = block + suffix
+                for tensor in self.hook.tensors_in(value):
+                    index = counts.get(prefix, 0)
+                    counts[prefix] = index + 1
+                    yield block, f"{prefix}{index}", copies.get(id(tensor), tensor)
+
+    def _save_step(self, named) -> None:
+        """The triggering step's tensors (``(name, array)`` or ``(block, name, array)``) the user's
+        collections name, saved as those collections save (those the step saved already aside)."""
         hook = self.hook
-        for name, tensor in zip(names, tensors):
+        for *_, name, tensor in named:
             if hook.is_due(name):
-                continue  # saved by the step already
+                continue
             collections = [c.name for c in hook.collections_of(name)]
             if collections:
                 BaseHook.save_tensor(hook, name, tensor, collections)
@@ -283,6 +320,11 @@ def _alive(ref):
     if param is None:
         raise ReferenceError("a parameter of the model was freed")
     return param
+
+
+def reads_late(ctx) -> bool:
+    """Whether a ring on this context is read a step late: on a GPU (a read would wait for the device)."""
+    return ctx.device_type != "cpu"
 
 
 def _where(direction: str, module: str, tensor: str) -> dict:
