@@ -260,6 +260,39 @@ def test_hybridized_layers_are_saved_as_without_hybridize(tmp_path, caplog):
             )
 
 
+def test_a_hybridized_layer_ending_in_an_operator_without_output_names_is_saved(tmp_path, caplog):
+    """MXNet's op hook reports the output of an operator without output names (tanh, exp...) as
+    "<node>_0" where the graph's Symbol says "<node>_output": the layer is saved all the same."""
+
+    def train(out_dir, hybridize):
+        mx.random.seed(0)
+        with mx.name.NameManager():
+            net = mx.gluon.nn.HybridSequential()
+            net.add(mx.gluon.nn.Dense(8), mx.gluon.nn.HybridLambda("tanh"), mx.gluon.nn.Dense(3))
+            loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+        net.initialize(mx.init.Xavier())
+        if hybridize:
+            net.hybridize()
+        hook = _hook(
+            out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1), include_collections=["layer"]
+        )
+        hook.get_collection("layer").add_block_tensors(net[1], inputs=True, outputs=True)
+        Run(hook, net, loss_fn).train(batches(2))
+        hook.close()
+        return create_trial(out_dir), net[1].name
+
+    plain, name = train(str(tmp_path / "plain"), hybridize=False)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        hybrid, _ = train(str(tmp_path / "hybrid"), hybridize=True)
+    assert not [r for r in caplog.records if "did not report" in r.getMessage()]
+    for tensor in (f"{name}_input_0", f"{name}_output_0"):
+        assert hybrid.tensor(tensor).steps() == plain.tensor(tensor).steps() == [0, 1]
+        for step in (0, 1):
+            np.testing.assert_allclose(
+                hybrid.tensor(tensor).value(step), plain.tensor(tensor).value(step), rtol=1e-5, atol=1e-6
+            )
+
+
 def test_fused_operators_are_named_in_one_warning(tmp_path, caplog):
     """static_alloc lets MXNet fuse Dense and its activation: the fused nodes are never reported."""
     plain = _train_all(str(tmp_path / "plain"), hybridize=False)

@@ -41,7 +41,7 @@ from mxnet import autograd
 
 from smdebug.plugin import BaseHook, ModeKeys
 from smdebug_mxnet.collection import GRADIENT_PREFIX, INPUT_SUFFIX, OUTPUT_SUFFIX
-from smdebug_mxnet.hybrid import symbols_in
+from smdebug_mxnet.hybrid import reported_names, symbols_in
 
 ABSENT = -1.0  # a tensor the step did not have: norms are never negative (smdebug.health)
 RECORDED_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # the modes whose steps compute gradients
@@ -145,12 +145,8 @@ class MXNetHealth:
         # ends before its parent's, so a node keeps the innermost block)
         for symbol in symbols:
             for node_output in symbol.list_outputs():
-                self._nodes.setdefault(node_output, block.name)
-                # the op hook names the outputs of operators without output names "<node>_<i>", where
-                # the Symbol says "<node>_output" (one output) or "<node>_output<i>"
-                node, _, index = node_output.rpartition("_output")
-                if node and (not index or index.isdigit()):
-                    self._nodes.setdefault(f"{node}_{index or 0}", block.name)
+                for reported in reported_names(node_output):
+                    self._nodes.setdefault(reported, block.name)
 
     def node_output(self, node_output: str, value) -> None:
         """A hybridized graph's node output, as its cached graph runs (MXNet's op hook, through

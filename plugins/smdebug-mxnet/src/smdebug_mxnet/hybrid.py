@@ -35,6 +35,16 @@ def _ndarrays(value):
             yield from _ndarrays(item)
 
 
+def reported_names(node_output: str) -> tuple[str, ...]:
+    """The names MXNet's op hook may report a graph node output under: the Symbol's ("<node>_output", or
+    "<node>_output<i>" for several outputs) and, for an operator without output names (exp, tanh,
+    broadcast_mul...), "<node>_<i>"."""
+    node, _, index = node_output.rpartition("_output")
+    if node and (not index or index.isdigit()):
+        return node_output, f"{node}_{index or 0}"
+    return (node_output,)
+
+
 class HybridTaps:
     """Maps graph node outputs to child block tensor names, and saves them when the op hook reports them."""
 
@@ -75,7 +85,10 @@ class HybridTaps:
                 for node_output in sym.list_outputs():
                     index = self.counters.get(prefix, 0)
                     self.counters[prefix] = index + 1
-                    table.setdefault(node_output, []).append(f"{prefix}{index}")
+                    # (a graph's inputs are variables, which the op hook never reports)
+                    keys = reported_names(node_output) if table is self.pending_nodes else (node_output,)
+                    for key in keys:
+                        table.setdefault(key, []).append(f"{prefix}{index}")
 
     def called(self, block, inputs) -> None:
         """A block's forward hook with NDArrays. The first one after a graph was built tells whose graph it
