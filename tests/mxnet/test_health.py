@@ -35,10 +35,10 @@ class Plant(gluon.Block):
         return out
 
 
-def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, seen=None, **hook_args):
+def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, seen=None, at=FAULT, **hook_args):
     """Train a tiny net ``steps`` steps, its input batches in one buffer refilled in place; the l2 norm
     of each step's hidden weight as the hook saves it (after the step's update) and of its gradient.
-    ``seen``: filled with the tensors of step FAULT as the step left them; a collection "layers" names
+    The fault is planted at step ``at``; ``seen``: filled with the tensors of that step as it left them; a collection "layers" names
     the model's input and the planted block's input and output."""
     mx.random.seed(0)
     with mx.name.NameManager():
@@ -60,21 +60,21 @@ def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, seen
     batch = mx.nd.zeros((BATCH, 4))
     for step in range(steps):
         x = rng.randn(BATCH, 4).astype("float32")
-        if input_fault and step == FAULT:
+        if input_fault and step == at:
             x[1, 2] = np.nan
-        plant.hit = fault == "forward" and step == FAULT
+        plant.hit = fault == "forward" and step == at
         batch[:] = x
         with autograd.record():
             loss = loss_fn(net(batch), mx.nd.array(rng.randint(0, 3, BATCH)))
         loss.backward()
-        if fault == "gradient" and step == FAULT:
+        if fault == "gradient" and step == at:
             plant.scale.grad()[2] = np.nan
         grads.append(float(np.linalg.norm(hidden.weight.grad().asnumpy())))
         if step == lr_jump_at:
             trainer.set_learning_rate(trainer.learning_rate * 1e4)
         trainer.step(BATCH)
         norms.append(float(np.linalg.norm(hidden.weight.data().asnumpy())))
-        if seen is not None and step == FAULT:
+        if seen is not None and step == at:
             seen.update(
                 {
                     net.name + "_input_0": x,
@@ -175,6 +175,24 @@ def test_a_trigger_saves_the_steps_tensors_the_collections_name(out_dir, fault):
     assert not np.array_equal(trial.tensor(net.name + "_input_0").value(5), seen[net.name + "_input_0"])
 
 
+def test_a_fault_at_a_save_step_is_named_as_the_step_saves_it(out_dir):
+    """At a save step the hook has numbered the block tensors it saves: the provenance names the saved
+    tensor (its numbering is the step's own, not continued after the hook's)."""
+    seen = {}
+    net, _, _ = train(
+        out_dir,
+        fault="forward",
+        at=5,
+        seen=seen,
+        include_collections=["weights", "gradients", "losses", "layers"],
+    )
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["tensor"]) == (5, net[1].name + "_output_0")
+    assert np.isposinf(trial.tensor(first["tensor"]).value(5)).all()
+    assert trial.tensor_names(regex="_output_1$") == []
+
+
 def test_rows_read_a_step_late_on_a_gpu_still_name_the_first_nonfinite(out_dir, monkeypatch):
     """On a GPU the row is read when the next step is recorded (no wait for the device): that path, run
     on the CPU, finds the same place and writes the same recorder."""
@@ -258,3 +276,10 @@ def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
     assert trial.tensor("gradient/" + weight).reduction_value(spike, "l2") == pytest.approx(
         grads[spike], rel=1e-5
     )
+    # the spike's step's raw tensors, as the collections name them, although it is not a save step
+    assert np.linalg.norm(trial.tensor(weight).value(spike)) == pytest.approx(norms[spike], rel=1e-5)
+    assert np.linalg.norm(trial.tensor("gradient/" + weight).value(spike)) == pytest.approx(
+        grads[spike], rel=1e-5
+    )
+    with pytest.raises(TensorUnavailableForStep):
+        trial.tensor(weight).value(spike - 1)
