@@ -112,7 +112,7 @@ class MXNetHealth:
     # -- what the hook tells it ------------------------------------------------------------------------
     def watch(self, block) -> None:
         """A registered block: a loss block's output is the loss; a model's blocks (itself included)
-        keep their outputs for the step."""
+        keep their inputs and outputs for the step."""
         if isinstance(block, mx.gluon.loss.Loss):
             self.loss_blocks.append(block.name)
             block.register_forward_hook(self._on_loss)
