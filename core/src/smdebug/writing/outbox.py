@@ -24,6 +24,11 @@ from smdebug.writing.settings import CLOSE_RETRY_MAX, RETRY_FIRST, RETRY_MAX
 
 logger = logging.getLogger("smdebug")
 
+OUTBOX_MAX_BYTES = 64 * 1024 * 1024  # the outbox's memory budget: at most this, or the queue's bound
+# What a waiting publication holds besides its files' bytes in memory: its objects, the staged file's,
+# the paths (measured: ~1.5 KB a one-scalar step).
+PUBLICATION_BYTES = 1536
+
 
 def format_steps(steps) -> str:
     """ "3, 4, 6"; a long list as ranges, cut in the middle ("0-99, 200-299, ..., 9000-9999 (N steps)"), so
@@ -185,17 +190,32 @@ class Outbox:
         if self.refused:
             self._given_up(pub, self.refused, quiet=True)
             return
+        budget = min(self.max_queue_bytes, OUTBOX_MAX_BYTES)
+        with self._lock:
+            # A healthy store slower than the encoder (a rename and a write a step) makes the encoder
+            # wait, and so training at the queue's bound, rather than the outbox grow without end. A
+            # failing store does not: training goes on, the waiting steps spilled to disk.
+            while (
+                self._outbox
+                and self._outbox_memory + PUBLICATION_BYTES > budget
+                and not (self._failing or self._abandoned or self._draining_over())
+                and self._publisher.is_alive()
+            ):
+                self._lock.wait(0.5)
         memory = pub.in_memory()
-        # Waiting steps go to local disk beyond a small memory budget (spilled before the publisher
-        # can see them, so never while it reads them).
-        if self._outbox_memory + memory > min(self.max_queue_bytes, 64 * 1024 * 1024):
+        # Waiting steps go to local disk beyond the memory budget (spilled before the publisher can see
+        # them, so never while it reads them).
+        if self._outbox_memory + memory > budget:
             pub.spill()
             memory = pub.in_memory()
         with self._lock:
-            pub.memory = memory
-            self._outbox_memory += memory
+            pub.memory = memory + PUBLICATION_BYTES
+            self._outbox_memory += pub.memory
             self._outbox.append(pub)
             self._lock.notify_all()
+
+    def _draining_over(self) -> bool:
+        return self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
 
     # -- publisher thread ---------------------------------------------------------------------------
     def _publish_loop(self) -> None:
