@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from smdebug.reductions import numpy_reduction
-from smdebug_torch.sharded import combine, partials
+from smdebug_torch.sharded import combine, needed, partials
 
 PAIRS = [
     (r, a)
@@ -42,3 +42,17 @@ def test_a_nan_in_one_shard_propagates_as_numpy_does():
     combined = combine(partials(shards).numpy()[:, None, :])
     for pair in [("min", False), ("max", False), ("mean", False), ("l2", False)]:
         assert np.isnan(combined[pair][0]), pair
+
+
+@pytest.mark.parametrize(
+    "asked", [[("l2", False)], [("mean", False), ("max", False)], [("std", True), ("min", False)]]
+)
+def test_only_the_reductions_asked_are_combined_from_only_the_statistics_they_need(asked):
+    whole = torch.randn(40, dtype=torch.float64) - 0.5
+    shards = [whole[:25], whole[25:]]
+    gathered = partials(shards, needed(asked)).numpy()[:, None, :]
+    combined = combine(gathered, asked)
+    assert set(combined) >= set(asked)
+    for pair in asked:
+        expected = numpy_reduction(whole.numpy(), *pair)
+        assert combined[pair][0] == pytest.approx(expected, rel=1e-9, abs=1e-12), pair

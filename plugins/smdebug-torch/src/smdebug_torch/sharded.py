@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 # the partial statistics of a shard, one row per tensor: what every reduction of the full tensor needs
 N, SUM, M2, MIN, MAX, PROD, ASUM, AM2, AMIN, AMAX, APROD, SUMSQ, NONFINITE = range(13)
 _EMPTY = (0.0, 0.0, 0.0, math.inf, -math.inf, 1.0, 0.0, 0.0, math.inf, -math.inf, 1.0, 0.0, 0.0)
+_EMPTY_ROW = np.array(_EMPTY)
 _MEDIAN = "median"
 _NOTHING = torch.empty(0)  # what a replica that does not count contributes
 
@@ -189,12 +190,13 @@ def needed(pairs) -> set[int]:
 def partials(
     shards: list[torch.Tensor], stats: set[int] = _ALL, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The partial statistics of each shard, a [shards, 13] float64 host matrix (or written into ``out``):
-    only ``stats`` (the others keep the neutral values of an empty shard), computed where the shards live
-    by a few batched calls for all of them (torch's foreach kernels where they exist), then one stack of
-    the results and one transfer to the host per device and dtype."""
+    """The partial statistics of each shard, a [shards, 13] float64 host matrix (or written into ``out``,
+    one): only ``stats`` (the others keep the neutral values of an empty shard), computed where the shards
+    live by a few batched calls for all of them (torch's foreach kernels where they exist), then one stack
+    of the results and one transfer to the host per device and dtype; the rest in numpy, on the host."""
     if out is None:
         out = torch.tensor([_EMPTY] * len(shards), dtype=torch.float64)
+    host = out.numpy()
     groups: dict = {}
     for i, shard in enumerate(shards):
         t = _prepared(shard.detach())
@@ -204,16 +206,16 @@ def partials(
             ts.append(t.reshape(-1))
     for rows, ts in groups.values():
         block = _columns(ts, stats)
-        bad = ~torch.isfinite(block[:, SUMSQ])
+        bad = ~np.isfinite(block[:, SUMSQ])
         if bad.any():  # rare: a shard with NaN or inf (a finite sum of squares rules them out)
-            for k in bad.nonzero().flatten().tolist():
+            for k in bad.nonzero()[0].tolist():
                 block[k, NONFINITE] = float((~torch.isfinite(ts[k])).sum())
-        out[rows] = block
+        host[rows] = block
     return out
 
 
-def _columns(ts: list[torch.Tensor], stats: set[int]) -> torch.Tensor:
-    """The [tensors, 13] float64 host matrix of flat tensors of one device and dtype: one foreach call per
+def _columns(ts: list[torch.Tensor], stats: set[int]) -> np.ndarray:
+    """The [tensors, 13] float64 matrix of flat tensors of one device and dtype: one foreach call per
     statistic where torch has one, then one stack of every 0-d result and one transfer."""
     k = len(ts)
     found: dict[int, list] = {SUMSQ: torch._foreach_norm(ts, 2)}  # squared on the host (no overflow)
@@ -244,10 +246,10 @@ def _columns(ts: list[torch.Tensor], stats: set[int]) -> torch.Tensor:
         if APROD in stats:
             found[APROD] = [a.prod() for a in magnitudes]
     columns = list(found)
-    values = torch.stack([v for c in columns for v in found[c]]).double().cpu().reshape(len(columns), k)
-    block = torch.tensor([_EMPTY] * k, dtype=torch.float64)
-    block[:, columns] = values.T
-    n = torch.tensor([float(t.numel()) for t in ts], dtype=torch.float64)
+    values = torch.stack([v for c in columns for v in found[c]]).double().cpu().numpy()
+    block = np.tile(_EMPTY_ROW, (k, 1))
+    block[:, columns] = values.reshape(len(columns), k).T
+    n = np.array([t.numel() for t in ts], dtype=np.float64)
     block[:, N] = n
     block[:, SUMSQ] **= 2
     if M2 in stats:
@@ -259,32 +261,45 @@ def _columns(ts: list[torch.Tensor], stats: set[int]) -> torch.Tensor:
     return block
 
 
-def combine(gathered: np.ndarray) -> dict[tuple[str, bool], np.ndarray]:
-    """Every reduction but the median of each full tensor, from its shards' partial statistics
-    (gathered: [ranks, tensors, 13]): {(reduction, abs): [tensors]}; NaN for an empty tensor."""
+def combine(gathered: np.ndarray, pairs=None) -> dict[tuple[str, bool], np.ndarray]:
+    """The reductions ``pairs`` (default: every one but the median) of each full tensor, from its shards'
+    partial statistics (gathered: [ranks, tensors, 13]): {(reduction, abs): [tensors]}; NaN for an empty
+    tensor. Only those asked are computed (this runs at every saved step)."""
     g = gathered
     n = g[:, :, N].sum(0)
+    out = {}
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = {}
         for absolute, (s, m2, lo, hi, prod) in (
             (False, (SUM, M2, MIN, MAX, PROD)),
             (True, (ASUM, AM2, AMIN, AMAX, APROD)),
         ):
+            want = _COMBINED if pairs is None else {r for r, a in pairs if a == absolute}
+            if "min" in want:
+                out[("min", absolute)] = g[:, :, lo].min(0)
+            if "max" in want:
+                out[("max", absolute)] = g[:, :, hi].max(0)
+            if "prod" in want:
+                out[("prod", absolute)] = g[:, :, prod].prod(0)
+            if "l1" in want:
+                out[("l1", absolute)] = g[:, :, ASUM].sum(0)
+            if "l2" in want:
+                out[("l2", absolute)] = np.sqrt(g[:, :, SUMSQ].sum(0))
+            if want.isdisjoint(("sum", "mean", "variance", "std")):
+                continue
             total = g[:, :, s].sum(0)
             mean = total / n
-            # Chan et al.'s pairwise update: each shard's squared deviations moved to the full mean
-            shift = np.where(g[:, :, N] > 0, g[:, :, N] * (g[:, :, s] / g[:, :, N] - mean) ** 2, 0.0)
-            variance = (g[:, :, m2] + shift).sum(0) / n
-            out[("min", absolute)] = g[:, :, lo].min(0)
-            out[("max", absolute)] = g[:, :, hi].max(0)
-            out[("mean", absolute)] = mean
             out[("sum", absolute)] = total
-            out[("prod", absolute)] = g[:, :, prod].prod(0)
-            out[("variance", absolute)] = variance
-            out[("std", absolute)] = np.sqrt(variance)
-            out[("l1", absolute)] = g[:, :, ASUM].sum(0)
-            out[("l2", absolute)] = np.sqrt(g[:, :, SUMSQ].sum(0))
+            out[("mean", absolute)] = mean
+            if not want.isdisjoint(("variance", "std")):
+                # Chan et al.'s pairwise update: each shard's squared deviations moved to the full mean
+                shift = np.where(g[:, :, N] > 0, g[:, :, N] * (g[:, :, s] / g[:, :, N] - mean) ** 2, 0.0)
+                variance = (g[:, :, m2] + shift).sum(0) / n
+                out[("variance", absolute)] = variance
+                out[("std", absolute)] = np.sqrt(variance)
     return out
+
+
+_COMBINED = frozenset(("min", "max", "mean", "sum", "prod", "variance", "std", "l1", "l2"))
 
 
 class _Item:
@@ -388,7 +403,7 @@ class Shards:
                 "smdebug: the ranks captured different sharded tensors; their reductions are not saved",
             )
             return
-        columns = combine(gathered[:, 1:])
+        columns = combine(gathered[:, 1:], {pair for _, pairs, _ in items for pair in pairs})
         count = gathered[:, 1:, N].sum(0)
         reductions = {}
         for k, (name, pairs, dtype) in enumerate(items):
