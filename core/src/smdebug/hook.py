@@ -32,7 +32,9 @@ Called by a plugin:
     anything_due(), is_due(name), any_due(names), has_due_collection(*names), due_collections,
     collections_of(name), layer_wanted(layer)
     save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
-                                  collections); save_numbered(prefix, values) for numbered outputs,
+                                  collections); save_many_for_step(names, values) for a list of them
+                                  saved at every step (a model's parameters), planned once for the
+                                  same names tuple; save_numbered(prefix, values) for numbered outputs,
                                   numbered_tensors(prefix, values) to name them and save them later,
                                   tensors_in(values) the tensors of such an output, unnamed
     together()                    a block whose tensors' reductions start in one plugin call at its end
@@ -187,7 +189,8 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
         # reductions started this step, not yet on the host: the plugins' results and their names
         self._pending: list[Any] = []
-        self._pending_names: list[list[str]] = []
+        self._pending_names: list[list[list[str]]] = []  # per block: each result's reduction names
+        self._bulk_plans: dict[int, tuple] = {}  # id(names) -> save_many_for_step's plan (hook_capture)
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
         self._saved_any = False
         self._collections_exported = False

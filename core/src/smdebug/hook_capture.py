@@ -4,7 +4,7 @@ run's notes of tensors placed as shards or not captured; each goes to the reduct
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,8 @@ from smdebug.exceptions import SMDebugTypeError
 from smdebug.hook_helpers import NESTED, leaves
 from smdebug.reductions import reduction_tensor_name
 from smdebug.writing.settings import RESERVE_BYTES
+
+_BULK_PLANS = 64  # save_many_for_step's plans kept (a plugin passes the same few name tuples each step)
 
 
 class HookCapture:
@@ -34,6 +36,41 @@ class HookCapture:
         else:
             self._write_planned(name, value, plan)
         return True
+
+    def save_many_for_step(self, names: Sequence[str], values: Sequence[Any]) -> None:
+        """save_for_step of each of these numeric tensors (a model's parameters or gradients, at every
+        step), their reductions started in one plugin call. Planned once for the same ``names`` object (a
+        tuple the plugin keeps) while the due collections and the collections stay the same: a step then
+        makes no Python call per tensor, and its reduction names reach the writer as the same lists."""
+        if not (self._in_step and self._due and self.writing):
+            return
+        due = self._due
+        bulk = self._bulk_plans.get(id(names))
+        if bulk is None or bulk[0] is not names or bulk[1] is not due or bulk[2] != self.collections_version:
+            if len(self._bulk_plans) >= _BULK_PLANS:
+                self._bulk_plans.clear()
+            bulk = (names, due, self.collections_version, self._bulk_plan(names, values))
+            self._bulk_plans[id(names)] = bulk  # holding names keeps its id unique
+        plan = bulk[3]
+        if plan is None:  # not all due, some saved raw, or different reductions: one by one
+            with self.together():
+                for name, value in zip(names, values):
+                    self.save_for_step(name, value)
+            return
+        pairs, reduction_names = plan
+        values = values if isinstance(values, list) else list(values)
+        self._take_started(names, values, pairs, plugins.reductions(values, list(pairs)), reduction_names)
+
+    def _bulk_plan(self, names: Sequence[str], values: Sequence[Any]) -> tuple | None:
+        """(reduction pairs, each tensor's reduction names) when every tensor is due for the same
+        reductions only, else None."""
+        plans = [self._due_plan(name, value) for name, value in zip(names, values)]
+        if not plans or any(p is None or p[2] or p[3] or not p[0] for p in plans):
+            return None
+        pairs = plans[0][0]
+        if any(p[0] != pairs for p in plans):
+            return None
+        return pairs, [p[1] for p in plans]
 
     # -- tensors a plugin computes itself (a sharded tensor: its workers compute it together) ------
     def save_computed(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,21 +60,29 @@ class HookReducing:
         for item in items:
             groups.setdefault(item[2], []).append(item)
         for pairs, members in groups.items():
-            started = plugins.reductions([m[1] for m in members], list(pairs))
-            if started is not None and not any(r is None for r in started):  # the common case, in bulk
-                self._pending.extend(started)
-                self._pending_names.extend([m[3] for m in members])
+            values = [m[1] for m in members]
+            started = plugins.reductions(values, list(pairs))
+            self._take_started([m[0] for m in members], values, pairs, started, [m[3] for m in members])
+
+    def _take_started(
+        self, names: Sequence[str], values: list, pairs: tuple, started: list | None, reduction_names: list
+    ) -> None:
+        """Keep the reductions a plugin started for these tensors (``reduction_names[i]`` names the
+        results of ``values[i]``) until the step's end; reduce with numpy those it did not start."""
+        if started is not None and not any(r is None for r in started):  # the common case, in bulk
+            self._pending.extend(started)
+            self._pending_names.append(reduction_names)
+            return
+        for i, (name, value, some) in enumerate(zip(names, values, reduction_names)):
+            result = started[i] if started is not None else None
+            if result is not None:
+                self._pending.append(result)
+                self._pending_names.append([some])
                 continue
-            for i, (name, value, _, names) in enumerate(members):
-                result = started[i] if started is not None else None
-                if result is not None:
-                    self._pending.append(result)
-                    self._pending_names.append(names)
-                    continue
-                try:
-                    self._reduce_one_by_one(name, value, pairs)
-                except Exception as exc:  # never break training because of one tensor
-                    self._not_captured(name, "reduce", exc)
+            try:
+                self._reduce_one_by_one(name, value, pairs)
+            except Exception as exc:  # never break training because of one tensor
+                self._not_captured(name, "reduce", exc)
 
     def _reduce_one_by_one(self, name: str, value: Any, pairs: tuple[tuple[str, bool], ...]) -> None:
         for reduction, absolute in pairs:
@@ -94,7 +102,9 @@ class HookReducing:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        names, self._pending_names = self._pending_names, []
+        chunks, self._pending_names = self._pending_names, []
+        # one block's names alone: the same lists at every step (the writers know them by identity)
+        names = chunks[0] if len(chunks) == 1 else [some for chunk in chunks for some in chunk]
         with self.guard("save reductions"):
             self._write_reductions(names, plugins.to_host(pending))
 

@@ -32,6 +32,7 @@ from smdebug.writing.child_link import REPLY_GRACE, ChildLink
 from smdebug.writing.outbox import unsaved_report
 from smdebug.writing.settings import (
     BATCH_BYTES,
+    NamesBytes,
     cache_bytes,
     close_timeout_from_env,
     max_queue_bytes_from_env,
@@ -96,6 +97,7 @@ class ProcessWriter(ChildLink):
         self._batch_bytes = 0
         self._sent_steps = array("q")  # steps the child was given items of, in order (8 bytes each)
         self._names = Names(cache_bytes(self.max_queue_bytes))
+        self._names_bytes = NamesBytes()
         self._closed = False
 
     def _local_takes(self, step: int) -> bool:
@@ -201,7 +203,7 @@ class ProcessWriter(ChildLink):
             self._local.write_scalars(step, mode, mode_step, names, values, wall_time)
         else:
             self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time))
-            self._held(sum(record_bytes(n) for row in names for n in row))
+            self._held(self._names_bytes(names))
 
     def write_shape(self, step, mode, mode_step, name, shape) -> None:
         self._step_has_data = True

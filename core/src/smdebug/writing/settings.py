@@ -29,6 +29,25 @@ def record_bytes(name: str) -> int:
     return len(name) + RECORD_BYTES
 
 
+class NamesBytes:
+    """What a step's lists of reduction names count in a writer's queue (record_bytes of each name),
+    computed once for the same list object: a hook gives the same lists step after step."""
+
+    __slots__ = ("names", "nbytes")
+
+    def __init__(self) -> None:
+        self.names: list | None = None  # held: its id stays its own
+        self.nbytes = 0
+
+    def __call__(self, names: list[list[str]]) -> int:
+        if names is not self.names:
+            self.nbytes = sum(len(name) for some in names for name in some) + RECORD_BYTES * sum(
+                map(len, names)
+            )
+            self.names = names
+        return self.nbytes
+
+
 def cache_bytes(max_queue_bytes: int) -> int:
     """What a writer's per-name caches may hold, each, within its memory bound."""
     return max_queue_bytes // CACHE_SHARE

@@ -29,6 +29,7 @@ from smdebug.writing.settings import (
     BATCH_BYTES,
     RESERVE_BYTES,
     SCALAR_BYTES,
+    NamesBytes,
     cache_bytes,
     close_timeout_from_env,
     max_queue_bytes_from_env,
@@ -90,6 +91,7 @@ class RunWriter(Outbox):
         self._batch: list = []
         self._batch_bytes = 0
         self._queued_bytes = 0
+        self._names_bytes = NamesBytes()
         self._step_has_data = False  # anything queued for the step that end_step will finish
         # steps the training thread gave data to that are not written yet (not every step of the run: a
         # long run would hold them all)
@@ -134,7 +136,7 @@ class RunWriter(Outbox):
     ) -> None:
         """Queue a step's reductions as one item: ``values[i]``, a 1-d host array, holds the 0-d tensors
         named ``names[i]`` (encoded together on the writer's thread)."""
-        nbytes = SCALAR_BYTES * len(values) + sum(record_bytes(n) for row in names for n in row)
+        nbytes = SCALAR_BYTES * len(values) + self._names_bytes(names)
         self.reserve(nbytes)
         self._step_has_data = True
         self._unwritten.add(step)

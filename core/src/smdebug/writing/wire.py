@@ -130,10 +130,15 @@ class Names:
         self.budget = budget
         self.held = 0
         self.numbers: dict[int, tuple[list, int]] = {}
+        self.last: tuple[list, list[int]] | None = None  # the last list of lists and its numbers
 
     def ids(self, names: list[list[str]]) -> tuple[list[int], list, bool]:
         """The numbers of these lists, [number, list] of those the child has not seen yet, and whether
-        the child must forget the lists it has first."""
+        the child must forget the lists it has first. The same list of lists as the last time (a hook
+        gives the same at every step) costs no look-up per list."""
+        last = self.last
+        if last is not None and last[0] is names:
+            return last[1], [], False
         numbers = self.numbers
         cost = sum(self._bytes(some) for some in names if id(some) not in numbers)
         reset = bool(numbers) and self.held + cost > self.budget
@@ -148,6 +153,7 @@ class Names:
                 new.append([known[1], some])
                 self.held += self._bytes(some)
             ids.append(known[1])
+        self.last = (names, ids)
         return ids, new, reset
 
     def _bytes(self, some: list[str]) -> int:

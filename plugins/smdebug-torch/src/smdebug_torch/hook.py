@@ -276,12 +276,13 @@ class Hook(BaseHook):
                 self._hook_sharded_grads(model)
             for name, param in model.sharded:  # on every rank, writing or not: they reduce together
                 self._shards.capture(name, param)
-            if self.any_due(model.names):
-                # their reductions are computed together at the end of the loop (nothing changes them)
-                with self.together():
+            if model.lazy:
+                with self.together():  # their reductions computed together at the end of the loop
                     for name, param in model.params:
                         if not _is_uninitialized(param):
                             self.save_for_step(name, param)
+            elif self.any_due(model.names):
+                self.save_many_for_step(model.names, model.values)
 
     def _hook_sharded_grads(self, model: _Model) -> None:
         """A hook on each sharded parameter, called with its gradient shard: by autograd (tensor parallel)
@@ -380,10 +381,17 @@ class Hook(BaseHook):
         self._backward_queued = False
         passes, self._backward = self._backward, {}
         with self.guard("save the gradients"), self.together():
-            for gradients, before, versions in passes.values():
-                for (name, param), old, version in zip(gradients, before, versions):
-                    grad = param.grad
-                    if grad is not None and (grad is not old or grad._version != version):
+            for model, (gradients, before, versions) in passes.items():
+                grads = [param.grad for _, param in gradients]
+                changed = [
+                    grad is not None and (grad is not old or grad._version != version)
+                    for grad, old, version in zip(grads, before, versions)
+                ]
+                if all(changed) and gradients is model.gradients:  # the common case, planned once
+                    self.save_many_for_step(model.grad_names, grads)
+                    continue
+                for (name, _), grad, new in zip(gradients, grads, changed):
+                    if new:
                         self.save_for_step(name, grad)
 
     def end_step(self) -> None:
@@ -430,6 +438,7 @@ class _Model:
         self.sharded_grads = [(GRADIENT_PREFIX + name, p) for name, p in self.sharded]
         self.params = [(name, p) for name, p in named if not sharded.is_sharded(p)]
         self.names = tuple(name for name, _ in self.params)
+        self.values = [p for _, p in self.params]
         self.gradients = [(GRADIENT_PREFIX + name, p) for name, p in self.params if not _is_uninitialized(p)]
         self.grad_names = tuple(name for name, _ in self.gradients)
         self.lazy = any(_is_uninitialized(p) for _, p in self.params)

@@ -259,18 +259,30 @@ _WHOLE_REDUCTIONS = {
 
 
 def _reduce_each(ts: list[torch.Tensor], pairs: list[tuple[str, bool]]) -> torch.Tensor:
-    """[tensor, pair] results of tensors of different shapes: one foreach kernel for all of them where
-    torch has one, else one kernel per tensor; then one stack of all the 0-d results (each torch call
-    costs microseconds on the CPU: a step's reductions are a few dozen of them, not hundreds)."""
+    """[tensor, pair] results of tensors of different shapes (one device and dtype): one foreach kernel
+    for all of them where torch has one, else one kernel per tensor; then one stack of all the 0-d
+    results (each torch call costs microseconds on the CPU: a step's reductions are a few dozen of them,
+    not hundreds). A mean is a sum divided by the count, as torch's CPU mean computes it (its own call
+    costs three times a sum's), the counts divided together."""
     magnitudes = torch._foreach_abs(ts) if any(a for _, a in pairs) else None
-    columns = []
-    for reduction, absolute in pairs:
+    results: list[torch.Tensor] = []
+    means = []
+    for k, (reduction, absolute) in enumerate(pairs):
         source = magnitudes if absolute else ts
         foreach = _FOREACH.get(reduction)
-        columns.append(
-            foreach(source) if foreach is not None else [_WHOLE_REDUCTIONS[reduction](t) for t in source]
-        )
-    return torch.stack([column[i] for i in range(len(ts)) for column in columns]).reshape(len(ts), len(pairs))
+        if foreach is not None:
+            results += foreach(source)
+        elif reduction == "mean" and ts[0].device.type == "cpu":
+            results += [t.sum() for t in source]
+            means.append(k)
+        else:
+            results += [_WHOLE_REDUCTIONS[reduction](t) for t in source]
+    matrix = torch.stack(results).view(len(pairs), len(ts))
+    if means:
+        counts = torch.tensor([t.numel() for t in ts], dtype=matrix.dtype)
+        for k in means:
+            matrix[k].div_(counts)
+    return matrix.t()
 
 
 _matrix_of = operator.attrgetter("matrix")
