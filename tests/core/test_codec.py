@@ -642,3 +642,35 @@ def test_a_steps_reductions_framed_together_equal_one_by_one(mode_step):
             assert records.pop(0) == (name, offset, size, crc)
             offset += size
     assert data == expected and not records
+
+
+def test_steps_of_the_same_reductions_encode_as_scalar_records():
+    """step_scalar_records reuses the last step's records: the bytes and entries stay scalar_records'
+    through steps whose step, mode step and wall time change their fields' sizes, and other name lists."""
+    names = [[f"smdebug/reductions/{r}/w{i}" for r in ("mean", "max", "l2")] for i in range(5)]
+    names[2] = ['odd "name" \u00e9', "x", "y"]
+    other = [list(names[0]), *names[1:]]  # equal names, another list: encoded again, the same bytes
+    templates = codec.Templates(1 << 20)
+    rng = np.random.default_rng(0)
+    steps = [(1, 1, 1.5), (2, 2, 1.5), (0, 0, 0.0), (127, 9, 2.0), (128, 10, 2.0), (5000, 4000, 3.0)]
+    for step, mode_step, wall_time in steps:
+        for which, values in [
+            (names, rng.random((5, 3), dtype=np.float32)),
+            (names, [rng.random(3) for _ in range(5)]),
+            (other, rng.random((5, 3), dtype=np.float32)),
+            (names, [np.arange(3), np.arange(3.0), np.arange(3), np.arange(3), np.arange(3)]),
+        ]:
+            expected = codec.scalar_records(which, values, step, wall_time, ModeKeys.EVAL, mode_step)
+            for _ in range(2):
+                got = codec.step_scalar_records(
+                    which, values, step, wall_time, ModeKeys.EVAL, mode_step, templates
+                )
+                assert got == expected
+    assert templates.layout is not None and templates.held <= templates.budget
+
+
+def test_a_steps_records_larger_than_half_the_budget_are_not_kept():
+    names = [[f"smdebug/reductions/max/w{i}"] for i in range(50)]
+    templates = codec.Templates(4096)
+    codec.step_scalar_records(names, np.ones((50, 1), np.float32), 1, 1.0, 1, 1, templates)
+    assert templates.layout is None and templates.held <= templates.budget

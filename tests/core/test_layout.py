@@ -91,3 +91,15 @@ def test_writer_and_trial_hold_no_layout_literals_of_their_own():
             "_collections.json",
         ):
             assert literal not in source, (module.__name__, literal)
+
+
+def test_index_entries_given_as_json_are_the_bytes_of_their_dicts():
+    records = [("w", 0, 30, 7), ('odd "name" \u00e9\\', 30, 31, 4294967295)]
+    entries = [layout.tensor_entry(name, 100 + start, size, crc) for name, start, size, crc in records]
+    shapes = [layout.shape_entry("w", (2, 3))]
+    as_json = layout.tensor_entries_json(records, 100)
+    index = layout.encode_index("EVAL", 4, "events/x", as_json, shapes)
+    assert index == layout.encode_index("EVAL", 4, "events/x", entries, shapes)
+    expected = {"meta": {"mode": "EVAL", "mode_step": 4, "event_file_name": "events/x"}}
+    expected.update({"tensor_payload": entries, "shape_payload": shapes})
+    assert index == json.dumps(expected).encode()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import re
 import struct
 from collections.abc import Callable, Iterator
@@ -244,8 +245,9 @@ def encode_tensor_event(
 class Templates:
     """What a tensor's event holds besides its step, wall time, mode step and content (its tag, dtype,
     shape and mode): the same at every step, so encoded once and kept here, within ``budget`` bytes (an
-    estimate of what the entries hold, names included; past it the cache starts over). A writer owns one,
-    so that the bytes it keeps per tensor name count in its memory bound whatever the number of names."""
+    estimate of what the entries hold, names included; past it the cache starts over), with the last
+    step's reduction records (step_scalar_records). A writer owns one, so that the bytes it keeps per
+    tensor name count in its memory bound whatever the number of names."""
 
     # an entry besides its name and header bytes: its dict slot, key and value tuples (measured: ~160)
     ENTRY_BYTES = 200
@@ -257,15 +259,30 @@ class Templates:
         # enum, mode, tail length) -> (the bytes between the wall time and step and the content, its size)
         self.tensors: dict[tuple, tuple] = {}
         self.scalars: dict[tuple, tuple[bytes, int]] = {}
+        self.layout: tuple | None = None  # the last step's reduction records (step_scalar_records)
+        self.layout_bytes = 0
 
     def room(self, name: str, head: bytes) -> None:
         """Count a new entry, first emptying the cache when it would pass its budget."""
-        nbytes = self.ENTRY_BYTES + len(name) + len(head)
+        self._hold(self.ENTRY_BYTES + len(name) + len(head))
+
+    def _hold(self, nbytes: int) -> None:
         if self.held + nbytes > self.budget:
             self.tensors.clear()
             self.scalars.clear()
+            self.layout, self.layout_bytes = None, 0
             self.held = 0
         self.held += nbytes
+
+    def keep_layout(self, layout: tuple) -> None:
+        """Keep a step's reduction records in place of the last one's, if they fit in half the budget
+        (their bytes, and per record its positions, name, offset and size: about 100 bytes)."""
+        self.held -= self.layout_bytes
+        self.layout, self.layout_bytes = None, 0
+        nbytes = layout[2].nbytes + 100 * len(layout[5]) + 8 * len(layout[1])
+        if nbytes <= self.budget // 2:
+            self._hold(nbytes)
+            self.layout, self.layout_bytes = layout, nbytes
 
 
 _TEMPLATES = Templates(4 * 1024 * 1024)  # for callers that bring none (a writer brings its own)
@@ -418,6 +435,77 @@ def scalar_records(
             entries.append((name, offset, record, _mask(crc)))
             offset += record
     return b"".join(parts), entries
+
+
+def step_scalar_records(
+    names: list[list[str]],
+    values,
+    step: int,
+    wall_time: float,
+    mode: int,
+    mode_step: int,
+    templates: Templates = _TEMPLATES,
+) -> tuple[bytes, list[tuple[str, int, int, int]]]:
+    """scalar_records (the same bytes) for step after step of the same reductions: the same name lists
+    in the same order, of one dtype. The last step's records are kept (in ``templates``, within its
+    budget) and a step like it only has its wall time and step, its values and its mode step written
+    in, by numpy, and a CRC per record: no Python encoding per record."""
+    mode = int(getattr(mode, "value", mode))
+    when = b"".join(_double(1, float(wall_time)) + _int(2, int(step)))
+    tail = _plugins_field(_mode_entry(mode), mode_step)
+    flat = _flat_values(names, values)
+    layout = templates.layout
+    key = None if flat is None else (flat.dtype, mode, len(when), len(tail), len(names))
+    if key is None or layout is None or layout[0] != key or not all(map(operator.is_, names, layout[1])):
+        data, entries = scalar_records(names, values, step, wall_time, mode, mode_step, templates)
+        if key is not None:
+            templates.keep_layout(_layout(key, names, data, entries))
+        return data, entries
+    _, _, buffer, events, ends, flat_names, offsets, sizes = layout
+    buffer[events[:, None] + np.arange(len(when))] = np.frombuffer(when, np.uint8)
+    buffer[(ends - len(tail))[:, None] + np.arange(len(tail))] = np.frombuffer(tail, np.uint8)
+    itemsize = flat.dtype.itemsize
+    buffer[(ends - len(tail) - itemsize)[:, None] + np.arange(itemsize)] = flat.view(np.uint8).reshape(
+        len(flat), itemsize
+    )
+    data = buffer.tobytes()
+    view = memoryview(data)
+    crc32c = _crc32c.crc32c
+    spans = zip(events.tolist(), ends.tolist())
+    crcs = np.fromiter((crc32c(view[a:b]) for a, b in spans), np.uint64, len(events))
+    masked = (((crcs >> 15) | (crcs << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return data, list(zip(flat_names, offsets, sizes, masked.tolist()))
+
+
+def _layout(key: tuple, names: list[list[str]], data: bytes, entries: list) -> tuple:
+    """A step's reduction records as step_scalar_records keeps them: its bytes, and where each record's
+    event starts and ends (the wall time and step first, the value and mode step last)."""
+    offsets = [e[1] for e in entries]
+    sizes = [e[2] for e in entries]
+    events = np.array(offsets, dtype=np.int64) + _HEADER
+    ends = events + np.array(sizes, dtype=np.int64) - _HEADER - _FOOTER
+    flat_names = [e[0] for e in entries]
+    buffer = np.frombuffer(data, np.uint8).copy()
+    return (key, list(names), buffer, events, ends, flat_names, offsets, sizes)
+
+
+def _flat_values(names: list[list[str]], values) -> np.ndarray | None:
+    """A step's reduction values in record order, in their event files' dtype; None when they are not
+    all of one dtype or their count is not the names' (scalar_records then says what is wrong)."""
+    if not names:
+        return None
+    if isinstance(values, np.ndarray) and values.ndim == 2:
+        if values.shape[0] != len(names) or any(len(some) != values.shape[1] for some in names):
+            return None
+        flat = values.reshape(-1)
+    elif values and all(isinstance(v, np.ndarray) and v.dtype == values[0].dtype for v in values):
+        flat = np.concatenate([v.reshape(-1) for v in values])
+    else:
+        return None
+    enum = _ENUM_OF.get((flat.dtype.kind, flat.dtype.itemsize))
+    if enum is None or flat.dtype.fields is not None or len(flat) != sum(map(len, names)):
+        return None
+    return np.ascontiguousarray(flat, dtype=_DTYPES[enum])
 
 
 def _clean_tag(tag: str) -> str:

@@ -118,6 +118,17 @@ def tensor_entry(name: str, start: int, length: int, crc: int | None = None) -> 
     return entry
 
 
+def tensor_entries_json(records: list[tuple[str, int, int, int]], offset: int) -> list[str]:
+    """The JSON encode_index writes for tensor_entry(name, offset + start, length, crc) of each record
+    (name, start, length, crc): many records' entries made without a dict each."""
+    quote = json.encoder.encode_basestring_ascii  # json.dumps' own, for its default ensure_ascii
+    return [
+        f'{{"{TENSORNAME}": {quote(name)}, "{START_IDX}": {offset + start}, "{LENGTH}": {length}, '
+        f'"{CRC32C}": {crc}}}'
+        for name, start, length, crc in records
+    ]
+
+
 def shape_entry(name: str, shape) -> dict:
     return {TENSORNAME: name, ORIGINALNAME: name, SHAPE: list(shape)}
 
@@ -125,11 +136,14 @@ def shape_entry(name: str, shape) -> dict:
 def encode_index(
     mode_name: str, mode_step: int, event_file: str | None, tensors: list, shapes: list
 ) -> bytes:
-    """An index file's bytes; ``tensors``/``shapes`` are lists of ``tensor_entry``/``shape_entry``."""
+    """An index file's bytes; ``tensors``/``shapes`` are lists of ``tensor_entry``/``shape_entry``
+    (a tensor's entry may be given as its JSON already: ``tensor_entries_json``)."""
     meta = {MODE: mode_name, MODE_STEP: mode_step}
     if tensors:
         meta[EVENT_FILE_NAME] = event_file
-    return json.dumps({META: meta, TENSOR_PAYLOAD: tensors, SHAPE_PAYLOAD: shapes}).encode()
+    entries = ", ".join(t if type(t) is str else json.dumps(t) for t in tensors)
+    head = json.dumps({META: meta})[:-1]
+    return f'{head}, "{TENSOR_PAYLOAD}": [{entries}], "{SHAPE_PAYLOAD}": {json.dumps(shapes)}}}'.encode()
 
 
 @dataclass

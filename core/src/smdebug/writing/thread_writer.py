@@ -378,7 +378,7 @@ class RunWriter(Outbox):
         if st.failed:
             return
         try:
-            data, records = codec.scalar_records(
+            data, records = codec.step_scalar_records(
                 names, values, step, wall_time, mode.value, mode_step, self._templates
             )
         except Exception as exc:  # one by one: only what cannot be encoded is lost
@@ -389,8 +389,7 @@ class RunWriter(Outbox):
             return
         offset = self._append(st, [data])
         if offset is not None:
-            entry = layout.tensor_entry
-            st.tensors.extend(entry(name, offset + start, size, crc) for name, start, size, crc in records)
+            st.tensors.extend(layout.tensor_entries_json(records, offset))
 
     def _append(self, st: _OpenStep, chunks: list) -> int | None:
         """Write chunks at the end of the step's event file: their offset in it, or None when that fails

@@ -297,11 +297,16 @@ def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mm
         elif kind == "s":
             _, step, mode, mode_step, ids, new, dtypes, sizes, wall_time = item
             names.update(new)
-            values = []
-            for dtype, size in zip([dtypes] * len(sizes) if isinstance(dtypes, str) else dtypes, sizes):
-                dtype = np.dtype(dtype)
-                values.append(np.frombuffer(payload, dtype, size, offset))
-                offset += size * dtype.itemsize
+            if isinstance(dtypes, str) and sizes and sizes.count(sizes[0]) == len(sizes):
+                dtype = np.dtype(dtypes)  # a [results, reductions] matrix, as it was sent
+                values = np.frombuffer(payload, dtype, len(sizes) * sizes[0], offset).reshape(len(sizes), -1)
+                offset += values.nbytes
+            else:
+                values = []
+                for dtype, size in zip([dtypes] * len(sizes) if isinstance(dtypes, str) else dtypes, sizes):
+                    dtype = np.dtype(dtype)
+                    values.append(np.frombuffer(payload, dtype, size, offset))
+                    offset += size * dtype.itemsize
             writer.write_scalars(step, ModeKeys(mode), mode_step, [names[i] for i in ids], values, wall_time)
         elif kind == "r":  # the training process's table started over
             names.clear()
