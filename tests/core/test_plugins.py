@@ -263,6 +263,42 @@ def test_reductions_saved_together_start_in_one_call(tmp_path, caplog):
     assert "no reductions of t_empty: cannot compute max of an empty tensor" in caplog.text
 
 
+@pytest.mark.parametrize("writer_process", ["0", "1"])
+def test_tensors_saved_many_at_once_start_their_reductions_in_one_call(tmp_path, monkeypatch, writer_process):
+    """save_many_for_step: one plugin call per step for the same names tuple, step after step (either
+    writer: the process one takes over after a few steps); a tensor whose collection also wants it raw
+    sends the list through save_for_step, and nothing is lost."""
+    monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", writer_process)
+    plugin = BatchingPlugin(as_matrix=True)
+    plugins.get_plugin_manager().register(plugin, name="batching")
+    hook = BaseHook(
+        out_dir=str(tmp_path / "run"),
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(reductions=["max", "mean"], abs_reductions=["max"]),
+        include_regex=["^t"],
+    )
+    names = ("t0", "t1", "t2", "t_empty")
+    steps = 7
+    for step in range(steps):
+        if step == 5:  # from now on t1 is saved raw as well
+            hook.get_collection("raw", create=True).include("^t1$")
+            hook.get_collection("raw").reduction_config = smdebug.ReductionConfig(save_raw_tensor=True)
+            hook.include_collections.append("raw")
+            hook.collections_changed()
+        hook.begin_step()
+        hook.save_many_for_step(names, [Lazy([step, -i - 5.0, 1.0]) for i in range(3)] + [Lazy([])])
+        hook.end_step()
+    hook.close()
+    assert plugin.starts == [4] * 5 + [4, 4]  # the last two steps: together, one call for the four
+    trial = create_trial(str(tmp_path / "run"))
+    for step in range(steps):
+        assert trial.tensor("t2").reduction_value(step, "max", abs=True) == 7.0
+        assert trial.tensor("t0").reduction_value(step, "mean") == pytest.approx((step - 4) / 3)
+        assert trial.tensor("t1").reduction_value(step, "max") == max(step, 1.0)
+    assert trial.tensor("t1").value(6).tolist() == [6.0, -6.0, 1.0]
+    assert trial.tensor("t1").steps() == list(range(steps))
+
+
 def test_hook_smdebug_open_store():
     store = plugins.open_store("dummy://bucket/run")
     store.write_bytes("a/b.bin", b"xyz")
