@@ -16,7 +16,9 @@ In a distributed job each rank's gradients are saved as they are accumulated, be
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import sys
 from typing import Any, ClassVar
 
@@ -78,7 +80,7 @@ class Hook(BaseHook):
         self._modules_version = -1
         self._backward_queued = False  # a callback at the end of the running backward pass is queued
         # the running backward pass's models: their gradients when it reached their output
-        self._backward: dict[_Model, tuple[list, list, list]] = {}
+        self._backward: dict[_Model, tuple[list, list, list, list]] = {}
         self._params_watched: set[_Model] = set()  # models whose parameters carry a backward watch
         self._health = None  # every step's statistics (health=True): smdebug_torch.health
         if self.health is not None:
@@ -368,8 +370,8 @@ class Hook(BaseHook):
         not saved, as in smdebug 1.0)."""
         if model in self._backward:
             return  # another of its outputs in the same pass
-        grads = [p.grad for _, p in model.gradients]
-        self._backward[model] = (model.gradients, grads, [-1 if g is None else g._version for g in grads])
+        grads = list(map(_grad_of, model.grad_params))  # (per tensor in C: a model may have hundreds)
+        self._backward[model] = (model.gradients, model.grad_params, grads, _versions(grads))
         if not self._backward_queued:
             try:
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
@@ -381,17 +383,17 @@ class Hook(BaseHook):
         self._backward_queued = False
         passes, self._backward = self._backward, {}
         with self.guard("save the gradients"), self.together():
-            for model, (gradients, before, versions) in passes.items():
-                grads = [param.grad for _, param in gradients]
-                changed = [
-                    grad is not None and (grad is not old or grad._version != version)
-                    for grad, old, version in zip(grads, before, versions)
-                ]
-                if all(changed) and gradients is model.gradients:  # the common case, planned once
-                    self.save_many_for_step(model.grad_names, grads)
+            for model, (gradients, params, before, versions) in passes.items():
+                grads = list(map(_grad_of, params))
+                # changed: a new gradient tensor, or the same one written since (zero_grad(set_to_none=False))
+                changed = list(map(operator.is_not, grads, before))
+                if not all(changed):
+                    changed = list(map(operator.or_, changed, map(operator.ne, _versions(grads), versions)))
+                if gradients is model.gradients and all(changed) and not any(map(_is_none, grads)):
+                    self.save_many_for_step(model.grad_names, grads)  # the common case, planned once
                     continue
                 for (name, _), grad, new in zip(gradients, grads, changed):
-                    if new:
+                    if new and grad is not None:
                         self.save_for_step(name, grad)
 
     def end_step(self) -> None:
@@ -440,6 +442,7 @@ class _Model:
         self.names = tuple(name for name, _ in self.params)
         self.values = [p for _, p in self.params]
         self.gradients = [(GRADIENT_PREFIX + name, p) for name, p in self.params if not _is_uninitialized(p)]
+        self.grad_params = [p for _, p in self.gradients]
         self.grad_names = tuple(name for name, _ in self.gradients)
         self.lazy = any(_is_uninitialized(p) for _, p in self.params)
         dist = torch.distributed
@@ -466,6 +469,17 @@ def _watch_parameters() -> None:
         _registered[0] = 1
         torch.nn.modules.module.register_module_parameter_registration_hook(_count_registration)
         torch.nn.modules.module.register_module_module_registration_hook(_count_registration)
+
+
+_grad_of = operator.attrgetter("grad")
+_is_none = functools.partial(operator.is_, None)
+
+
+def _versions(grads: list) -> list[int]:
+    """Each gradient's version counter (-1 for none)."""
+    if any(map(_is_none, grads)):
+        return [-1 if g is None else g._version for g in grads]
+    return list(map(operator.attrgetter("_version"), grads))
 
 
 def _remove(handles: list) -> None:
