@@ -3,7 +3,8 @@
 A step's items (RunWriter's batch items: tensors, reductions, shapes, its end, files) go down a pipe as one
 message: a frame (header and payload lengths), a JSON header describing the items, then the payload, the
 arrays' bytes in order. Arrays may instead be in memory shared with the child (``Ring``): the header then
-says where. Lists of reduction names, the same objects step after step, are sent once, then by number.
+says where. Lists of reduction names, the same objects step after step, are sent once, then by number, and a
+step's whole list of them, when it is the last step's, not at all.
 """
 
 from __future__ import annotations
@@ -132,13 +133,13 @@ class Names:
         self.numbers: dict[int, tuple[list, int]] = {}
         self.last: tuple[list, list[int]] | None = None  # the last list of lists and its numbers
 
-    def ids(self, names: list[list[str]]) -> tuple[list[int], list, bool]:
-        """The numbers of these lists, [number, list] of those the child has not seen yet, and whether
-        the child must forget the lists it has first. The same list of lists as the last time (a hook
-        gives the same at every step) costs no look-up per list."""
+    def ids(self, names: list[list[str]]) -> tuple[list[int] | None, list, bool]:
+        """The numbers of these lists (None: the same list of lists as the last time, which a hook gives
+        at every step: the child knows it), [number, list] of those the child has not seen yet, and
+        whether the child must forget the lists it has first."""
         last = self.last
         if last is not None and last[0] is names:
-            return last[1], [], False
+            return None, [], False
         numbers = self.numbers
         cost = sum(self._bytes(some) for some in names if id(some) not in numbers)
         reset = bool(numbers) and self.held + cost > self.budget
@@ -191,7 +192,7 @@ def encode(items: list, names_table: Names) -> tuple[list, list]:
                 header.append(["r"])
             if isinstance(values, np.ndarray) and values.ndim == 2 and values.dtype.kind in "fiub":
                 # a [results, reductions] matrix (smdebug_to_host's bulk answer): already one buffer
-                sizes, dtypes, values = [values.shape[1]] * len(values), values.dtype.str, [values]
+                sizes, dtypes, values = values.shape[1], values.dtype.str, [values]
             elif (
                 values
                 and values[0].dtype.kind in "fiub"
@@ -270,6 +271,9 @@ def read_message(fd: int) -> tuple[list, bytearray] | None:
     return json.loads(head), payload
 
 
+_LAST = -1  # give's key, in its table of name lists, of the last item's lists
+
+
 def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mmap.mmap | None) -> None:
     offset = 0
     for item in header:
@@ -297,9 +301,12 @@ def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mm
         elif kind == "s":
             _, step, mode, mode_step, ids, new, dtypes, sizes, wall_time = item
             names.update(new)
-            if isinstance(dtypes, str) and sizes and sizes.count(sizes[0]) == len(sizes):
-                dtype = np.dtype(dtypes)  # a [results, reductions] matrix, as it was sent
-                values = np.frombuffer(payload, dtype, len(sizes) * sizes[0], offset).reshape(len(sizes), -1)
+            if ids is not None:  # (None: the lists of the last item, the same objects again)
+                names[_LAST] = [names[i] for i in ids]
+            rows = names[_LAST]
+            if isinstance(sizes, int):  # a [results, reductions] matrix
+                values = np.frombuffer(payload, np.dtype(dtypes), len(rows) * sizes, offset)
+                values = values.reshape(len(rows), sizes)
                 offset += values.nbytes
             else:
                 values = []
@@ -307,7 +314,7 @@ def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mm
                     dtype = np.dtype(dtype)
                     values.append(np.frombuffer(payload, dtype, size, offset))
                     offset += size * dtype.itemsize
-            writer.write_scalars(step, ModeKeys(mode), mode_step, [names[i] for i in ids], values, wall_time)
+            writer.write_scalars(step, ModeKeys(mode), mode_step, rows, values, wall_time)
         elif kind == "r":  # the training process's table started over
             names.clear()
         elif kind == "h":
