@@ -121,10 +121,9 @@ class _Plan:
         self.partial = n < width
         # (pick, buffer, its [members, elements] view, l2 out, max out)
         self.stacks: list[tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        # (pick, flat positions, the matrix's flat view, the matrix, l2 out, max out)
-        self.packs: list[
-            tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-        ] = []
+        # (pick, the members' shapes, each member's place in the matrix (a view of the start of its row),
+        # the matrix, l2 out, max out)
+        self.packs: list[tuple[Any, list, list, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         start = 0
         for members in stacks:
             first, count = tensors[members[0]], len(members)
@@ -136,11 +135,10 @@ class _Plan:
             first, count = tensors[members[0]], len(members)
             width_ = max(tensors[i].numel() for i in members)
             matrix = torch.zeros((count, width_), dtype=first.dtype, device=first.device)
-            positions = torch.cat(
-                [r * width_ + torch.arange(tensors[i].numel()) for r, i in enumerate(members)]
-            ).to(first.device)
+            shapes = [tensors[i].shape for i in members]
+            places = [matrix[r, : shape.numel()].view(shape) for r, shape in enumerate(shapes)]
             outs = (values[start : start + count], values[n + start : n + start + count])
-            self.packs.append((_picker(members), positions, matrix.view(-1), matrix, *outs))
+            self.packs.append((_picker(members), shapes, places, matrix, *outs))
             start += count
         self.alone = _picker(alone) if alone else None
         self.alone_outs = [(values[k], values[n + k]) for k in range(start, n)]
@@ -150,8 +148,11 @@ class _Plan:
             torch.stack(pick(tensors), out=buffer)
             _norms_into(m, l2)
             _abs_max_into(m, top)
-        for pick, positions, flat, matrix, l2, top in self.packs:
-            flat.index_copy_(0, positions, torch._C._nn.flatten_dense_tensors(pick(tensors)))
+        for pick, shapes, places, matrix, l2, top in self.packs:
+            members = list(pick(tensors))
+            if list(map(_SHAPE, members)) != shapes:  # (a copy would broadcast some shapes silently)
+                raise RuntimeError("the packed tensors' shapes changed")
+            torch._foreach_copy_(places, members)  # one call (flatten + index_copy_ made two)
             _norms_into(matrix, l2)
             _abs_max_into(matrix, top)
         if self.alone is not None:  # large tensors: a call's cost is small beside their reading
@@ -457,6 +458,7 @@ class TorchHealth:
 
 
 _GRAD = operator.attrgetter("grad")
+_SHAPE = operator.attrgetter("shape")
 
 
 class _Layout:
