@@ -140,7 +140,9 @@ class HealthMonitor:
             with hook.guard("save the step's health statistics"):
                 self._write_row(slot, host, hook._writer or hook._get_writer(), time.time())
         maxes = host[n:]
-        total = float(maxes.sum())  # non-finite if any is (or if the sum overflows: then look closer)
+        # non-finite if any is (Python's sum of the floats: less code to run than numpy's, which costs
+        # more than the reading, a step's caches being cold; it cannot overflow float32 values)
+        total = sum(maxes.tolist())
         if total - total != 0 and not np.isfinite(maxes).all():
             if self._nonfinite_seen:
                 return False
@@ -174,9 +176,12 @@ class HealthMonitor:
     def _recent_median(self) -> float | None:
         """The median loss of the last LOSS_WINDOW recorded steps, None before MIN_LOSS_HISTORY of them."""
         order = np.argsort(self._steps)[-LOSS_WINDOW:]
-        recent = self._losses[order]
-        recent = recent[~np.isnan(recent)]
-        return float(np.median(recent)) if len(recent) >= MIN_LOSS_HISTORY else None
+        recent = sorted(x for x in self._losses[order].tolist() if x == x)  # (NaN: no loss that step)
+        count = len(recent)
+        if count < MIN_LOSS_HISTORY:
+            return None
+        half = count // 2  # (np.median's value, without its cost: a tenth of a small step's)
+        return recent[half] if count % 2 else (recent[half - 1] + recent[half]) / 2
 
     def nonfinite_names(self, host: np.ndarray) -> list[str]:
         """The tracked tensors holding a non-finite value in a row, in tracking order."""
