@@ -401,10 +401,9 @@ class Hook(BaseHook):
             self._health.step_ending()
         if self._backward:  # a backward pass that raised (or not run by the engine) never ran its callback
             self._end_of_backward()
-        if self.in_step and (self._shards.pending or self._shards.inflight):
+        if self.in_step and self._shards.pending:
             with self.guard("save the sharded tensors"):
                 self._shards.flush()  # e.g. the weights of a step without backward
-                self._shards.finish()  # the reductions of the step's flushes
         super().end_step()
 
     def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:

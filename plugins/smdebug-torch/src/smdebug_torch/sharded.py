@@ -316,8 +316,6 @@ class Shards:
         self.hook = hook
         self.pending: dict[str, _Item] = {}
         self.flush_queued = False
-        self.inflight = None  # (all_gather's work, its outputs, [(name, pairs, dtype)]) of the last flush
-        self.inflight_medians: dict[str, dict] = {}  # exact medians of gathered tensors of the last flush
 
     def capture(self, name: str, value) -> None:
         """Note a sharded tensor due now (on every rank, writing or not); saved at the next flush."""
@@ -326,10 +324,11 @@ class Shards:
             self.pending[name] = _Item(name, value, plan[0], plan[1])
 
     def flush(self) -> None:
-        """Save what was captured: each rank's shards (or the gathered tensors) now, and the full tensors'
-        reductions through one all_gather of every tensor's partial statistics, started now and finished
-        by ``finish`` (at the step's end: the ranks meet there without waiting for each other)."""
-        self.finish()
+        """Save what was captured: each rank's shards (or the gathered tensors), and the full tensors'
+        reductions, combined from every rank's partial statistics by one all_gather, awaited here (the
+        ranks have just met in FSDP2's last reduce-scatter; awaited at the step's end instead, gloo's
+        thread contends with the optimizer step for the core: slower in most interleaved A/Bs, and
+        an operation in flight across the user's code between steps)."""
         if not self.pending:
             return
         hook = self.hook
@@ -358,60 +357,46 @@ class Shards:
                     hook.record_unsaved_tensor(
                         item.name, "reductions of a tensor sharded over part of the job"
                     )
-            self._start_gather(reduced, world)
+            reductions = self._reductions(reduced, world)
             values, medians = {}, {}
-            for item in items:
+            for item in items:  # (after the all_gather: every rank enters the collectives in one order)
                 self._save_value(item, gather, values, medians)
-            self.inflight_medians = medians
-            hook.save_computed(values)
+            for name, found in medians.items():
+                reductions.setdefault(name, {}).update(found)
+            hook.save_computed(values, reductions)
 
-    def _start_gather(self, items: list[_Item], world: int) -> None:
-        """Every rank's partial statistics of the items: one asynchronous all_gather into one tensor."""
-        self.inflight = None
+    def _reductions(self, items: list[_Item], world: int) -> dict[str, dict]:
+        """The full tensors' reductions but the median: every rank's partial statistics of the items,
+        gathered by one all_gather into one tensor, combined."""
         if not items:
-            return
+            return {}
         header = [float(len(items)), float(zlib.crc32("\n".join(i.name for i in items).encode()))]
         mine = torch.tensor([header + [0.0] * (len(_EMPTY) - 2)] + [_EMPTY] * len(items), dtype=torch.float64)
+        pairs = {pair for i in items for pair in i.pairs if pair[0] != _MEDIAN}
         partials(
             [i.value.to_local() if _contributes(i.value) else _NOTHING for i in items],
-            needed({pair for i in items for pair in i.pairs}),
+            needed(pairs),
             out=mine[1:],
         )
         everyone = mine.new_empty((world * mine.shape[0], mine.shape[1]))
         dist = torch.distributed  # (all_gather_into_tensor is deprecated for all_gather_single)
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        work = gather(everyone, mine, async_op=True)
-        self.inflight = (
-            work,
-            everyone.view(world, *mine.shape),
-            [(i.name, i.pairs, _result_dtype(i.value)) for i in items],
-        )
-
-    def finish(self) -> None:
-        """Wait for the last flush's all_gather and save the full tensors' reductions (every rank calls it
-        at the same points; one that does not write only waits)."""
-        inflight, self.inflight = self.inflight, None
-        medians, self.inflight_medians = self.inflight_medians, {}
-        if inflight is None:
-            return
-        work, everyone, items = inflight
-        work.wait()
-        gathered = everyone.numpy()  # [rank, 1 + tensors, statistics]
+        gather(everyone, mine)
+        gathered = everyone.view(world, *mine.shape).numpy()  # [rank, 1 + tensors, statistics]
         if not (gathered[:, 0, :2] == gathered[0, 0, :2]).all():
             self.hook.warn_once(
                 "shards:mismatch",
                 "smdebug: the ranks captured different sharded tensors; their reductions are not saved",
             )
-            return
-        columns = combine(gathered[:, 1:], {pair for _, pairs, _ in items for pair in pairs})
+            return {}
+        columns = combine(gathered[:, 1:], pairs)
         count = gathered[:, 1:, N].sum(0)
         reductions = {}
-        for k, (name, pairs, dtype) in enumerate(items):
+        for k, item in enumerate(items):
             if count[k]:
-                results = {pair: dtype.type(columns[pair][k]) for pair in pairs if pair[0] != _MEDIAN}
-                results.update(medians.get(name, {}))
-                reductions[name] = results
-        self.hook.save_computed(reductions=reductions)
+                dtype = _result_dtype(item.value).type
+                reductions[item.name] = {p: dtype(columns[p][k]) for p in item.pairs if p[0] != _MEDIAN}
+        return reductions
 
     def _save_value(self, item: _Item, gather: bool, values: dict, medians: dict) -> None:
         """The item's raw value (its shard and placement, or the gathered tensor) into ``values``, and
