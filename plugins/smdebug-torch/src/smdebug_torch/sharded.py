@@ -378,11 +378,13 @@ class Shards:
             needed(pairs),
             out=mine[1:],
         )
+        # on the mesh's device: NCCL gathers only CUDA tensors (a small copy each way; none on gloo)
+        mine = mine.to(items[0].value.device_mesh.device_type)
         everyone = mine.new_empty((world * mine.shape[0], mine.shape[1]))
         dist = torch.distributed  # (all_gather_into_tensor is deprecated for all_gather_single)
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         gather(everyone, mine)
-        gathered = everyone.view(world, *mine.shape).numpy()  # [rank, 1 + tensors, statistics]
+        gathered = everyone.cpu().view(world, *mine.shape).numpy()  # [rank, 1 + tensors, statistics]
         if not (gathered[:, 0, :2] == gathered[0, 0, :2]).all():
             self.hook.warn_once(
                 "shards:mismatch",
