@@ -261,7 +261,7 @@ class RunWriter(Outbox):
                 elif kind == "flush":
                     item[1].set()
                 elif kind == "stop":
-                    if self._drain_deadline is not None and time.monotonic() >= self._drain_deadline:
+                    if self._draining_over():
                         if self._open is not None:
                             self._backlog_unsaved(self._open.step)
                     elif self._open is not None and item[1]:
