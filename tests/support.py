@@ -126,3 +126,11 @@ def png_size(path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     assert data[12:16] == b"IHDR"
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def first_loss_spike(trial) -> int:
+    """The step of the first loss-spike trigger in the run's one health record (asserted to be there)."""
+    (record,) = trial.health_records()
+    spikes = [t for t in record["triggers"] if t["reason"].startswith("loss spike")]
+    assert spikes, record
+    return spikes[0]["step"]

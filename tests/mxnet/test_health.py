@@ -10,6 +10,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 from mxnet import autograd, gluon
+from support import first_loss_spike
 
 import smdebug.mxnet as smd
 from smdebug.cli import main as cli
@@ -265,10 +266,7 @@ def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
         out_dir, steps=12, lr_jump_at=8, health_loss_factor=3, include_collections=["weights", "gradients"]
     )
     trial = smd.create_trial(out_dir)
-    (record,) = trial.health_records()
-    spikes = [t for t in record["triggers"] if t["reason"].startswith("loss spike")]
-    assert spikes, record
-    spike = spikes[0]["step"]
+    spike = first_loss_spike(trial)
     assert spike == 9  # the loss of the step after the jump (not a save step)
     weight = net[0].weight.name
     for step in range(1, spike):

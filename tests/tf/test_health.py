@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import first_loss_spike
 
 import smdebug.tensorflow as smd
 from smdebug.cli import main as cli
@@ -257,10 +258,7 @@ def test_a_nan_in_a_training_batch_is_found_at_the_input(out_dir):
 def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
     norms = train(out_dir, steps=12, lr_jump_at=8, health_loss_factor=3, include=["weights", "losses"])
     trial = smd.create_trial(out_dir)
-    (record,) = trial.health_records()
-    spikes = [t for t in record["triggers"] if t["reason"].startswith("loss spike")]
-    assert spikes, record
-    spike = spikes[0]["step"]
+    spike = first_loss_spike(trial)
     assert spike == 9  # the loss of the step after the jump (not a save step)
     # the steps before, as reductions; the spiking step's weights raw, as the user's collections name them
     kernel = trial.tensor("mlp/hidden/kernel")
