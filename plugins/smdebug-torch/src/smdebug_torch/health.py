@@ -84,12 +84,12 @@ def computing_order(tensors: list) -> list[int]:
     return [i for group in (*stacks, *packs) for i in group] + alone
 
 
-def _norms_into(m: torch.Tensor, out: torch.Tensor) -> None:
-    """The l2 norm of each row of ``m`` into ``out`` (float32)."""
+def _norms_into(m: torch.Tensor, out: torch.Tensor, dim: int | None = 1) -> None:
+    """The l2 norm of each row of ``m`` (of all of it: ``dim=None``) into ``out`` (float32)."""
     if m.dtype in _FLOAT32_SOURCES and m.device == out.device:
-        torch.linalg.vector_norm(m, 2, dim=1, dtype=torch.float32, out=out)
+        torch.linalg.vector_norm(m, 2, dim=dim, dtype=torch.float32, out=out)
     else:
-        out.copy_(torch.linalg.vector_norm(m, 2, dim=1))
+        out.copy_(torch.linalg.vector_norm(m, 2, dim=dim))
 
 
 def _abs_max_into(m: torch.Tensor, out: torch.Tensor) -> None:
@@ -157,10 +157,7 @@ class _Plan:
             _abs_max_into(matrix, top)
         if self.alone is not None:  # large tensors: a call's cost is small beside their reading
             for t, (l2, top) in zip(self.alone(tensors), self.alone_outs):
-                if t.dtype in _FLOAT32_SOURCES and t.device == l2.device:
-                    torch.linalg.vector_norm(t, 2, dtype=torch.float32, out=l2)
-                else:
-                    l2.copy_(torch.linalg.vector_norm(t, 2))
+                _norms_into(t, l2, dim=None)
                 if t.dtype == top.dtype and t.device == top.device:
                     torch.amax(t.abs(), out=top)
                 else:
