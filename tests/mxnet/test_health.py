@@ -281,3 +281,10 @@ def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
     )
     with pytest.raises(TensorUnavailableForStep):
         trial.tensor(weight).value(spike - 1)
+
+
+def test_a_loss_spike_early_in_training_is_caught_at_its_step(out_dir):
+    """A spike right after the first few steps of history (5) is judged at once, not only once the
+    median is first due for its periodic update (every 10 steps)."""
+    train(out_dir, steps=8, lr_jump_at=5)
+    assert first_loss_spike(smd.create_trial(out_dir)) == 6

@@ -153,9 +153,12 @@ class HealthMonitor:
             loss = float(host[col])
             step = int(self._steps[slot])
             # the median is computed again only every few steps, or when this loss looks like a spike
+            # (and at every step until there is one: a spike after MIN_LOSS_HISTORY steps is judged)
             self._seen += 1
-            if self._seen % MEDIAN_EVERY == 0 or (
-                self._median is not None and loss > self.loss_factor * self._median
+            if (
+                self._median is None
+                or self._seen % MEDIAN_EVERY == 0
+                or loss > self.loss_factor * self._median
             ):
                 self._median = self._recent_median()
             median = self._median
