@@ -265,3 +265,61 @@ def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
     for step in range(1, spike):
         assert kernel.reduction_value(step, "l2") == pytest.approx(norms[step], rel=1e-5)
     assert np.linalg.norm(kernel.value(spike)) == pytest.approx(norms[spike], rel=1e-5)
+
+
+class NanGradientFrom(keras.layers.Layer):
+    """Scales its input by a weight of its own whose gradient is NaN from training call ``at`` on."""
+
+    def __init__(self, at, **kwargs):
+        super().__init__(**kwargs)
+        self.at = at
+
+    def build(self, shape):
+        self.scale = self.add_weight(shape=(shape[-1],), initializer="ones", name="scale")
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
+
+    def call(self, x):
+        hit = self.calls >= self.at
+        self.calls.assign_add(1.0)
+
+        @tf.custom_gradient
+        def poisoned(s):
+            return tf.identity(s), lambda dy: tf.where(hit, dy * np.nan, dy)
+
+        return x * tf.cast(poisoned(self.scale), x.dtype)
+
+
+def test_mixed_precision_loss_scale_overflows_are_not_reported(out_dir):
+    # mixed_float16 wraps the optimizer in a LossScaleOptimizer: the first steps' scaled gradients
+    # overflow float16 and their updates are skipped by design (the scale halves each time); from step
+    # 12 on a gradient is NaN whatever the scale: once the scale is down to 1 it is reported, at 12
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [
+                keras.Input((4,)),
+                keras.layers.Dense(8, activation="relu", name="hidden"),
+                NanGradientFrom(12, name="plant"),
+                keras.layers.Dense(1, name="head", dtype="float32"),
+            ],
+            name="mlp",
+        )
+        model.compile(optimizer=keras.optimizers.SGD(1e-4), loss="mse")
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(8 * 24, 4)).astype("float32") * 10
+        y = rng.normal(size=(8 * 24, 1)).astype("float32") * 100
+        hook = smd.KerasHook(out_dir=out_dir, health=True)
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, callbacks=[hook], verbose=0)
+        hook.close()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["module"]) == (12, "backward", "plant")
+    # the recorder holds the loss scale the steps' gradients had: the first steps overflowed
+    scale = trial.tensor("loss_scale_optimizer/dynamic_scale")
+    assert scale.reduction_value(0, "l2") == 2.0**15
+    assert scale.reduction_value(11, "l2") < 2.0**15
+    assert not np.isfinite(trial.tensor("gradients/mlp/hidden/kernelGrad").reduction_value(0, "l2"))
+    assert np.isfinite(trial.tensor("gradients/mlp/hidden/kernelGrad").reduction_value(11, "l2"))

@@ -131,9 +131,10 @@ class HealthMonitor:
         self._last_slot = slot
         return slot
 
-    def check(self, slot: int, host: np.ndarray) -> bool:
+    def check(self, slot: int, host: np.ndarray, skipped: bool = False) -> bool:
         """Judge a recorded row (its host copy): True when it holds the run's first non-finite value
-        (the plugin then calls ``found``); a loss spike sets a trigger."""
+        (the plugin then calls ``found``); a loss spike sets a trigger. ``skipped``: the row's non-finite
+        values made the optimizer skip its update by design (a loss scaler's overflow): not a fault."""
         n = len(self.names)
         hook = self.hook
         if self._steps[slot] == hook.step and hook.anything_due():  # a save step: its statistics too
@@ -143,7 +144,7 @@ class HealthMonitor:
         # non-finite if any is (Python's sum of the floats: less code to run than numpy's, which costs
         # more than the reading, a step's caches being cold; it cannot overflow float32 values)
         total = sum(maxes.tolist())
-        if total - total != 0 and not np.isfinite(maxes).all():
+        if total - total != 0 and not skipped and not np.isfinite(maxes).all():
             if self._nonfinite_seen:
                 return False
             self._nonfinite_seen = True

@@ -63,6 +63,7 @@ class Recorder:
         self.health_grads: dict[str, tf.Tensor] = {}  # HEALTH: gradient name -> gradient
         self.health_flags: list = []  # HEALTH: ((direction, module, tensor), finite flag) in step order
         self.health_loss = None  # HEALTH: the batch's loss (Keras' logs hold the epoch's running mean)
+        self.health_scale = None  # HEALTH: a LossScaleOptimizer's loss scale the step's gradients had
 
     def add(self, name: str, value) -> None:
         """Record a (nested) value: one tensor under ``name``, several as ``name_0``, ``name_1``..."""
@@ -117,6 +118,8 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None):
                     name = variable_name(variable)
                     if name not in recorder.tensors:
                         recorder.tensors[name] = tf.identity(tf.convert_to_tensor(variable))
+            if HEALTH in recorder.kinds and loss_scale(optimizer) is not None:  # before apply changes it
+                recorder.health_scale = tf.identity(tf.convert_to_tensor(loss_scale(optimizer)))
             if GRADIENTS in recorder.kinds or HEALTH in recorder.kinds:
                 for variable, grad in _unscaled_pairs(optimizer, grads, trainable_variables):
                     if GRADIENTS in recorder.kinds:
@@ -139,12 +142,17 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None):
     return optimizer
 
 
+def loss_scale(optimizer):
+    """A keras.optimizers.LossScaleOptimizer's dynamic loss scale (a variable), else None."""
+    return getattr(optimizer, "dynamic_scale", None)
+
+
 def _unscaled_pairs(optimizer, grads, trainable_variables):
     """(variable, gradient) pairs as the update uses them: a LossScaleOptimizer's dynamic scale and an
     optimizer's ``loss_scale_factor`` divided out, IndexedSlices made dense."""
     variables = trainable_variables if trainable_variables is not None else optimizer.trainable_variables
     scale = None
-    dynamic = getattr(optimizer, "dynamic_scale", None)  # keras.optimizers.LossScaleOptimizer
+    dynamic = loss_scale(optimizer)
     if dynamic is not None:
         scale = tf.convert_to_tensor(dynamic)
     factor = getattr(optimizer, "loss_scale_factor", None)
@@ -250,12 +258,17 @@ def loss_wrapped(model, kinds: frozenset[str]):
 
 
 def _health(model, recorder: Recorder, weights: list, layout: list) -> tf.Tensor:
-    """The step's health vector (smdebug_tf.health.statistics); its names go to ``layout``."""
+    """The step's health vector (smdebug_tf.health.statistics); its names go to ``layout``. A loss
+    scaler's scale is the last column (every mode: the recorder's columns stay the same)."""
     from smdebug_tf.health import LOSS, statistics
 
     grads = [gradient_name(v) for v in model.trainable_variables]
     names = [n for n, _ in weights] + grads + [LOSS]
     tensors = [t for _, t in weights] + [recorder.health_grads.get(g) for g in grads] + [recorder.health_loss]
+    scale = loss_scale(getattr(model, "optimizer", None))
+    if scale is not None:
+        names.append(variable_name(scale))
+        tensors.append(recorder.health_scale)
     layout[:] = [(tuple(names), tuple(where for where, _ in recorder.health_flags))]
     return statistics(tensors, [flag for _, flag in recorder.health_flags])
 

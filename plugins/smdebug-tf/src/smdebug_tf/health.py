@@ -16,8 +16,12 @@ backward pass met first (the one nearest the output).
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import tensorflow as tf
+
+logger = logging.getLogger("smdebug")
 
 ABSENT = -1.0  # a tensor the step did not have (no gradient): norms are never negative (smdebug.health)
 LOSS = "loss"  # Keras' name of the loss in its logs
@@ -69,6 +73,9 @@ class KerasHealth:
     def __init__(self, hook):
         self.hook = hook
         self.monitor = hook.health
+        self.scale = ((), None)  # (the layout's names, the loss scale's column in them)
+        self.overflow: dict | None = None  # where the current run of loss-scale overflows began
+        self.told = False
 
     def record(self, vector, layout: tuple, kept: dict | None = None, logs=None) -> None:
         """A step's statistics (the instrumented step's health vector; ``layout`` is ``(names, flags)``
@@ -85,15 +92,64 @@ class KerasHealth:
         ring[slot] = host[: 2 * n]
         triggers = len(monitor.triggers)
         hook = self.hook
-        first = monitor.check(slot, ring[slot])  # (True once: the row's first non-finite statistic)
         flagged = bool(flags) and (host[2 * n :] != 1.0).any()  # (in PREDICT no loss or gradient shows it)
+        skipped, since = (False, None) if flagged else self._overflow(ring[slot], names, host[2 * n :], flags)
+        first = monitor.check(slot, ring[slot], skipped)  # (True once: the row's first non-finite statistic)
         if (first or flagged) and monitor.first_nonfinite is None:
-            where = self._where(ring[slot], host[2 * n :], flags)
-            monitor.found({"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where})
+            found = since or {
+                "step": hook.step,
+                "mode": hook.mode.name,
+                "mode_step": hook.mode_step,
+                **self._where(ring[slot], host[2 * n :], flags),
+            }
+            monitor.found(found)
         if len(monitor.triggers) > triggers:  # the first non-finite value, or a loss spike
             with hook.guard("save the step's tensors"):
                 logs = logs if isinstance(logs, dict) else {}  # (predict returns the predictions)
                 self._save_step({**logs, **(kept or {})})
+
+    def _overflow(self, row, names: tuple, flag_values, flags) -> tuple[bool, dict | None]:
+        """Whether a step's non-finite values are a LossScaleOptimizer's overflow, which skips the update
+        by design (non-finite gradients only, at a loss scale above 1), and, for non-finite gradients
+        at a scale of 1 or below (the scale is not to blame), where its run of skipped updates began."""
+        bad = self.monitor.nonfinite_names(row)
+        column = self._scale_column(names)
+        if column is None or not bad:
+            if column is not None and self.hook.mode.name == "TRAIN":
+                self.overflow = None  # an update that was not skipped
+            return False, None
+        if not all(name.startswith("gradients/") for name in bad):
+            return False, None
+        if not row[column] > 1.0:
+            return False, self.overflow
+        hook = self.hook
+        if self.overflow is None:
+            self.overflow = {
+                "step": hook.step,
+                "mode": hook.mode.name,
+                "mode_step": hook.mode_step,
+                **self._where(row, flag_values, flags),
+            }
+        if not self.told:
+            self.told = True
+            logger.info(
+                "smdebug: step %d: the LossScaleOptimizer skips its update (the gradients overflowed at "
+                "loss scale %g); such steps are not reported as non-finite values",
+                hook.step,
+                row[column],
+            )
+        return True, None
+
+    def _scale_column(self, names: tuple) -> int | None:
+        """The column of the model's LossScaleOptimizer's loss scale, if any."""
+        if self.scale[0] is not names:
+            from smdebug_tf import capture
+
+            model = self.hook.tf_state.model
+            scale = capture.loss_scale(getattr(model, "optimizer", None))
+            name = capture.variable_name(scale) if scale is not None else None
+            self.scale = (names, names.index(name) if name in names else None)
+        return self.scale[1]
 
     def _save_step(self, tensors: dict) -> None:
         """The triggering step's tensors the user's collections name, saved as those collections save
