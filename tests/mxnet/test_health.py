@@ -3,6 +3,10 @@ something goes wrong, and where the first non-finite value came from, with fault
 Gluon training."""
 
 import json
+import signal
+import subprocess
+import sys
+import textwrap
 from contextlib import redirect_stdout
 from io import StringIO
 
@@ -288,3 +292,67 @@ def test_a_loss_spike_early_in_training_is_caught_at_its_step(out_dir):
     median is first due for its periodic update (every 10 steps)."""
     train(out_dir, steps=8, lr_jump_at=5)
     assert first_loss_spike(smd.create_trial(out_dir)) == 6
+
+
+ENDS = textwrap.dedent(
+    """
+    import sys, time
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd, gluon
+    import smdebug.mxnet as smd
+
+    out, how = sys.argv[1], sys.argv[2]
+    mx.random.seed(0)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(5, activation="relu"), gluon.nn.Dense(3))
+    net.initialize(mx.init.Xavier())
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    hook = smd.Hook(
+        out_dir=out,
+        health=True,
+        save_config=smd.SaveConfig(save_interval=100),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    for step in range(4):
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.ones((4, 4)) * step), mx.nd.array([0, 1, 2, 0]))
+        loss.backward()
+        trainer.step(4)
+    np.save(out + ".npy", net[0].weight.grad().asnumpy())
+    if how == "raise":
+        raise RuntimeError("training failed")
+    print("waiting", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["raise", "SIGTERM"])
+def test_training_that_raises_or_is_terminated_saves_its_last_steps_tensors(tmp_path, how):
+    """The last step of a run that raises or gets SIGTERM is not a save step: the recorder is written
+    and that step's tensors the collections name are saved as well, as for any other trigger."""
+    out = str(tmp_path / "run")
+    script = tmp_path / "train.py"
+    script.write_text(ENDS)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), out, how], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    if how == "SIGTERM":
+        assert proc.stdout.readline().strip() == "waiting"
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, err
+    trial = smd.create_trial(out)
+    (record,) = trial.health_records()
+    assert [t["step"] for t in record["triggers"]] == [3], record
+    assert trial.first_nonfinite() is None
+    weight = trial.tensor_names(collection="weights")[0]
+    assert trial.tensor(weight).reduction_value(2, "l2") > 0  # the recorder's steps before
+    grad = trial.tensor("gradient/" + weight).value(3)
+    np.testing.assert_allclose(grad, np.load(out + ".npy"), rtol=1e-6)
+    loss = trial.tensor_names(collection="losses")[0]
+    assert trial.tensor(loss).value(3).shape == (4,)

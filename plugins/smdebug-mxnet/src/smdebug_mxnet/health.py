@@ -226,7 +226,9 @@ class MXNetHealth:
         if monitor.check(slot, row):
             where = self._where(row, inputs, outputs, loss_name)
             monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
-        if tensors is not None and len(monitor.triggers) > triggers:
+        # a trigger of this row, or one awaiting the step's end (training raised, a signal: the hook
+        # closes, and this is its last step)
+        if tensors is not None and (len(monitor.triggers) > triggers or monitor.pending):
             with self.hook.guard("save the step's tensors"):
                 self._save_step(zip(names, tensors))
                 self._save_step(self._block_tensors(inputs, outputs))
