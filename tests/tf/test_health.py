@@ -323,3 +323,43 @@ def test_mixed_precision_loss_scale_overflows_are_not_reported(out_dir):
     assert scale.reduction_value(11, "l2") < 2.0**15
     assert not np.isfinite(trial.tensor("gradients/mlp/hidden/kernelGrad").reduction_value(0, "l2"))
     assert np.isfinite(trial.tensor("gradients/mlp/hidden/kernelGrad").reduction_value(11, "l2"))
+
+
+class RaiseAt(keras.callbacks.Callback):
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.batch:
+            raise RuntimeError("a callback broke")
+
+
+@pytest.mark.parametrize("where", ["data", "callback"])
+def test_training_that_raises_inside_fit_writes_the_recorder(out_dir, where):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="dense")], name="net")
+    model.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(0)
+
+    def batches():
+        for step in range(8):
+            if where == "data" and step == FAULT:
+                raise RuntimeError("the data broke")
+            yield rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 3)).astype("float32")
+
+    spec = (tf.TensorSpec((8, 4), tf.float32), tf.TensorSpec((8, 3), tf.float32))
+    data = tf.data.Dataset.from_generator(batches, output_signature=spec)
+    hook = smd.KerasHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    callbacks = [RaiseAt(FAULT), hook] if where == "callback" else [hook]
+    with pytest.raises(Exception, match="broke"):  # the user's error reaches the user, whatever the hook
+        model.fit(data, epochs=1, callbacks=callbacks, verbose=0)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == list(range(FAULT))  # the recorder's steps, written as the error went by
+    for step in range(1, FAULT):
+        assert np.isfinite(trial.tensor("net/dense/kernel").reduction_value(step, "l2"))
+    reasons = [t["reason"] for t in trial.health_records()[0]["triggers"]]
+    assert len(reasons) == 1 and reasons[0].startswith("training raised"), reasons
+    assert where != "data" or reasons[0].endswith("RuntimeError: the data broke"), reasons
+    assert trial.first_nonfinite() is None

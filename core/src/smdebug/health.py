@@ -366,8 +366,13 @@ class HealthMonitor:
         previous = self._excepthook or sys.__excepthook__
         try:
             if not self.hook.closed:
-                self.trigger(f"training raised {kind.__name__}: {value}")
-                self.hook.close()
+                hook = self.hook
+                if not any(  # a plugin may have seen it first
+                    t["step"] == hook.step and t["reason"].startswith("training raised")
+                    for t in self.triggers
+                ):
+                    self.trigger(f"training raised {kind.__name__}: {value}")
+                hook.close()
         except Exception as exc:
             logger.warning("smdebug: could not write the health recorder: %s", exc)
         previous(kind, value, tb)

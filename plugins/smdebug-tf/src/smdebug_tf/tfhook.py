@@ -15,6 +15,7 @@ What the hook saves, and when (names in the plugin's README):
 from __future__ import annotations
 
 import logging
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -35,6 +36,15 @@ _KERAS_MODES = {
     ModeKeys.EVAL: ("test", "test_function", "stop_evaluating"),
     ModeKeys.PREDICT: ("predict", "predict_function", "stop_predicting"),
 }
+
+
+def _summary(exc: Exception) -> str:
+    """An exception's message in one line: for TensorFlow's, the line saying what went wrong (its
+    message also holds the graph's node names and stack traces)."""
+    skip = ("Graph execution error", "Detected at node", "<stack traces", "Traceback", "File ", "[[")
+    lines = [line.strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(skip)]
+    return (lines[-1] if lines else type(exc).__name__)[:200]
 
 
 def _put(model, attribute: str, function) -> None:
@@ -197,6 +207,8 @@ class TFHook(BaseHook):
             self.register_model(model)
 
     def on_train_begin(self, logs=None):
+        if self.tf_state.fitting:  # the last fit never reached on_train_end
+            self.training_raised()
         self.tf_state.fitting = True
         self.mode_begin(ModeKeys.TRAIN)
 
@@ -413,6 +425,15 @@ class TFHook(BaseHook):
         hook = self
 
         def one_call(arg):
+            try:
+                return step(arg)
+            except (StopIteration, tf.errors.OutOfRangeError):
+                raise  # the end of the data, as Keras' own function signals it
+            except Exception as exc:  # the step raised (its data, an assertion): training stops
+                hook.training_raised(f"training raised {type(exc).__name__}: {_summary(exc)}")
+                raise
+
+        def step(arg):
             _put(model, attribute, plain)  # Keras' own function again from the next lookup on
             state.swapped = None
             packed = health = kept = None
@@ -421,8 +442,10 @@ class TFHook(BaseHook):
             else:
                 try:
                     result, packed, health, kept = instrumented(arg)
-                except (StopIteration, tf.errors.OutOfRangeError):
-                    raise  # the end of the data, as Keras' own function signals it
+                except (StopIteration, tf.errors.OpError):
+                    # the end of the data; or the step failed as it ran (its data, an assertion), as
+                    # Keras' own function would, its batch gone: never silently run the next one
+                    raise
                 except Exception as exc:
                     state.broken.add(mode)
                     hook.warn_once(
@@ -666,7 +689,28 @@ class TFHook(BaseHook):
                 with self.guard("save a value given before training"):
                     method(*args)
 
+    def training_raised(self, reason: str | None = None) -> None:
+        """Training raised inside fit (evaluate, predict): with health, the recorder is written now
+        (once: not again for a step a raise, a signal or the excepthook wrote it for already)."""
+        self.tf_state.fitting = False
+        if self.health is None or self.closed:
+            return
+        if reason is None:  # the exception, when this runs while it is handled
+            kind, value, _ = sys.exc_info()
+            reason = "training raised inside fit (its on_train_end never came)"
+            if value is not None:
+                reason = f"training raised {kind.__name__}: {_summary(value)}"
+        seen = ("training raised", "signal")
+        if any(t["step"] == self.step and t["reason"].startswith(seen) for t in self.health.triggers):
+            return
+        with self.guard("write the health recorder"):
+            self.health.trigger(reason)
+            if self.in_step:
+                self.end_step()  # the trigger writes at the end of the step
+
     def close(self) -> None:
+        if self.tf_state.fitting:  # closed inside fit, or after a fit that raised
+            self.training_raised()
         self.restore_function()
         if self.tf_state.pending and not self.closed:
             self.begin_step()  # saved before any step: they get the first one
