@@ -13,6 +13,7 @@ from io import StringIO
 import mxnet as mx
 import numpy as np
 import pytest
+from conftest import Run, batches, make_net
 from mxnet import autograd, gluon
 from support import first_loss_spike
 
@@ -356,3 +357,45 @@ def test_training_that_raises_or_is_terminated_saves_its_last_steps_tensors(tmp_
     np.testing.assert_allclose(grad, np.load(out + ".npy"), rtol=1e-6)
     loss = trial.tensor_names(collection="losses")[0]
     assert trial.tensor(loss).value(3).shape == (4,)
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_evaluation_steps_are_watched_too(out_dir, hybridize):
+    """EVAL steps are recorded (weights and loss; no gradients) without a false alarm, and an inf in a
+    validation batch is named with its step and mode."""
+    net, loss_fn = make_net(hybridize)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    run = Run(hook, net, loss_fn)
+    data = batches(4)
+    hook.set_mode(smd.modes.TRAIN)
+    run.train(data[:3])
+    hook.set_mode(smd.modes.EVAL)
+    run.evaluate(data)
+    bad = data[3][0].copy()
+    bad[2, 1] = np.inf  # (MXNet's relu Activation turns NaN into 0: a NaN would not reach the loss)
+    run.evaluate([(bad, data[3][1])])
+    hook.set_mode(smd.modes.TRAIN)
+    run.train(data[:2])
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert {k: first[k] for k in ("step", "mode", "direction", "module", "tensor")} == {
+        "step": 7,
+        "mode": "EVAL",
+        "direction": "input",
+        "module": net.name,
+        "tensor": net.name + "_input_0",
+    }
+    assert first["mode_step"] == 4
+    weight = net[0].weight.name
+    # the recorder's EVAL steps: weights and loss, no gradients
+    loss = trial.tensor_names(collection="losses")[0]
+    for step, seen in zip(range(3, 7), run.seen[3:7]):
+        l2 = trial.tensor(weight).reduction_value(step, "l2", mode=smd.modes.GLOBAL)
+        assert l2 == pytest.approx(np.linalg.norm(seen[weight]), rel=1e-5)
+        peak = trial.tensor(loss).reduction_value(step, "max", abs=True, mode=smd.modes.GLOBAL)
+        assert peak == pytest.approx(np.abs(seen["loss"]).max(), rel=1e-5)
+    assert 4 not in trial.tensor("gradient/" + weight).steps()
+    assert trial.tensor(weight).steps(mode=smd.modes.EVAL) == [0, 1, 2, 3, 4]

@@ -1,5 +1,6 @@
-"""Always-on health for MXNet Gluon (``Hook(health=True)``): every training step's statistics into the
-core's flight recorder (smdebug.health), and where the first non-finite value came from.
+"""Always-on health for MXNet Gluon (``Hook(health=True)``): every step's statistics into the core's
+flight recorder (smdebug.health), and where the first non-finite value came from. Steps of every mode
+are recorded: an EVAL or PREDICT step has its weights and its loss, no gradients.
 
 MXNet lets the hook see a step's gradients only once the next forward starts (or the mode changes, or the
 hook closes), after ``trainer.step`` has changed the weights. A step is recorded then: the l2 norm and the
@@ -44,20 +45,22 @@ from smdebug_mxnet.collection import GRADIENT_PREFIX, INPUT_SUFFIX, OUTPUT_SUFFI
 from smdebug_mxnet.hybrid import reported_names, symbols_in
 
 ABSENT = -1.0  # a tensor the step did not have: norms are never negative (smdebug.health)
-RECORDED_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # the modes whose steps compute gradients
+GRADIENT_MODES = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # the modes whose steps compute gradients
 POOLED = 4096  # arrays larger than this get their max |x| by pooling, not by MXNet's slow reduction
 
 
 class Statistics:
-    """A cached MXNet graph over a list of arrays of known shapes and dtypes: their l2 norms, then their
-    max |x|, as one float32 vector. MXNet's reduction operators take several nanoseconds an element on
+    """A cached MXNet graph over a list of arrays of known shapes and dtypes (None: a tensor the step
+    does not have, ABSENT in both halves): their l2 norms, then their max |x|, as one float32 vector. MXNet's reduction operators take several nanoseconds an element on
     a CPU (a 50k-element ``max``: 0.17 ms), so large arrays are not reduced by them: the l2 norm is the
     square root of a BLAS dot product of the array with itself, and the max |x| a global max pooling of
     |x| (oneDNN's kernel), which skips NaN: a NaN norm (a NaN anywhere) stands for the max as well."""
 
-    def __init__(self, shapes: list[tuple], dtypes: list):
+    def __init__(self, shapes: list[tuple | None], dtypes: list):
         norms, maxes = [], []
         for i, (shape, dtype) in enumerate(zip(shapes, dtypes)):
+            if shape is None:
+                continue
             flat = mx.sym.reshape(mx.sym.var(f"t{i}"), shape=(-1,))
             if np.dtype(dtype) != np.float32:
                 flat = mx.sym.cast(flat, dtype="float32")
@@ -70,7 +73,8 @@ class Statistics:
                 maxes.append(mx.sym.reshape(pooled, shape=(1,)))
         norms = mx.sym.sqrt(mx.sym.concat(*norms, dim=0))
         maxes = mx.sym.where(norms != norms, norms, mx.sym.concat(*maxes, dim=0))
-        graph = mx.sym.concat(norms, maxes, dim=0)
+        present = [shape is not None for shape in shapes]
+        graph = mx.sym.concat(_spread(norms, present), _spread(maxes, present), dim=0)
         # static shapes: a call costs a few microseconds of Python instead of a graph set-up
         self.op = mx.nd.CachedOp(graph, [("static_alloc", "true"), ("static_shape", "true")])
         # the graph takes its inputs in the order it meets them
@@ -79,6 +83,24 @@ class Statistics:
     def __call__(self, arrays: list, out: mx.nd.NDArray) -> None:
         picked = self.inputs(arrays)
         self.op(*(picked if isinstance(picked, tuple) else (picked,)), out=out)
+
+
+def _spread(values, present: list[bool]):
+    """A symbol of the present tensors' values spread over all of them, ABSENT where one is missing."""
+    if all(present):
+        return values
+    pieces, taken, i = [], 0, 0
+    while i < len(present):
+        run = i
+        while run < len(present) and present[run] == present[i]:
+            run += 1
+        if present[i]:
+            pieces.append(mx.sym.slice_axis(values, axis=0, begin=taken, end=taken + run - i))
+            taken += run - i
+        else:
+            pieces.append(mx.sym.full(shape=(run - i,), val=ABSENT, dtype="float32"))
+        i = run
+    return mx.sym.concat(*pieces, dim=0) if len(pieces) > 1 else pieces[0]
 
 
 def _nonfinite(value) -> bool:
@@ -122,7 +144,7 @@ class MXNetHealth:
 
     def model_input(self, block, inputs) -> None:
         """A model's forward starts (after the previous step was recorded)."""
-        if self.hook.mode not in RECORDED_MODES or self._inputs:
+        if self._inputs:
             return
         hook = self.hook
         flags = []
@@ -152,7 +174,7 @@ class MXNetHealth:
         """A hybridized graph's node output, as its cached graph runs (MXNet's op hook, through
         smdebug_mxnet.hybrid): kept when it is a block's output (no computation, as for other blocks)."""
         block = self._nodes.get(node_output)
-        if block is not None and self.hook.mode in RECORDED_MODES:
+        if block is not None:
             self._outputs.append((block, None, value))
 
     def _on_loss(self, block, inputs, outputs) -> None:
@@ -171,7 +193,7 @@ class MXNetHealth:
         self._inputs, self._outputs, self._loss = [], [], None
         self.judge_lagged()
         model = hook.last_model() if hook.last_model is not None else None
-        if model is None or hook.mode not in RECORDED_MODES:
+        if model is None:
             return
         with hook.guard("record the step's health"):
             recorded = self._record(model, step[2])
@@ -192,21 +214,25 @@ class MXNetHealth:
                 self._judge(lagged, None, self.monitor.names)
 
     def _record(self, model, loss) -> tuple | None:
-        """The step's statistics queued into a new row of the ring: (slot, tensors, names, loss name)."""
+        """The step's statistics queued into a new row of the ring: (slot, tensors, names, loss name).
+        An evaluation or prediction step has no gradients (the arrays hold the last training step's), and
+        a step may have no loss (the loss block did not run)."""
         weights, grads, names, loss_name, ops = self._current_layout(model)
         # the parameters' current arrays (a reinitialized parameter has new ones), on their first context
         tensors = [p.list_data()[0] for p in map(_alive, weights)]
-        tensors += [p.list_grad()[0] for p in map(_alive, grads)]
+        trained = self.hook.mode in GRADIENT_MODES
+        tensors += [p.list_grad()[0] for p in map(_alive, grads)] if trained else [None] * len(grads)
         if loss_name is not None:
-            if loss is None:
-                return None  # the loss block did not run this step
-            tensors.append(loss[1])
-        if not tensors:
+            tensors.append(loss[1] if loss is not None else None)
+        if not any(t is not None for t in tensors):
             return None
-        key = (loss[1].shape, loss[1].dtype) if loss_name is not None else None
+        key = (trained, None if loss is None else (loss[1].shape, loss[1].dtype))
         op = ops.get(key)
-        if op is None:  # (the first step, or a last batch of another size)
-            op = ops[key] = Statistics([t.shape for t in tensors], [t.dtype for t in tensors])
+        if op is None:  # (the first step, a mode without gradients, a last batch of another size)
+            op = ops[key] = Statistics(
+                [None if t is None else t.shape for t in tensors],
+                [None if t is None else t.dtype for t in tensors],
+            )
         self.monitor.track(names, loss_name, self._make_ring)
         slot = self.monitor.row()
         with autograd.pause():
@@ -305,7 +331,7 @@ class MXNetHealth:
         collections name, saved as those collections save (those the step saved already aside)."""
         hook = self.hook
         for *_, name, tensor in named:
-            if hook.is_due(name):
+            if tensor is None or hook.is_due(name):  # (a gradient of an evaluation step)
                 continue
             collections = [c.name for c in hook.collections_of(name)]
             if collections:
