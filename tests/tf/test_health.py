@@ -44,7 +44,7 @@ class Plant(keras.layers.Layer):
 
                 return tf.identity(s), grad
 
-            scale = poisoned(scale)
+            scale = poisoned(tf.convert_to_tensor(scale))  # (a tensor: eager code too)
         out = x * scale
         if self.fault in ("forward", "eval"):
             out = tf.where(hit, out + np.inf, out)
@@ -363,3 +363,40 @@ def test_training_that_raises_inside_fit_writes_the_recorder(out_dir, where):
     assert len(reasons) == 1 and reasons[0].startswith("training raised"), reasons
     assert where != "data" or reasons[0].endswith("RuntimeError: the data broke"), reasons
     assert trial.first_nonfinite() is None
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_custom_loop_with_a_wrapped_tape(out_dir, compiled):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(5, name="hidden"), Plant("gradient", name="plant")], name="mlp"
+    )
+    hook = smd.KerasHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    optimizer = hook.wrap_optimizer(keras.optimizers.SGD(0.1))
+
+    def step(x, y):
+        with hook.wrap_tape(tf.GradientTape()) as tape:
+            loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    step = tf.function(step) if compiled else step
+    rng = np.random.default_rng(0)
+    norms = []
+    for _ in range(FAULT + 2):
+        norms.append(float(np.linalg.norm(model.get_layer("hidden").kernel.numpy())))
+        step(rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 5)).astype("float32"))
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert {k: first[k] for k in ("step", "mode", "direction", "module", "tensor")} == {
+        "step": FAULT,
+        "mode": "TRAIN",
+        "direction": "backward",
+        "module": "plant",
+        "tensor": "gradients/mlp/plant/scaleGrad",
+    }
+    for step_ in range(FAULT):
+        value = trial.tensor("mlp/hidden/kernel").reduction_value(step_, "l2")
+        assert value == pytest.approx(norms[step_], rel=1e-5)
+        assert np.isfinite(trial.tensor("loss").reduction_value(step_, "max", abs=True))

@@ -187,7 +187,9 @@ class KerasHealth:
                     path = capture.variable_name(variable)
                     if tensor in (path, capture.gradient_name(variable)):
                         return layer.name
-        return tensor
+        # a custom loop's model is unknown: the layer is the one its variable's path names
+        path = tensor.removeprefix("gradients/").removesuffix("Grad").split("/")
+        return path[-2] if len(path) > 1 else tensor
 
 
 def _where(direction: str, module: str, tensor: str) -> dict:

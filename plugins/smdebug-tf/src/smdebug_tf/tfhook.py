@@ -334,6 +334,10 @@ class TFHook(BaseHook):
             with self.guard("record the step's health"):
                 state.health.record(health, layout[0], kept, logs)
 
+    def tape_health(self, names: tuple, vector, kept: dict | None = None) -> None:
+        """A wrapped tape's step statistics (its variables, gradients and loss) into the recorder."""
+        self.health_step(vector, [(names, ())], kept or {}, None)
+
     def kept_kinds(self, mode) -> frozenset:
         """With health: the kinds of in-graph tensors an included collection names, which each step keeps
         for the flight recorder's trigger (smdebug_tf.capture.build's ``keep_of``)."""
