@@ -218,10 +218,15 @@ class MXNetHealth:
         An evaluation or prediction step has no gradients (the arrays hold the last training step's), and
         a step may have no loss (the loss block did not run)."""
         weights, grads, names, loss_name, ops = self._current_layout(model)
-        # the parameters' current arrays (a reinitialized parameter has new ones), on their first context
-        tensors = [p.list_data()[0] for p in map(_alive, weights)]
         trained = self.hook.mode in GRADIENT_MODES
-        tensors += [p.list_grad()[0] for p in map(_alive, grads)] if trained else [None] * len(grads)
+        try:
+            gradients = [p.list_grad()[0] for p in map(_alive, grads)] if trained else [None] * len(grads)
+        except RuntimeError:  # a parameter frozen since (grad_req 'null' has no gradient): a new layout
+            self._layout = None
+            weights, grads, names, loss_name, ops = self._current_layout(model)
+            gradients = [p.list_grad()[0] for p in map(_alive, grads)]
+        # the parameters' current arrays (a reinitialized parameter has new ones), on their first context
+        tensors = [p.list_data()[0] for p in map(_alive, weights)] + gradients
         if loss_name is not None:
             tensors.append(loss[1] if loss is not None else None)
         if not any(t is not None for t in tensors):
