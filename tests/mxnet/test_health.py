@@ -428,3 +428,54 @@ def test_a_layer_frozen_during_training_keeps_the_others_watched(out_dir):
     )
     assert np.isfinite(trial.tensor(net[0].weight.name).reduction_value(4, "l2"))
     assert 4 not in trial.tensor(f"gradient/{net[0].weight.name}").steps()
+
+
+class Exp(gluon.HybridBlock):
+    """exp of its input times one: both operators may run in place, in the buffer of the block before."""
+
+    def hybrid_forward(self, F, x):
+        return F.exp(x * 1.0)
+
+
+def test_a_hybridized_layer_is_judged_by_its_own_output_not_by_a_later_one_in_its_buffer(out_dir):
+    """Inside a cached graph MXNet reuses a node's buffer (in place, or for a later node): the output of
+    the layer before the faulty one was finite when it was computed, and is not named."""
+    mx.random.seed(0)
+    with mx.name.NameManager():
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(5, in_units=4), Exp(), gluon.nn.Dense(3, in_units=5))
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net.initialize(mx.init.Xavier())
+    hook = smd.Hook(
+        out_dir=out_dir,
+        health=True,
+        save_config=smd.SaveConfig(save_interval=100),
+        include_collections=["losses", "layers"],
+    )
+    hook.get_collection("layers").add_block_tensors(net[0], outputs=True)
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    rng = np.random.RandomState(0)
+    for step in range(6):
+        x = mx.nd.array(rng.randn(BATCH, 4) * (1e4 if step == FAULT else 0.1))  # finite either way
+        with autograd.record():
+            loss = loss_fn(net(x), mx.nd.array(rng.randint(0, 3, BATCH)))
+        loss.backward()
+        if step == FAULT:
+            weight, bias = net[0].weight.data().asnumpy(), net[0].bias.data().asnumpy()
+            dense = x.asnumpy() @ weight.T + bias
+        trainer.step(BATCH)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (
+        FAULT,
+        "forward",
+        net[1].name,
+        f"{net[1].name}_output_0",
+    )
+    # the trigger saves the layer's output as the layer computed it
+    saved = trial.tensor(f"{net[0].name}_output_0").value(FAULT)
+    np.testing.assert_allclose(saved, dense, rtol=1e-5)

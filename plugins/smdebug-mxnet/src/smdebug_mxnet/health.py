@@ -29,7 +29,9 @@ order the step computed them: the input batch, the blocks' outputs in the order 
 ended (a child ends before its parent: the first bad one is where the value appeared), the loss, then the
 gradient nearest the output. A hybridized model runs its blocks as one graph without their forward hooks:
 while MXNet builds that graph they say which node outputs are theirs, and MXNet's op hook hands those
-over as the graph runs (a reference each, as for the other blocks).
+over as the graph runs. The graph reuses its buffers (in place, or for later nodes), so each of those is
+judged by an all-finite flag queued as it is reported (one operator), and copied only when a collection
+names it.
 """
 
 from __future__ import annotations
@@ -103,7 +105,18 @@ def _spread(values, present: list[bool]):
     return mx.sym.concat(*pieces, dim=0) if len(pieces) > 1 else pieces[0]
 
 
+class NodeOutput:
+    """A hybridized graph's node output: its all-finite flag (queued), and its copy or None."""
+
+    __slots__ = ("finite", "kept")
+
+    def __init__(self, finite, kept):
+        self.finite, self.kept = finite, kept
+
+
 def _nonfinite(value) -> bool:
+    if isinstance(value, NodeOutput):
+        return not value.finite.asnumpy()[0]
     return (
         isinstance(value, mx.nd.NDArray)
         and value.size > 0
@@ -172,10 +185,16 @@ class MXNetHealth:
 
     def node_output(self, node_output: str, value) -> None:
         """A hybridized graph's node output, as its cached graph runs (MXNet's op hook, through
-        smdebug_mxnet.hybrid): kept when it is a block's output (no computation, as for other blocks)."""
+        smdebug_mxnet.hybrid), when it is a block's output. The graph may write its buffer again before
+        the step is judged (an operator working in place, a later node reusing the memory): one queued
+        all-finite flag judges it as computed, and an engine copy is kept when a collection names it
+        (asked with the name of the block's first output in a step, as BaseHook.layer_wanted does)."""
         block = self._nodes.get(node_output)
         if block is not None:
-            self._outputs.append((block, None, value))
+            with autograd.pause():
+                named = self.hook.collections_of(f"{block}{OUTPUT_SUFFIX}0")
+                kept = mx.nd._internal._copy(value) if named else None
+                self._outputs.append((block, None, NodeOutput(mx.nd.all_finite(value), kept)))
 
     def _on_loss(self, block, inputs, outputs) -> None:
         if self._loss is None and isinstance(outputs, mx.nd.NDArray):
@@ -326,7 +345,7 @@ class MXNetHealth:
                 if value is None or only not in (None, suffix):
                     continue
                 prefix = block + suffix
-                for tensor in self.hook.tensors_in(value):
+                for tensor in (value,) if isinstance(value, NodeOutput) else self.hook.tensors_in(value):
                     index = counts.get(prefix, 0)
                     counts[prefix] = index + 1
                     yield block, f"{prefix}{index}", copies.get(id(tensor), tensor)
@@ -336,7 +355,9 @@ class MXNetHealth:
         collections name, saved as those collections save (those the step saved already aside)."""
         hook = self.hook
         for *_, name, tensor in named:
-            if tensor is None or hook.is_due(name):  # (a gradient of an evaluation step)
+            if isinstance(tensor, NodeOutput):
+                tensor = tensor.kept
+            if tensor is None or hook.is_due(name):  # (a gradient of an evaluation step, an output not kept)
                 continue
             collections = [c.name for c in hook.collections_of(name)]
             if collections:
