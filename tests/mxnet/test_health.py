@@ -479,3 +479,28 @@ def test_a_hybridized_layer_is_judged_by_its_own_output_not_by_a_later_one_in_it
     # the trigger saves the layer's output as the layer computed it
     saved = trial.tensor(f"{net[0].name}_output_0").value(FAULT)
     np.testing.assert_allclose(saved, dense, rtol=1e-5)
+
+
+def test_a_validation_loss_far_above_the_training_loss_is_no_loss_spike(out_dir):
+    """An overfit model's validation loss is many times its training loss: a loss spike is judged among
+    training steps only."""
+    net, loss_fn = make_net()
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5})
+    (x, y), (_, other) = batches(2)
+    for _ in range(3):
+        hook.set_mode(smd.modes.TRAIN)
+        for _ in range(8):
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+            trainer.step(BATCH)
+        hook.set_mode(smd.modes.EVAL)
+        for _ in range(3):
+            validation = loss_fn(net(x), (y + 1) % 3).mean().asscalar()
+    assert validation > 30 * loss.mean().asscalar()
+    hook.close()
+    (record,) = smd.create_trial(out_dir).health_records()
+    assert record["triggers"] == []

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from smdebug import plugins
+from smdebug.modes import ModeKeys
 from smdebug.reductions import reduction_tensor_name
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ logger = logging.getLogger("smdebug")
 
 HEALTH_DIR = "health"
 DIRECTIONS = ("input", "forward", "loss", "backward")  # the order in which a step computes them
+UNTRAINED = (ModeKeys.EVAL, ModeKeys.PREDICT)  # modes whose loss is no spike: validation is not training
 DEFAULT_STEPS = 100
 DEFAULT_LOSS_FACTOR = 10.0
 MIN_LOSS_HISTORY = 5  # steps of loss seen before a spike can be judged
@@ -150,7 +152,7 @@ class HealthMonitor:
             self._nonfinite_seen = True
             return True
         col = self._loss_col
-        if col is not None and host[col] >= 0:
+        if col is not None and host[col] >= 0 and self._modes[slot] not in UNTRAINED:
             loss = float(host[col])
             step = int(self._steps[slot])
             # the median is computed again only every few steps, or when this loss looks like a spike
