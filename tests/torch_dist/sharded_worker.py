@@ -11,7 +11,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from sharded_models import batch, hook, make, train
+from sharded_models import STEPS, batch, hook, make, train
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -30,6 +30,35 @@ def fsdp_mlp(rank, out_dir, register_first=True, **options):
     if not register_first:
         h.register_module(model)
     train(model, h, lambda step: batch("mlp", rank, step))
+
+
+def fsdp_mlp_part(rank, out_dir):
+    """Only fc1 sharded (the root is not): the hook, registered first, must follow fc1's new parameters.
+    Rank 0 records fc1's full weight and gradient at each step for the test."""
+    model = make("mlp")
+    h = hook(out_dir, include_workers="all")
+    h.register_module(model)
+    fully_shard(model.fc1)
+    criterion = nn.CrossEntropyLoss()
+    h.register_loss(criterion)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    for step in range(STEPS):
+        x, y = batch("mlp", rank, step)
+        weight = model.fc1.weight.full_tensor().tolist()
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        expected.append(
+            {
+                "MLP_fc1.weight": weight,
+                "gradient/MLP_fc1.weight": model.fc1.weight.grad.full_tensor().tolist(),
+            }
+        )
+        opt.step()
+    h.close()
+    if rank == 0:
+        with open(f"{out_dir}.expected.json", "w") as f:
+            json.dump(expected, f)
 
 
 def fsdp_block(rank, out_dir):
@@ -98,6 +127,7 @@ SCENARIOS = {
     "fsdp_mlp": lambda rank, d: fsdp_mlp(rank, d, include_workers="all"),
     "fsdp_mlp_after": lambda rank, d: fsdp_mlp(rank, d, register_first=False, include_workers="all"),
     "fsdp_mlp_one": lambda rank, d: fsdp_mlp(rank, d, include_workers="one"),
+    "fsdp_mlp_part": fsdp_mlp_part,
     "fsdp_block": lambda rank, d: fsdp_block(rank, d),
     "tp_mlp": lambda rank, d: tensor_parallel(rank, d, include_workers="all"),
     "tp_mlp_gathered": lambda rank, d: tensor_parallel(

@@ -91,6 +91,21 @@ def test_each_rank_saves_its_shard_with_its_placement(runs):
         assert trial.tensor(name).reduction_value(1, "l2", worker=worker) == pytest.approx(full_l2, rel=1e-5)
 
 
+def test_a_hook_registered_first_follows_a_submodule_sharded_later(runs):
+    """fully_shard(model.fc1) only: the root keeps its class, fc1's parameters are replaced unseen."""
+    out_dir = os.path.join(runs, "fsdp_mlp_part")
+    trial, reference = _trials(runs, "fsdp_mlp_part", "mlp")
+    assert trial.tensor_names() == reference.tensor_names()
+    assert trial.placements("MLP_fc1.weight")["worker_1"]["offsets"] == [3, 0]
+    with open(f"{out_dir}.expected.json") as f:
+        expected = json.load(f)
+    for step, tensors in enumerate(expected):
+        for name, value in tensors.items():
+            np.testing.assert_allclose(
+                trial.tensor(name).value(step), value, rtol=1e-5, err_msg=f"{name} {step}"
+            )
+
+
 def test_tensor_parallel_shards_and_gathered_values(runs):
     trial, reference = _trials(runs, "tp_mlp", "tp")
     # ColwiseParallel shards fc1's rows, RowwiseParallel fc2's columns; fc2's bias is replicated

@@ -432,8 +432,8 @@ class _Model:
 
     def refresh(self) -> None:
         _watch_parameters()
-        self.seen = _registered[0]
-        self.cls = type(self.module)  # fully_shard swaps it (and the parameters, unseen by torch's watch)
+        # fully_shard swaps the parameters unseen by torch's watch (of a submodule too: sharded_modules)
+        self.seen = (_registered[0], sharded.sharded_modules())
         named = [(f"{self.name}_{path}", p) for path, p in sharded.named_parameters(self.module)]
         self.sharded = [(name, p) for name, p in named if sharded.is_sharded(p)]
         self.sharded_grads = [(GRADIENT_PREFIX + name, p) for name, p in self.sharded]
@@ -451,9 +451,9 @@ class _Model:
     def stale(self) -> bool:
         """Whether the model may hold other parameters than at the last refresh: a parameter or a module
         was registered since, in any module (walking a large model's parameters at every step costs more
-        than the step's other hook work), fully_shard swapped its class, or a lazy one was not yet
+        than the step's other hook work), a module was given to fully_shard, or a lazy one was not yet
         initialised."""
-        return self.lazy or self.seen != _registered[0] or type(self.module) is not self.cls
+        return self.lazy or self.seen != (_registered[0], sharded.sharded_modules())
 
 
 _registered = [0]  # parameters and submodules registered in any module since the watch began

@@ -58,6 +58,13 @@ def class_name(module: torch.nn.Module) -> str:
     return module._get_name()
 
 
+def sharded_modules() -> int:
+    """How many modules torch's composable APIs (fully_shard, ...) manage now: it grows when fully_shard
+    puts sharded parameters in place, which it does without telling torch's registration hooks."""
+    module = sys.modules.get("torch.distributed._composable_state")
+    return len(getattr(module, "_module_state_mapping", ()))
+
+
 def _fsdp_module_class() -> type | None:
     module = sys.modules.get("torch.distributed.fsdp._fully_shard._fully_shard")
     return getattr(module, "FSDPModule", None)
