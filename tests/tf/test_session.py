@@ -206,3 +206,67 @@ def test_smdebug_1_0_34_reads_a_graph_mode_run_as_we_do(graph_run):
     assert theirs["collections"]["custom"] == ["relu_out:0", "scaled:0"]
     assert set(theirs["tensors"][KERNEL]["TRAIN/0"][3]) == {"mean", "l2"}  # stored reductions, :0 kept
     assert theirs == ours
+
+
+HEALTH_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    import smdebug.tensorflow as smd
+
+    out_dir, fault = sys.argv[1], sys.argv[2]
+    hook = smd.SessionHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+    w = tf.compat.v1.get_variable("dense/kernel", [3, 1], initializer=tf.compat.v1.initializers.constant(0.5))
+    step = tf.compat.v1.train.get_or_create_global_step()
+    hit = tf.logical_and(tf.equal(step, 3), fault == "gradient")
+
+    @tf.custom_gradient
+    def poisoned(t):  # a NaN in the kernel's gradient at step 3
+        return tf.identity(t), lambda dy: tf.where(hit, dy * np.nan, dy)
+
+    loss = tf.compat.v1.losses.mean_squared_error(y, tf.matmul(x, poisoned(w.read_value())))
+    optimizer = hook.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    (grad, _), = optimizer.compute_gradients(loss, [w])
+    before = tf.identity(w.read_value())
+    with tf.control_dependencies([before]):
+        train_op = optimizer.apply_gradients([(grad, w)], global_step=step)
+    rng = np.random.default_rng(0)
+    norms = []
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        for i in range(6):
+            xs = rng.normal(size=(8, 3)).astype("float32")
+            if fault == "input" and i == 3:
+                xs[2, 1] = np.nan
+            feed = {x: xs, y: rng.normal(size=(8, 1)).astype("float32")}
+            norms.append(float(np.linalg.norm(sess.run([train_op, before], feed_dict=feed)[1])))
+    print(json.dumps({"grad": grad.name, "norms": norms}))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "fault, direction, module", [("gradient", "backward", "dense"), ("input", "input", "x")]
+)
+def test_session_hook_health(tmp_path, fault, direction, module):
+    script = tmp_path / "train.py"
+    script.write_text(HEALTH_SCRIPT)
+    out = str(tmp_path / "run")
+    proc = _run([sys.executable, str(script), out, fault])
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    trial = create_trial(out)
+    first = trial.first_nonfinite()
+    tensor = printed["grad"] if fault == "gradient" else "x:0"
+    assert {k: first[k] for k in ("step", "direction", "module", "tensor", "worker")} == {
+        "step": 3,
+        "direction": direction,
+        "module": module,
+        "tensor": tensor,
+        "worker": "worker_0",
+    }
+    for step in range(3):  # the recorder's steps before, as reductions
+        assert trial.tensor(KERNEL).reduction_value(step, "l2") == pytest.approx(printed["norms"][step])
+        assert np.isfinite(trial.tensor(LOSS).reduction_value(step, "max", abs=True))

@@ -104,8 +104,9 @@ class HealthMonitor:
         self._loss_col = names.index(loss_name) if loss_name in names else None
         self._steps[:] = -1
         self._dumped[:] = False
-        self._l2_names = [reduction_tensor_name(n, "l2", False) for n in names]
-        self._max_names = [reduction_tensor_name(n, "max", True) for n in names]
+        keep = self.hook.reduction_names_keep_index  # (as the hook names its other reductions)
+        self._l2_names = [reduction_tensor_name(n, "l2", False, keep) for n in names]
+        self._max_names = [reduction_tensor_name(n, "max", True, keep) for n in names]
         logger.info(
             "smdebug: health recorder: last %d steps of %d tensors, %s",
             self.capacity,

@@ -74,6 +74,8 @@ class KerasHealth:
         self.hook = hook
         self.monitor = hook.health
         self.scale = ((), None)  # (the layout's names, the loss scale's column in them)
+        self.loss_name = LOSS  # the loss's column (a SessionHook: the graph's loss tensor)
+        self.owners: dict[str, str] = {}  # tensor -> the module it belongs to, when no model says it
         self.overflow: dict | None = None  # where the current run of loss-scale overflows began
         self.told = False
 
@@ -87,7 +89,9 @@ class KerasHealth:
         n = len(names)
         host = vector.numpy() if hasattr(vector, "numpy") else np.asarray(vector, dtype=np.float32)
         monitor = self.monitor
-        ring = monitor.track(names, LOSS, lambda rows, columns: np.full((rows, columns), ABSENT, np.float32))
+        ring = monitor.track(
+            names, self.loss_name, lambda rows, columns: np.full((rows, columns), ABSENT, np.float32)
+        )
         slot = monitor.row()
         ring[slot] = host[: 2 * n]
         triggers = len(monitor.triggers)
@@ -170,8 +174,9 @@ class KerasHealth:
                 return _where(direction, module, tensor)
         bad = self.monitor.nonfinite_names(row)
         model = self.hook.tf_state.model
-        if LOSS in bad:
-            return _where("loss", getattr(model, "name", LOSS), LOSS)
+        loss = self.loss_name
+        if loss in bad:
+            return _where("loss", getattr(model, "name", None) or self.owners.get(loss, loss), loss)
         grads = [name for name in bad if name.startswith("gradients/")]
         name = grads[-1] if grads else (bad[0] if bad else "")
         return _where("backward", self._owner(name), name)
@@ -180,6 +185,8 @@ class KerasHealth:
         """The layer holding the variable of a weight or gradient name."""
         from smdebug_tf import capture
 
+        if tensor in self.owners:
+            return self.owners[tensor]
         model = self.hook.tf_state.model
         if model is not None:
             for layer in reversed(capture.walk_layers(model)):  # the innermost layer owning it

@@ -12,11 +12,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from smdebug.plugin import CollectionKeys
+from smdebug.plugin import CollectionKeys, ModeKeys
 from smdebug_tf import graph as tfgraph
 from smdebug_tf.packing import raw_value, reducible_in_graph, reduction_vector
 from smdebug_tf.tensors import Captured
 from smdebug_tf.tfhook import TFHook
+
+_HEALTH = "smdebug/health"  # the health vector's key among a step's fetches (no tensor's name)
 
 
 class Fetchable:
@@ -40,6 +42,8 @@ class GraphState:
         self.tensors: dict[str, Fetchable] = {}  # name -> what to fetch
         self.reach = None  # graph.Reach of the graph
         self.fetched: list[str] = []  # the names this step's run call fetches
+        self.health = None  # with health=True: {"train": vector, "other": vector (no gradients)}, names
+        self.health_fetched = False
 
 
 class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
@@ -73,26 +77,40 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
     def before_run(self, run_context):
         state = self.graph_state
         state.fetched = []
+        state.health_fetched = False
         if self.closed:
             return None
         if not self.next_idle_step():
             self.begin_step()
-        if not self.anything_due() or not state.tensors:
+        health = self.health_fetch(run_context.original_args)
+        if (not self.anything_due() or not state.tensors) and health is None:
             return None
         with self.guard("choose the step's tensors"):
-            fetches = self.fetches(run_context.original_args)
+            fetches = self.fetches(run_context.original_args) if self.anything_due() else {}
+            state.fetched = list(fetches)
+            if health is not None:
+                fetches[_HEALTH] = health
+                state.health_fetched = True
             if fetches:
-                state.fetched = list(fetches)
                 return tf.compat.v1.train.SessionRunArgs(fetches)
         return None
 
     def after_run(self, run_context, run_values):
         state = self.graph_state
-        if state.fetched:
+        if state.fetched or state.health_fetched:
+            results = dict(run_values.results or {})
+            health = results.pop(_HEALTH, None)
             with self.guard("save the step's tensors"), self.together():
-                for name, got in (run_values.results or {}).items():
+                for name, got in results.items():
                     self.save_fetched(name, state.tensors[name], got)
+            if health is not None:
+                flags = self.input_flags(run_context.original_args.feed_dict, health)
+                vector = np.concatenate([health, [1.0] * len(flags)]) if flags else health
+                for i, (_, finite) in enumerate(flags):
+                    vector[len(health) + i] = float(finite)
+                self.health_step(vector, [(state.health["names"], tuple(w for w, _ in flags))], {}, None)
             state.fetched = []
+            state.health_fetched = False
             self.end_step()
         if self.should_stop():
             run_context.request_stop()
@@ -143,8 +161,56 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
                     for name, t in found.items()
                     if self.collections_of(name)
                 }
+            if self.health is not None:
+                with self.guard("prepare the health statistics"):
+                    self.health_tensors(variables, found, records, losses)
         state.graph = graph
         state.reach = tfgraph.Reach(graph)
+
+    def health_tensors(self, variables, found: dict, records, losses) -> None:
+        """With health: the ops computing every step's statistics of the trainable variables (before a
+        wrapped optimizer's update), their gradients and the graph's first loss (smdebug_tf.health)."""
+        from smdebug_tf.health import statistics
+
+        pairs = [(g, v) for a in records for g, v in a.gradients]
+        names = [v.name for v in variables] + [g.name for g, _ in pairs] + [t.name for t in losses[:1]]
+        weights = [found[v.name] for v in variables]
+        grads = [tf.convert_to_tensor(g) for g, _ in pairs]
+        with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/health"):
+            train = statistics(weights + grads + list(losses[:1]), [])
+            other = statistics(weights + [None] * len(grads) + list(losses[:1]), [])
+        self.graph_state.health = {"train": train, "other": other, "names": tuple(names)}
+        health = self.keras_health()
+        # the module of a weight or gradient: its variable's scope (dense/kernel:0 -> dense)
+        health.owners = {g.name: v.name.split(":")[0].rsplit("/", 1)[0] for g, v in pairs}
+        health.owners.update({v.name: v.name.split(":")[0].rsplit("/", 1)[0] for v in variables})
+        if losses:
+            health.loss_name = losses[0].name
+            health.owners[losses[0].name] = losses[0].op.name.split("/")[0]
+
+    def health_fetch(self, args):
+        """The step's health vector when this run call can compute it (None without health): with the
+        gradients in TRAIN and GLOBAL mode."""
+        state = self.graph_state
+        if state.health is None or self.health is None:
+            return None
+        training = self.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # (GLOBAL: a session's default)
+        vector = state.health["train" if training else "other"]
+        return vector if state.reach.allowed(vector, args.fetches, args.feed_dict) else None
+
+    @staticmethod
+    def input_flags(feeds, health) -> list:
+        """Only for a step whose statistics are not all finite: ((direction, module, tensor), finite)
+        of each floating value the run call fed (the input batch)."""
+        if np.isfinite(health).all():
+            return []
+        flags = []
+        for key, value in (feeds or {}).items():
+            value = np.asarray(value)
+            name = getattr(key, "name", str(key))
+            if value.dtype.kind == "f":
+                flags.append((("input", name.split(":")[0], name), bool(np.isfinite(value).all())))
+        return flags
 
     def reduction_pairs(self, name: str) -> tuple:
         """Every (reduction, abs) pair any included collection of the tensor may ask for."""

@@ -325,14 +325,18 @@ class TFHook(BaseHook):
     def health_step(self, health, layout: list, kept: dict, logs) -> None:
         """The step's health vector into the flight recorder (before the step ends: a trigger writes);
         ``kept``: the step's tensors the user's collections name, and its logs, saved on a trigger."""
+        if layout:
+            with self.guard("record the step's health"):
+                self.keras_health().record(health, layout[0], kept, logs)
+
+    def keras_health(self):
+        """The plugin's part of health monitoring (smdebug_tf.health.KerasHealth), made on first use."""
         state = self.tf_state
         if state.health is None:
             from smdebug_tf.health import KerasHealth
 
             state.health = KerasHealth(self)
-        if layout:
-            with self.guard("record the step's health"):
-                state.health.record(health, layout[0], kept, logs)
+        return state.health
 
     def tape_health(self, names: tuple, vector, kept: dict | None = None) -> None:
         """A wrapped tape's step statistics (its variables, gradients and loss) into the recorder."""
