@@ -1,5 +1,6 @@
 """A tensor the hook cannot capture: warned about once, recorded in the run, the rest of the step saved."""
 
+import json
 import logging
 import os
 
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 
 import smdebug.pytorch as smd
+from smdebug.cli import main as cli_main
 
 
 class WithMetaOutput(nn.Module):
@@ -39,6 +41,28 @@ def test_an_uncapturable_tensor_is_warned_once_and_recorded(out_dir, caplog):
     assert list(unsaved) == ["worker_0"]
     assert unsaved["worker_0"]["WithMetaOutput_output_1"]["step"] == 0
     assert "WithMetaOutput_output_1" not in trial.tensor_names()
+
+
+def test_smdebug_ls_and_the_report_show_an_unsaved_tensor(out_dir, tmp_path, capsys):
+    model = WithMetaOutput()
+    hook = smd.Hook(
+        out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_regex=["WithMetaOutput_output"]
+    )
+    hook.register_module(model)
+    for _ in range(2):
+        model(torch.ones(1, 3))[0].sum().backward()
+    hook.close()
+    capsys.readouterr()
+    assert cli_main(["ls", out_dir]) == 0
+    text = capsys.readouterr().out
+    assert "training ended, 1 tensor(s) NOT SAVED" in text
+    assert "Unsaved tensor (worker_0): WithMetaOutput_output_1 from step 0 (could not save: " in text
+    assert cli_main(["ls", "--json", out_dir]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["unsaved_tensors"]["worker_0"]["WithMetaOutput_output_1"]["step"] == 0
+    page = tmp_path / "report.html"
+    assert cli_main(["report", out_dir, "-o", str(page)]) == 0
+    assert "WithMetaOutput_output_1 from step 0" in page.read_text()
 
 
 def test_a_run_with_nothing_to_note_has_no_tensor_notes(out_dir):

@@ -58,6 +58,9 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
         "training_ended": trial.loaded_all_steps,
         # steps the run could not save, per worker (step -> why); empty when none were lost
         "unsaved_steps": {w: {str(s): why for s, why in steps.items()} for w, steps in unsaved.items()},
+        # tensors a worker could not capture (the rest of their steps was saved): name -> {"step": the
+        # first, "reason"}; empty when none
+        "unsaved_tensors": trial.unsaved_tensors(),
         # damaged steps found, per worker (step -> what is wrong, the file named); a damaged index file's
         # step is left out of "steps"
         "damaged_steps": {w: {str(s): why for s, why in steps.items()} for w, steps in damaged.items()},
@@ -73,7 +76,7 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
     }
 
 
-DAMAGED_LINES = 10  # damaged steps described per worker (a badly damaged run would fill the screen)
+DAMAGED_LINES = 10  # damaged steps (unsaved tensors) described per worker: a bad run would fill the screen
 
 
 def run(args) -> int:
@@ -86,6 +89,9 @@ def run(args) -> int:
     lost = sorted({int(s) for steps in info["unsaved_steps"].values() for s in steps})
     if lost:
         state += f", {len(lost)} step(s) NOT SAVED"
+    missing = {name for tensors in info["unsaved_tensors"].values() for name in tensors}
+    if missing:
+        state += f", {len(missing)} tensor(s) NOT SAVED"
     damaged = sorted({int(s) for steps in info["damaged_steps"].values() for s in steps})
     if damaged:
         state += f", {len(damaged)} step(s) DAMAGED"
@@ -98,6 +104,13 @@ def run(args) -> int:
             by_reason.setdefault(why, []).append(int(step))
         for why, group in by_reason.items():
             print(printable(f"Unsaved steps ({worker}): {_ranges(group)} ({why})"))
+    for worker, tensors in info["unsaved_tensors"].items():
+        for name, what in list(tensors.items())[:DAMAGED_LINES]:
+            print(printable(f"Unsaved tensor ({worker}): {name} from step {what['step']} ({what['reason']})"))
+        if len(tensors) > DAMAGED_LINES:
+            print(
+                f"  ... {len(tensors) - DAMAGED_LINES} more unsaved tensor(s) of {printable(worker)} (--json lists them)"
+            )
     for worker, steps in info["damaged_steps"].items():
         for step, why in list(steps.items())[:DAMAGED_LINES]:
             print(printable(f"Damaged step {step} ({worker}), skipped: {why}"))

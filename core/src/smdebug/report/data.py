@@ -51,6 +51,7 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
         "last_step": info["steps"][-1] if info["steps"] else None,
         "workers": info["workers"],
         "unsaved": info["unsaved_steps"],
+        "unsaved_tensors": info["unsaved_tensors"],
         "modes": {m: len(s["mode_steps"]) for m, s in info["modes"].items()},
         "collections": info["collections"],
         "tensors": info["tensors"][: limits.max_tensors],

@@ -201,6 +201,17 @@ def _contents(data: dict) -> str:
         lost = f"<p><b>Unsaved steps</b></p><ul>{lost}</ul>"
     else:
         lost = "<p>Unsaved steps: none recorded.</p>"
+    missing = data.get("unsaved_tensors") or {}
+    if missing:
+        items = "".join(
+            f"<li>{escape(w)}: "
+            + escape(
+                "; ".join(f"{n} from step {t['step']} ({t['reason']})" for n, t in list(names.items())[:50])
+            )
+            + "</li>"
+            for w, names in missing.items()
+        )
+        lost += f"<p><b>Unsaved tensors</b> (the rest of their steps was saved)</p><ul>{items}</ul>"
     collections = "".join(
         f"<tr><td class='mono'>{escape(c)}</td><td>{n}</td></tr>" for c, n in data["collections"].items()
     )
