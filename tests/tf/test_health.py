@@ -255,6 +255,25 @@ def test_a_nan_in_a_training_batch_is_found_at_the_input(out_dir):
     }
 
 
+def test_a_nan_in_a_batch_of_labels_is_found_at_the_input(out_dir):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="dense")], name="net")
+    model.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(48, 4)).astype("float32"), rng.normal(size=(48, 2)).astype("float32")
+    y[8 * FAULT + 3, 1] = np.nan
+    hook = smd.KerasHook(out_dir=out_dir, health=True)
+    model.fit(x, y, batch_size=8, shuffle=False, callbacks=[hook], verbose=0)
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (
+        FAULT,
+        "input",
+        "net",
+        "labels",
+    )
+
+
 def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
     norms = train(out_dir, steps=12, lr_jump_at=8, health_loss_factor=3, include=["weights", "losses"])
     trial = smd.create_trial(out_dir)

@@ -314,13 +314,16 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
                 from smdebug_tf.health import finite_flag
 
                 weights = [(variable_name(v), tf.convert_to_tensor(v)) for v in model.weights]
+                y = None
                 if mode != "predict":
                     import keras
 
-                    x = keras.utils.unpack_x_y_sample_weight(data)[0]
+                    x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
                 else:
                     x = data[0] if isinstance(data, tuple) else data
                 recorder.health_flags.append((("input", model.name, MODEL_INPUT), finite_flag(x)))
+                if any(t.dtype.is_floating for t in tf.nest.flatten(y) if hasattr(t, "dtype")):
+                    recorder.health_flags.append((("input", model.name, LABELS), finite_flag(y)))
             if WEIGHTS in kinds:  # read before the step's update (TF orders the ops on each variable)
                 for variable in model.weights:
                     recorder.tensors[variable_name(variable)] = tf.identity(tf.convert_to_tensor(variable))

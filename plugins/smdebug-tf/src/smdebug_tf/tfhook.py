@@ -425,7 +425,8 @@ class TFHook(BaseHook):
                 "steps_per_execution",
                 "smdebug: steps_per_execution=%d: one smdebug step is one execution of that many batches; "
                 "gradients, layer tensors, model inputs and outputs are not captured (weights, losses and "
-                "metrics are). Compile with steps_per_execution=1 to save them.",
+                "metrics are), and health=True records nothing. Compile with steps_per_execution=1 to "
+                "save them.",
                 model.steps_per_execution,
             )
             captured = False
