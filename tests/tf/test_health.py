@@ -3,6 +3,12 @@ recorder written when something goes wrong, and where the first non-finite value
 planted into real Keras training."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -419,3 +425,44 @@ def test_a_custom_loop_with_a_wrapped_tape(out_dir, compiled):
         value = trial.tensor("mlp/hidden/kernel").reduction_value(step_, "l2")
         assert value == pytest.approx(norms[step_], rel=1e-5)
         assert np.isfinite(trial.tensor("loss").reduction_value(step_, "max", abs=True))
+
+
+UNMODIFIED = textwrap.dedent(
+    """
+    import os, signal
+    import numpy as np, keras
+
+    class Interrupt(keras.callbacks.Callback):  # Ctrl-C at the sixth batch
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 5:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="dense")], name="net")
+    model.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 4)).astype("float32"), rng.normal(size=(64, 2)).astype("float32")
+    model.fit(x, y, batch_size=8, shuffle=False, callbacks=[Interrupt()], verbose=0)
+    """
+)
+
+
+def test_sigint_in_an_unmodified_script_run_with_health(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(UNMODIFIED)
+    out = str(tmp_path / "run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMDEBUG")}
+    smdebug = str(Path(sys.executable).parent / "smdebug")
+    proc = subprocess.run(
+        [smdebug, "run", "--health", "--out-dir", out, "--", sys.executable, str(script)],
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "KeyboardInterrupt" in proc.stderr, proc.stderr[-2000:]
+    trial = smd.create_trial(out)
+    assert trial.steps() == [0, 1, 2, 3, 4]  # the recorder, written on SIGINT
+    for step in range(5):
+        assert np.isfinite(trial.tensor("net/dense/kernel").reduction_value(step, "l2"))
+    assert [t["reason"] for t in trial.health_records()[0]["triggers"]] == [f"signal {signal.SIGINT.name}"]

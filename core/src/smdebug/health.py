@@ -370,8 +370,8 @@ class HealthMonitor:
         try:
             if not self.hook.closed:
                 hook = self.hook
-                if not any(  # a plugin may have seen it first
-                    t["step"] == hook.step and t["reason"].startswith("training raised")
+                if not any(  # a plugin may have seen it first; a KeyboardInterrupt follows SIGINT
+                    t["step"] == hook.step and t["reason"].startswith(("training raised", "signal"))
                     for t in self.triggers
                 ):
                     self.trigger(f"training raised {kind.__name__}: {value}")
