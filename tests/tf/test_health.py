@@ -182,6 +182,7 @@ def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, tens
     assert not np.isfinite(trial.tensor("loss").reduction_value(FAULT, "l2")) or direction == "backward"
     assert trial.steps() == [*range(FAULT + 2), 7]  # after the fault: the save step, the epoch's logs
     assert json.loads(why(out_dir, "--json"))["tensor"] == tensor
+    assert "the largest gradient norm at step 3 was gradients/mlp/" in why(out_dir)  # (TF names)
 
 
 def test_statistics_inside_an_xla_compiled_step(out_dir):

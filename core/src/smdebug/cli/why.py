@@ -92,7 +92,8 @@ def _before(trial, step: int) -> str:
             parts.append(
                 f"the loss went from {series[0]:.4g} to {series[-1]:.4g} (highest {max(series):.4g})"
             )
-    grads = {n: v for n, v in l2.items() if n.startswith("gradient/")}
+    members = set(trial.tensor_names(collection="gradients"))  # (torch, MXNet: gradient/; TF: gradients/)
+    grads = {n: v for n, v in l2.items() if n in members or n.startswith(("gradient/", "gradients/"))}
     if grads:
         last = steps[-1]
         top = max(grads, key=lambda n: _finite(grads[n].get(last)))
