@@ -378,3 +378,117 @@ def test_recorded_statistics_of_stacked_packed_and_large_tensors(out_dir):
         for name, (l2, top) in seen[step].items():
             assert trial.tensor(name).reduction_value(step, "l2") == pytest.approx(l2, rel=1e-5), name
             assert trial.tensor(name).reduction_value(step, "max", abs=True) == pytest.approx(top, rel=1e-6)
+
+
+def test_gradscaler_overflow_steps_are_not_a_first_nonfinite(out_dir):
+    # float16 autocast with a scale far too large: GradScaler finds inf gradients, skips those optimizer
+    # steps and lowers the scale, by design; the weights stay finite. A NaN input batch later is found.
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**60)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    skipped = []
+    for step in range(12):
+        x = torch.randn(8, 4)
+        if step == 10:
+            x[1, 1] = float("nan")
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = criterion(model(x), torch.randint(0, 3, (8,)))
+        scaler.scale(loss).backward()
+        scale = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        if scaler.get_scale() < scale:
+            skipped.append(step)
+    hook.close()
+    assert skipped[:3] == [0, 1, 2] and all(torch.isfinite(p).all() for p in model.parameters())
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (10, "input", "Net_input_0")
+
+
+def test_skipped_overflow_steps_alone_write_nothing(out_dir):
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**60)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    for _ in range(6):  # every step overflows and is skipped, the last one included
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,)))
+        scaler.scale(loss * 1e30).backward()
+        scaler.step(opt)
+        scaler.update()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.first_nonfinite() is None and trial.steps() == [0]
+    assert "Nothing was found" in why(out_dir)
+
+
+@pytest.mark.parametrize("fault", ["gradient", "forward"])
+def test_manual_update_without_an_optimizer(out_dir, fault):
+    # no optimizer: each step is recorded at the end of its backward pass (the gradients are there,
+    # zero_grad comes before the next forward); a NaN written into a gradient after backward is named
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+
+    def plant(module, inputs, output):
+        if fault == "forward" and hook.step == FAULT:
+            return output * float("inf")
+        return None
+
+    model.fc2.register_forward_hook(plant)
+    seen = {}
+    for step in range(9):
+        model.zero_grad()
+        criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        seen[step] = model.fc1.weight.grad.norm().item()
+        if fault == "gradient" and step == FAULT:
+            model.fc1.weight.grad[0, 0] = float("nan")
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    expected = {
+        "gradient": ("backward", "fc1", "gradient/Net_fc1.weight"),
+        "forward": ("forward", "fc2", "fc2_output_0"),
+    }
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (FAULT, *expected[fault])
+    for step in range(FAULT):
+        value = trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")
+        assert value == pytest.approx(seen[step], rel=1e-5)
+
+
+def test_training_that_raises_inside_try_finally_writes_the_recorder(out_dir):
+    # the script closes the hook itself on its way out (try/finally): the exception is still a trigger
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    with pytest.raises(ValueError):
+        try:
+            for step in range(10):
+                if step == 4:
+                    raise ValueError("the data loader broke")
+                opt.zero_grad()
+                criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+                opt.step()
+        finally:
+            hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3]
+    reasons = [t["reason"] for t in trial.health_records()[0]["triggers"]]
+    assert reasons == ["training raised ValueError: the data loader broke"]

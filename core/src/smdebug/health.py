@@ -82,7 +82,6 @@ class HealthMonitor:
         self._median: float | None = None
         self._last_slot: int | None = None
         self.first_nonfinite: dict | None = None
-        self._nonfinite_seen = False
         self.triggers: list[dict] = []
         self._pending: list[str] = []
         self._last_spike = -(1 << 62)
@@ -135,9 +134,10 @@ class HealthMonitor:
         return slot
 
     def check(self, slot: int, host: np.ndarray, skipped: bool = False) -> bool:
-        """Judge a recorded row (its host copy): True when it holds the run's first non-finite value
-        (the plugin then calls ``found``); a loss spike sets a trigger. ``skipped``: the row's non-finite
-        values made the optimizer skip its update by design (a loss scaler's overflow): not a fault."""
+        """Judge a recorded row (its host copy): True when it holds a non-finite value and none was found
+        yet (the plugin then calls ``found``, or waits for a later row: gradients no optimizer applied); a
+        loss spike sets a trigger. ``skipped``: the row's non-finite values made the optimizer skip its
+        update by design (a loss scaler's overflow): not a fault."""
         n = len(self.names)
         hook = self.hook
         if self._steps[slot] == hook.step and hook.anything_due():  # a save step: its statistics too
@@ -148,10 +148,7 @@ class HealthMonitor:
         # more than the reading, a step's caches being cold; it cannot overflow float32 values)
         total = sum(maxes.tolist())
         if total - total != 0 and not skipped and not np.isfinite(maxes).all():
-            if self._nonfinite_seen:
-                return False
-            self._nonfinite_seen = True
-            return True
+            return self.first_nonfinite is None
         col = self._loss_col
         if col is not None and host[col] >= 0 and self._modes[slot] not in UNTRAINED:
             loss = float(host[col])
@@ -257,6 +254,9 @@ class HealthMonitor:
     def close(self) -> None:
         """The hook closes: its health record goes to the run; signal handlers are given back."""
         self._uninstall()
+        kind, value, _ = sys.exc_info()  # closed while an exception propagates (try/finally, except)
+        if value is not None and _a_failure(value) and not self._raised_seen():
+            self.trigger(f"training raised {kind.__name__}: {value}")
         if self._pending:
             self.write()
         elif not self._record_written:
@@ -365,20 +365,34 @@ class HealthMonitor:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
+    def _raised_seen(self) -> bool:
+        """An exception of this step is a trigger already (a plugin, or close, may see it first; a
+        KeyboardInterrupt follows SIGINT)."""
+        step = self.hook.step
+        return any(
+            t["step"] == step and t["reason"].startswith(("training raised", "signal")) for t in self.triggers
+        )
+
     def _on_exception(self, kind, value, tb) -> None:
         previous = self._excepthook or sys.__excepthook__
         try:
             if not self.hook.closed:
-                hook = self.hook
-                if not any(  # a plugin may have seen it first; a KeyboardInterrupt follows SIGINT
-                    t["step"] == hook.step and t["reason"].startswith(("training raised", "signal"))
-                    for t in self.triggers
-                ):
+                if not self._raised_seen():
                     self.trigger(f"training raised {kind.__name__}: {value}")
-                hook.close()
+                self.hook.close()
         except Exception as exc:
             logger.warning("smdebug: could not write the health recorder: %s", exc)
         previous(kind, value, tb)
+
+
+def _a_failure(exc: BaseException) -> bool:
+    """Whether an exception ends training by failing: not a rule's StopTraining (its firing is a trigger
+    already), nor a clean exit."""
+    from smdebug.exceptions import StopTraining
+
+    if isinstance(exc, SystemExit):
+        return exc.code not in (None, 0)
+    return not isinstance(exc, (StopTraining, GeneratorExit))
 
 
 def first_nonfinite(records: Sequence[dict]) -> dict | None:

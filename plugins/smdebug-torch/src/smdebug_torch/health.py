@@ -1,8 +1,8 @@
 """Always-on health for torch (``Hook(health=True)``): every step's statistics into the core's flight
 recorder (smdebug.health), and where the first non-finite value came from.
 
-Once a step, right before the optimizer applies the gradients (a global optimizer step pre-hook; at the
-step's end when no optimizer runs), the l2 norm and the max |x| of every parameter, every gradient and
+Once a step, right before the optimizer applies the gradients (a global optimizer step pre-hook; until
+an optimizer step is seen, at the end of the step's backward pass; else at the step's end), the l2 norm and the max |x| of every parameter, every gradient and
 the loss are computed in a few batched calls: tensors of one shape are stacked into a buffer kept for
 them and reduced row-wise, the others by foreach kernels; one ``index_copy_`` puts the results into the
 recorder's row, which lives on the parameters' device. On the CPU the row is judged at once; on a GPU its
@@ -11,7 +11,9 @@ host copy is made without waiting and judged at the next step.
 When a row holds the run's first non-finite value the step is examined, in the order it computed things:
 the model's input batch, then a re-run of the forward pass (no gradients, the random state and the
 buffers restored, every module's output checked; only while the parameters are still those of the step),
-the model's output, the loss, then the gradients. Nothing of this runs on a healthy step.
+the model's output, the loss, then the gradients. Nothing of this runs on a healthy step. Non-finite
+gradients that no optimizer step applied (GradScaler skips such a step by design) are the first non-finite
+value only if a later row shows they reached the weights.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import torch
 
 from smdebug.plugin import ModeKeys
+from smdebug_torch.collection import GRADIENT_PREFIX
 
 _NONE = type(None)
 # Every torch call costs microseconds on the CPU, so a step makes a few per group of tensors, none per
@@ -194,6 +197,16 @@ class TorchHealth:
         self._rows: tuple = ()
         self._lagged: tuple | None = None  # GPU: (slot, host row, event) judged at the next step
         self._pinned: list | None = None  # GPU: two host rows the copies alternate between
+        # Gradients are judged as the optimizer is about to apply them. Until an optimizer step is seen
+        # (a manual update, or a GradScaler skipping its first steps), a step is recorded at the end of
+        # its backward pass instead, and judged when the step ends unless the optimizer comes.
+        self._optimizer_seen = False
+        self._backward_watched = -1  # the step whose backward pass is watched
+        self._unjudged: tuple | None = None  # (step, slot, tensors, names) recorded at a backward's end
+        # Non-finite gradients that no optimizer applied when they were seen (GradScaler skips such a
+        # step by design): their provenance, found only if a later row shows they reached the weights
+        self._deferred: dict | None = None
+        self._last_row: tuple | None = None  # (step, mode, mode step, fresh) of the row judged last
         self._handles: list = []
         import torch.optim.optimizer as optimizer
 
@@ -210,6 +223,11 @@ class TorchHealth:
     def close(self) -> None:
         self.step_ending()
         self._judge_lagged()
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None and self.monitor.first_nonfinite is None and self._layout is not None:
+            with self.hook.guard("find where the first non-finite value came from"):
+                if any(map(_nonfinite, self._layout.weights)):  # the last step's update applied them
+                    self.monitor.found(deferred)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -219,8 +237,34 @@ class TorchHealth:
             self._inputs = (self.hook.step, module, args, kwargs)
 
     def _on_model_outputs(self, module, inputs, outputs) -> None:
-        if not self.rerunning and (self._outputs is None or self._outputs[0] != self.hook.step):
-            self._outputs = (self.hook.step, module, outputs)
+        step = self.hook.step
+        if not self.rerunning and (self._outputs is None or self._outputs[0] != step):
+            self._outputs = (step, module, outputs)
+            if not self._optimizer_seen and self._backward_watched != step and torch.is_grad_enabled():
+                self._watch_backward(outputs)
+
+    def _watch_backward(self, outputs) -> None:
+        """No optimizer step seen yet: record the step at the end of its backward pass through the
+        model's output, while the gradients are there and the parameters still those of the forward."""
+        if _is_compiling():
+            return
+        for t in self.hook.tensors_in(outputs):
+            if t.requires_grad and t.grad_fn is not None:
+                t.grad_fn.register_prehook(self._on_backward_start)
+                self._backward_watched = self.hook.step
+                return
+
+    def _on_backward_start(self, grad_outputs) -> None:
+        try:
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+        except RuntimeError:  # not inside the engine's backward pass
+            pass
+
+    def _on_backward_end(self) -> None:
+        hook = self.hook
+        if not self._optimizer_seen and hook.in_step and not hook.closed:
+            with hook.guard("record the step's health"):
+                self.collect(rerun_safe=True, applied=False, backward_end=True)
 
     def _on_loss_output(self, module, inputs, output) -> None:
         if self._loss is None or self._loss[0] != self.hook.step:
@@ -230,26 +274,39 @@ class TorchHealth:
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         # the gradients are final and the parameters still those of the step's forward pass
+        self._optimizer_seen = True
         if not self.hook.closed and self.hook.in_step:
             with self.hook.guard("record the step's health"):
-                self.collect(rerun_safe=True)
+                self.collect(rerun_safe=True, applied=True)
 
     def step_ending(self) -> None:
         """The step ends: record it if no optimizer step did."""
         hook = self.hook
-        if hook.in_step and self._collected != hook.step and not hook.closed:
+        if hook.in_step and not hook.closed and (self._collected != hook.step or self._unjudged):
             with hook.guard("record the step's health"):
                 # no optimizer ran: parameters may have changed since the forward pass (a manual
                 # update), except in evaluation
-                self.collect(rerun_safe=hook.mode in (ModeKeys.EVAL, ModeKeys.PREDICT))
+                self.collect(rerun_safe=hook.mode in (ModeKeys.EVAL, ModeKeys.PREDICT), applied=False)
 
     # -- every step ------------------------------------------------------------------------------------
-    def collect(self, rerun_safe: bool) -> None:
+    def collect(self, rerun_safe: bool, applied: bool, backward_end: bool = False) -> None:
+        """Record the step (``applied``: the optimizer is about to apply its gradients) and judge it; at
+        the end of a backward pass, record it only, to judge when the optimizer comes or the step ends."""
         hook = self.hook
-        if self._collected == hook.step or not hook._models:
+        slot = None
+        if self._collected == hook.step:
+            unjudged, self._unjudged = self._unjudged, None
+            if unjudged is None or unjudged[0] != hook.step:
+                return
+            if not (applied or backward_end):  # the step ends without an optimizer step
+                self._judge(*unjudged[1:], rerun_safe=False, applied=False, fresh=True)
+                return
+            slot = unjudged[1]  # recorded again into the same row: the gradients as they are now
+        elif not hook._models:
             return
-        self._collected = hook.step
-        self._judge_lagged()
+        else:
+            self._collected = hook.step
+            self._judge_lagged()
         layout = self._current_layout()
         grads = list(map(_GRAD, layout.grad_params))
         loss = self._loss[2] if self._loss is not None and self._loss[0] == hook.step else None
@@ -261,6 +318,7 @@ class TorchHealth:
             self._ring, self._plans = ring, {}
             self._ring_host = ring.numpy() if ring.device.type == "cpu" else None
             self._rows = ring.unbind(0)  # each slot's row, a view made once
+            slot = None
         present = None
         if _NONE in set(map(type, grads)) or loss is None and layout.loss_name is not None:
             # (not `None in`: that compares each tensor with None)
@@ -270,7 +328,8 @@ class TorchHealth:
         plan_key = (layout.key, present)
         plan = self._plans.get(plan_key)
         chosen = tensors if present is None else [tensors[i] for i in present]
-        slot = self.monitor.row()
+        if slot is None:
+            slot = self.monitor.row()
         row = self._rows[slot]
         grad_mode = torch.is_grad_enabled()
         _set_grad_enabled(False)  # (torch.no_grad's Python costs several µs in a step, its code cold)
@@ -285,14 +344,39 @@ class TorchHealth:
         finally:
             _set_grad_enabled(grad_mode)
         names = layout.names
+        if backward_end:
+            self._unjudged = (hook.step, slot, tensors, names)
+            host = self._ring_host
+            bad = self.monitor.nonfinite_names(host[slot]) if host is not None else []
+            if bad and not _gradients_only(bad):
+                # a non-finite input, weight or loss: judged now, while a re-run of the forward is safe
+                self._unjudged = None
+                self._judge(slot, tensors, names, rerun_safe=True, applied=False, fresh=True)
+            return
+        self._judge(slot, tensors, names, rerun_safe, applied, fresh=rerun_safe)
+
+    def _judge(
+        self, slot: int, tensors: list, names: tuple, rerun_safe: bool, applied: bool, fresh: bool
+    ) -> None:
+        """Judge a recorded row (``fresh``: its weights are those of the step's forward pass, not yet
+        updated; ``applied``: the optimizer is about to apply its gradients)."""
+        hook = self.hook
+        ring = self._ring
         if self._ring_host is not None or hook.anything_due():  # (a GPU's save step: waited for)
             row = self._ring_host[slot] if self._ring_host is not None else ring[slot].cpu().numpy()
             triggers = len(self.monitor.triggers)
+            last, self._last_row = self._last_row, (hook.step, hook.mode, hook.mode_step, fresh)
             if self.monitor.check(slot, row):
-                self._first_nonfinite(row, rerun_safe, tensors, names)
-            elif len(self.monitor.triggers) > triggers:  # a loss spike
-                with hook.guard("save the step's tensors"):
-                    self._save_step(tensors, names)
+                if not self._wait(row, applied, self._last_row, last):
+                    self._first_nonfinite(row, rerun_safe, tensors, names)
+                elif len(self.monitor.triggers) > triggers:  # the waiting row was confirmed
+                    with hook.guard("save the step's tensors"):
+                        self._save_step(tensors, names)
+            else:
+                self._deferred = None  # (finite: the waiting gradients went nowhere)
+                if len(self.monitor.triggers) > triggers:  # a loss spike
+                    with hook.guard("save the step's tensors"):
+                        self._save_step(tensors, names)
         else:
             if self._pinned is None or self._pinned[0].shape[0] != ring.shape[1]:
                 pin = ring.device.type == "cuda"
@@ -302,21 +386,64 @@ class TorchHealth:
             event = torch.cuda.Event() if ring.device.type == "cuda" else None
             if event is not None:
                 event.record()
-            self._lagged = (slot, host, event, hook.step, hook.mode, hook.mode_step)
+            self._lagged = (slot, host, event, (hook.step, hook.mode, hook.mode_step, fresh), applied)
 
     def _judge_lagged(self) -> None:
         """GPU: judge the row whose host copy the last step started."""
         lagged, self._lagged = self._lagged, None
         if lagged is None:
             return
-        slot, host, event, step, mode, mode_step = lagged
+        slot, host, event, this, applied = lagged
         if event is not None:
             event.synchronize()
         row = host.numpy()
+        last, self._last_row = self._last_row, this
         if self.monitor.check(slot, row):
-            bad = self.monitor.nonfinite_names(row)
+            if not self._wait(row, applied, this, last):
+                step, mode, mode_step, _ = this
+                bad = self.monitor.nonfinite_names(row)
+                where = self._from_names(bad)
+                self.monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
+        else:
+            self._deferred = None
+
+    def _wait(self, row, applied: bool, this: tuple, last: tuple | None) -> bool:
+        """A row holds non-finite values, none found yet: True when they are not judged as the first,
+        for now (gradients no optimizer applied: a GradScaler skips such a step) or because they confirm
+        the waiting row (its gradients reached the weights, or an optimizer applied them accumulated), or
+        name the training step whose update (the script's own: no optimizer step seen) wrote them.
+        ``this`` and ``last``: (step, mode, mode step, fresh) of this row and of the one before."""
+        bad = self.monitor.nonfinite_names(row)
+        gradients_only = _gradients_only(bad)
+        deferred = self._deferred
+        weights = self._layout.weight_names
+        bad_weights = [name for name in bad if name in weights]
+        if deferred is None and bad_weights and not self._optimizer_seen:
+            # updated weights (recorded at the step's end): this step's update; else, if the last
+            # step's were finite before its update, that one
+            update = this if not this[3] else last if last is not None and last[3] else None
+            if update is not None and update[1] in _TRAINING:
+                name = min(bad_weights, key=self._layout.position.__getitem__)
+                gradient = GRADIENT_PREFIX + name
+                tensor = gradient if gradient in self._layout.position else name
+                where = _where("backward", self._owner(name), tensor)
+                self.monitor.found(
+                    {"step": update[0], "mode": update[1].name, "mode_step": update[2], **where}
+                )
+                return True
+        if deferred is not None:
+            if (applied and gradients_only) or bad_weights:
+                self._deferred = None
+                self.monitor.found(deferred)
+                return True
+            if gradients_only:
+                return True
+            self._deferred = None  # its gradients went nowhere: this row is judged on its own
+        if gradients_only and not applied:
             where = self._from_names(bad)
-            self.monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
+            self._deferred = {"step": this[0], "mode": this[1].name, "mode_step": this[2], **where}
+            return True
+        return False
 
     def _make_ring(self, rows: int, columns: int) -> torch.Tensor:
         device = torch.device("cpu")
@@ -459,6 +586,15 @@ class TorchHealth:
 
 
 _GRAD = operator.attrgetter("grad")
+_TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
+_is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
+
+
+def _gradients_only(names: list[str]) -> bool:
+    """Whether these non-finite tensors are all gradients (none: False)."""
+    return bool(names) and all(name.startswith(GRADIENT_PREFIX) for name in names)
+
+
 _set_grad_enabled = torch._C._set_grad_enabled
 _SHAPE = operator.attrgetter("shape")
 
@@ -474,6 +610,7 @@ class _Layout:
         self.key = key
         self.loss_name = loss_name
         self.weights = [p for _, p in params]
+        self.weight_names = frozenset(n for n, _ in params)
         self.grad_params = [p for _, p in grads]
         names = [n for n, _ in params] + [g for g, _ in grads] + ([loss_name] if loss_name else [])
         self.names = tuple(names)
