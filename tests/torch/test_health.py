@@ -492,3 +492,30 @@ def test_training_that_raises_inside_try_finally_writes_the_recorder(out_dir):
     assert trial.steps() == [0, 1, 2, 3]
     reasons = [t["reason"] for t in trial.health_records()[0]["triggers"]]
     assert reasons == ["training raised ValueError: the data loader broke"]
+
+
+def test_a_loss_recorded_with_record_tensor_value_is_watched(out_dir):
+    # no loss module: the script computes the loss functionally and records it into the losses collection
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    seen = {}
+    for step in range(8):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(torch.randn(8, 4)), torch.randint(0, 3, (8,)))
+        if step == FAULT:
+            loss = loss * torch.log(torch.zeros(()))  # -inf, from finite model outputs
+        hook.record_tensor_value("loss", loss)
+        seen[step] = loss.item()
+        loss.backward()
+        opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (FAULT, "loss", "loss_output_0")
+    for step in range(1, FAULT):
+        assert trial.tensor("loss_output_0").reduction_value(step, "l2") == pytest.approx(
+            seen[step], rel=1e-6
+        )

@@ -190,6 +190,7 @@ class TorchHealth:
         self._inputs: tuple | None = None  # (step, model, args, kwargs) of the step's first model call
         self._outputs: tuple | None = None  # (step, model, outputs)
         self._loss: tuple | None = None  # (step, name, tensor) of the step's first loss call
+        self._recorded_loss: str | None = None  # the name of a loss recorded by record_tensor_value
         self._layout: _Layout | None = None
         self._plans: dict[tuple, _Plan] = {}
         self._ring = None
@@ -271,6 +272,13 @@ class TorchHealth:
             if isinstance(output, torch.Tensor):
                 name = self.hook._module_names.get(module, module._get_name())
                 self._loss = (self.hook.step, f"{name}_output_0", output)
+
+    def note_loss(self, name: str, loss: torch.Tensor) -> None:
+        """A loss the script recorded itself (``record_tensor_value`` into the losses collection, no loss
+        module registered): the step's loss, watched as a registered loss module's output is."""
+        if loss.numel() == 1 and (self._loss is None or self._loss[0] != self.hook.step):
+            self._loss = (self.hook.step, name, loss)
+            self._recorded_loss = name
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         # the gradients are final and the parameters still those of the step's forward pass
@@ -463,7 +471,7 @@ class TorchHealth:
         for model in models:
             if model.stale():
                 model.refresh()
-        loss_name = None
+        loss_name = self._recorded_loss
         if hook._loss_modules:
             first = hook._loss_modules[0]
             loss_name = f"{hook._module_names.get(first, first._get_name())}_output_0"

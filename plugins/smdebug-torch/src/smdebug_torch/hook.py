@@ -181,6 +181,10 @@ class Hook(BaseHook):
             raise SMDebugTypeError(
                 f"record_tensor_value expects a torch.Tensor, got {type(tensor_value).__name__}"
             )
+        if self._health is not None and not self._loss_modules:  # a loss computed without a module
+            name = f"{tensor_name}{OUTPUT_SUFFIX}0"
+            if self.get_collection(CollectionKeys.LOSSES).matches(name):
+                self._health.note_loss(name, tensor_value)
         self.save_numbered(tensor_name + OUTPUT_SUFFIX, tensor_value)
 
     # -- step boundaries -----------------------------------------------------------------------
