@@ -504,3 +504,51 @@ def test_a_validation_loss_far_above_the_training_loss_is_no_loss_spike(out_dir)
     hook.close()
     (record,) = smd.create_trial(out_dir).health_records()
     assert record["triggers"] == []
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_a_weight_set_to_inf_before_a_step_is_named_at_that_steps_forward(out_dir, hybridize):
+    """A weight set to inf between two steps: MXNet's hook reads a step's weights after its update, so the
+    earlier step's row holds it, but the first place it appears among the step's computations is the
+    output of its layer in the next step's forward pass (as torch, which reads weights before the
+    update, names it)."""
+    net, loss_fn = make_net(hybridize)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    for step, (x, y) in enumerate(batches(7)):
+        if step == FAULT:
+            net[1].bias.set_data(mx.nd.full((3,), np.inf))
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(BATCH)
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert {k: first[k] for k in ("step", "direction", "module", "tensor")} == {
+        "step": FAULT,
+        "direction": "forward",
+        "module": net[1].name,
+        "tensor": f"{net[1].name}_output_0",
+    }
+    text = why(out_dir)
+    assert f"non-finite already at step {FAULT - 1}: {net[1].bias.name}." in text
+    assert "all were finite" not in text
+
+
+def test_a_weight_made_inf_by_the_last_update_is_named_when_the_hook_closes(out_dir):
+    net, loss_fn = make_net()
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    for x, y in batches(3):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(BATCH)
+    net[1].bias.set_data(mx.nd.full((3,), np.inf))
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["module"], first["tensor"]) == (2, net[1].name, net[1].bias.name)

@@ -105,8 +105,15 @@ def _before(trial, step: int) -> str:
             ratio, name = max(growth)
             parts.append(f"the fastest-growing was {name}'s, x{ratio:.3g} since step {steps[0]}")
     bad = [n for n, v in l2.items() if not math.isfinite(v.get(step, 0.0))]
+    # (MXNet's weights of a step are those its update left: one set to inf before the bad step shows there)
+    early = sorted((s, n) for n, v in l2.items() for s, x in v.items() if s < step and not math.isfinite(x))
     text = ": ".join([parts[0], "; ".join(parts[1:])]) if len(parts) > 1 else parts[0]
-    text += "; all were finite." if len(parts) > 1 else "."
+    if early:
+        names = [n for s, n in early if s == early[0][0]]
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        text += f"; non-finite already at step {early[0][0]}: {', '.join(names[:3])}{more}."
+    else:
+        text += "; all were finite." if len(parts) > 1 else "."
     if bad:
         text += f" At step {step}, {len(bad)} of {len(l2)} recorded tensors were non-finite."
     return text

@@ -143,6 +143,7 @@ class MXNetHealth:
         self._rows: list = []
         self._late = False  # the ring is on a GPU: rows are read a step late
         self._lagged = None  # (slot, step, mode, mode step, inputs, outputs, loss name) of a row to read
+        self._weights_only = None  # the first non-finite record of a row where only weights were, if held
 
     # -- what the hook tells it ------------------------------------------------------------------------
     def watch(self, block) -> None:
@@ -232,6 +233,13 @@ class MXNetHealth:
             with self.hook.guard("judge the step's health"):
                 self._judge(lagged, None, self.monitor.names)
 
+    def close(self) -> None:
+        """The hook closes (its last step judged): a held record of non-finite weights is the first."""
+        self.judge_lagged()
+        held, self._weights_only = self._weights_only, None
+        if held is not None:
+            self.monitor.found(held)
+
     def _record(self, model, loss) -> tuple | None:
         """The step's statistics queued into a new row of the ring: (slot, tensors, names, loss name).
         An evaluation or prediction step has no gradients (the arrays hold the last training step's), and
@@ -273,9 +281,20 @@ class MXNetHealth:
         row = self._rows[slot].asnumpy()
         monitor = self.monitor
         triggers = len(monitor.triggers)
-        if monitor.check(slot, row):
+        if monitor.check(slot, row) or self._weights_only is not None:
             where = self._where(row, inputs, outputs, loss_name)
-            monitor.found({"step": step, "mode": mode.name, "mode_step": mode_step, **where})
+            record = {"step": step, "mode": mode.name, "mode_step": mode_step, **where}
+            if where["direction"] != "weights":
+                self._weights_only = None
+                monitor.found(record)
+            elif self._weights_only is None:
+                # Only weights: set between two steps, or by this step's update. The weights of a step are
+                # read after its update (smdebug 1.0's), so the first place the value shows among what a
+                # step computes is the next step's forward pass: held until that step is judged.
+                self._weights_only = {**record, "direction": "backward"}
+            else:
+                held, self._weights_only = self._weights_only, None
+                monitor.found(held)
         # a trigger of this row, or one awaiting the step's end (training raised, a signal: the hook
         # closes, and this is its last step)
         if tensors is not None and (len(monitor.triggers) > triggers or monitor.pending):
@@ -320,7 +339,10 @@ class MXNetHealth:
             return _where("loss", loss_name[: -len(OUTPUT_SUFFIX + "0")], loss_name)
         grads = [n for n in bad if n.startswith(GRADIENT_PREFIX)]
         name = grads[-1] if grads else (bad[0] if bad else "")
-        return _where("backward", self._owner(name.removeprefix(GRADIENT_PREFIX)), name)
+        # ("weights": only weights were non-finite, see _judge)
+        return _where(
+            "backward" if grads else "weights", self._owner(name.removeprefix(GRADIENT_PREFIX)), name
+        )
 
     def _owner(self, param_name: str) -> str:
         """The block whose own parameter this is."""

@@ -434,7 +434,7 @@ class Hook(BaseHook):
                 self.start_delayed()
             if self.health_part is not None:
                 self.health_part.collect()
-                self.health_part.judge_lagged()
+                self.health_part.close()
         if self.in_step and not self.closed:
             with self.guard("save parameters"):
                 self.save_deferred()
