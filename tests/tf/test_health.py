@@ -392,26 +392,34 @@ def test_training_that_raises_inside_fit_writes_the_recorder(out_dir, where):
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-def test_a_custom_loop_with_a_wrapped_tape(out_dir, compiled):
+@pytest.mark.parametrize("planted", ["in the backward pass", "before the update"])
+def test_a_custom_loop_with_a_wrapped_tape(out_dir, compiled, planted):
     keras.utils.set_random_seed(1)
+    fault = "gradient" if planted == "in the backward pass" else None
     model = keras.Sequential(
-        [keras.Input((4,)), keras.layers.Dense(5, name="hidden"), Plant("gradient", name="plant")], name="mlp"
+        [keras.Input((4,)), keras.layers.Dense(5, name="hidden"), Plant(fault, name="plant")], name="mlp"
     )
     hook = smd.KerasHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
     optimizer = hook.wrap_optimizer(keras.optimizers.SGD(0.1))
 
-    def step(x, y):
+    def step(x, y, poison):
         with hook.wrap_tape(tf.GradientTape()) as tape:
             loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
         grads = tape.gradient(loss, model.trainable_variables)
+        # the script's own change to a gradient: what the update uses is recorded
+        grads = [
+            tf.where(poison, g * np.nan, g) if v.path == "mlp/plant/scale" else g
+            for g, v in zip(grads, model.trainable_variables)
+        ]
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
     step = tf.function(step) if compiled else step
     rng = np.random.default_rng(0)
     norms = []
-    for _ in range(FAULT + 2):
+    for i in range(FAULT + 2):
         norms.append(float(np.linalg.norm(model.get_layer("hidden").kernel.numpy())))
-        step(rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 5)).astype("float32"))
+        x, y = rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 5)).astype("float32")
+        step(x, y, tf.constant(fault is None and i == FAULT))
     hook.close()
     trial = smd.create_trial(out_dir)
     first = trial.first_nonfinite()

@@ -91,23 +91,27 @@ def recording(recorder: Recorder):
 
 
 # -- the optimizer: gradients as ``apply`` receives them ------------------------------------------
-def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None):
+def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None, on_applying=None):
     """Wrap ``optimizer.apply`` on this instance (not its class): while a Recorder is active the
     gradients are recorded, unscaled when the optimizer scales the loss, and the variables as they are
     before the update (the weights of a model built inside the step, which the step could not read at
     its start); in eager code the gradients are handed to ``on_eager_gradients(pairs)``, and
     ``on_eager_applied()`` is called after the update (while a function is traced outside a Recorder,
-    ``on_eager_applied(optimizer)``: a custom loop's step in a tf.function). Returns the same optimizer;
-    wrapping twice wraps once."""
+    ``on_eager_applied(optimizer)``: a custom loop's step in a tf.function); outside a Recorder, eager or
+    traced, ``on_applying(pairs)`` gets the (variable, gradient) pairs before the update. Returns the
+    same optimizer; wrapping twice wraps once."""
     if optimizer in _wrapped_optimizers:
         if on_eager_gradients is not None:
             optimizer.smdebug_on_eager_gradients = on_eager_gradients
         if on_eager_applied is not None:
             optimizer.smdebug_on_eager_applied = on_eager_applied
+        if on_applying is not None:
+            optimizer.smdebug_on_applying = on_applying
         return optimizer
     original = optimizer.apply
     optimizer.smdebug_on_eager_gradients = on_eager_gradients
     optimizer.smdebug_on_eager_applied = on_eager_applied
+    optimizer.smdebug_on_applying = on_applying
 
     def apply(grads, trainable_variables=None):
         recorder = active()
@@ -128,6 +132,8 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None):
                         recorder.health_grads[gradient_name(variable)] = grad
         elif eager and optimizer.smdebug_on_eager_gradients is not None:
             optimizer.smdebug_on_eager_gradients(_unscaled_pairs(optimizer, grads, trainable_variables))
+        if recorder is None and optimizer.smdebug_on_applying is not None:
+            optimizer.smdebug_on_applying(_unscaled_pairs(optimizer, grads, trainable_variables))
         result = original(grads, trainable_variables)
         applied = optimizer.smdebug_on_eager_applied
         if applied is not None and recorder is None:

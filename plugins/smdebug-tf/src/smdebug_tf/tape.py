@@ -73,8 +73,13 @@ class WrappedTape:
             if g is not None and hasattr(v, "dtype")
         ]
         loss = target if isinstance(target, tf.Tensor) and target.shape.rank == 0 else None
-        if self.hook.health is not None and not self.inert:
-            self.health(pairs, loss)
+        hook = self.hook
+        if hook.health is not None and not self.inert:
+            if hook.tf_state.optimizer is not None:  # recorded as it applies them (maybe changed)
+                graph = tf.compat.v1.get_default_graph() if tf.inside_function() else None
+                hook.tf_state.tape_health = (graph, loss)
+            else:
+                record_health(hook, pairs, loss)
         if not tf.inside_function():
             self.hook.tape_tensors(pairs, loss)
             return
@@ -100,30 +105,6 @@ class WrappedTape:
             lambda: tf.constant(False),
         )
 
-    def health(self, pairs, loss) -> None:
-        """With health: the step's statistics of the variables (before the update), their gradients and
-        the loss, one vector the host takes every step (in a tf.function: a host call)."""
-        from smdebug_tf.capture import gradient_name, variable_name
-        from smdebug_tf.health import LOSS, statistics
-
-        names = [variable_name(v) for v, _ in pairs] + [gradient_name(v) for v, _ in pairs]
-        tensors = [tf.convert_to_tensor(v) for v, _ in pairs] + [tf.convert_to_tensor(g) for _, g in pairs]
-        if loss is not None:
-            names.append(LOSS)
-            tensors.append(loss)
-        names = tuple(names)
-        vector = statistics(tensors, [])
-        hook = self.hook
-        if not tf.inside_function():  # a trigger saves the step's tensors the collections name
-            hook.tape_health(names, vector, dict(zip(names, tensors)))
-            return
-
-        def record(values):
-            hook.tape_health(names, values)
-            return np.bool_(True)
-
-        tf.py_function(record, [vector], Tout=tf.bool)
-
     def optimizer_applied(self, optimizer) -> None:
         """While the step is traced, after the wrapped optimizer's update: on due steps, a host call
         receiving its variables (read after the update: TF orders a function's ops on a variable)."""
@@ -147,3 +128,27 @@ class WrappedTape:
 
     def __getattr__(self, name):
         return getattr(self.tape, name)
+
+
+def record_health(hook, pairs, loss) -> None:
+    """With health: a custom loop's step statistics of the variables (before the update), their
+    gradients and the loss, one vector the host takes every step (in a tf.function: a host call)."""
+    from smdebug_tf.capture import gradient_name, variable_name
+    from smdebug_tf.health import LOSS, statistics
+
+    names = [variable_name(v) for v, _ in pairs] + [gradient_name(v) for v, _ in pairs]
+    tensors = [tf.convert_to_tensor(v) for v, _ in pairs] + [tf.convert_to_tensor(g) for _, g in pairs]
+    if loss is not None:
+        names.append(LOSS)
+        tensors.append(loss)
+    names = tuple(names)
+    vector = statistics(tensors, [])
+    if not tf.inside_function():  # a trigger saves the step's tensors the collections name
+        hook.tape_health(names, vector, dict(zip(names, tensors)))
+        return
+
+    def record(values):
+        hook.tape_health(names, values)
+        return np.bool_(True)
+
+    tf.py_function(record, [vector], Tout=tf.bool)

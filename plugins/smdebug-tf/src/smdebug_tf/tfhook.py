@@ -81,6 +81,7 @@ class TFState:
         self.pending: list = []  # (method, arguments) of save_scalar/save_tensor calls before the first step
         self.traced_tape = None  # (graph, WrappedTape) of the custom loop's step being traced
         self.health = None  # with health=True: smdebug_tf.health.KerasHealth
+        self.tape_health = None  # (graph or None, loss): a wrapped tape's step awaiting its optimizer
         self.kept_kinds = (None, frozenset())  # (key, kinds) the health steps keep for a trigger
 
 
@@ -578,8 +579,23 @@ class TFHook(BaseHook):
             return optimizer
         self.tf_state.optimizer = optimizer
         return capture.wrap_optimizer(
-            optimizer, on_eager_gradients=self.eager_gradients, on_eager_applied=self.eager_applied
+            optimizer,
+            on_eager_gradients=self.eager_gradients,
+            on_eager_applied=self.eager_applied,
+            on_applying=self.applying if self.health is not None else None,
         )
+
+    def applying(self, pairs) -> None:
+        """With health, a custom loop's wrapped optimizer is about to apply these gradients: a wrapped
+        tape's step is recorded now, with the gradients the update uses (smdebug_tf.tape)."""
+        traced = self.tf_state.tape_health
+        self.tf_state.tape_health = None
+        graph = tf.compat.v1.get_default_graph() if tf.inside_function() else None
+        if traced is not None and traced[0] is graph:
+            from smdebug_tf.tape import record_health
+
+            with self.guard("record the step's health"):
+                record_health(self, pairs, traced[1])
 
     def wrap_tape(self, tape):
         """Return a tape that behaves as ``tape`` and shows the hook its loss, gradients and variables;
