@@ -552,3 +552,32 @@ def test_a_weight_made_inf_by_the_last_update_is_named_when_the_hook_closes(out_
     hook.close()
     first = smd.create_trial(out_dir).first_nonfinite()
     assert (first["step"], first["module"], first["tensor"]) == (2, net[1].name, net[1].bias.name)
+
+
+def test_training_that_raises_inside_try_finally_saves_its_last_steps_tensors(out_dir):
+    net, loss_fn = make_net()
+    hook = smd.Hook(
+        out_dir=out_dir,
+        health=True,
+        save_config=smd.SaveConfig(save_interval=100),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    with pytest.raises(RuntimeError):
+        try:
+            for step, (x, y) in enumerate(batches(5)):
+                with autograd.record():
+                    loss = loss_fn(net(x), y)
+                loss.backward()
+                trainer.step(BATCH)
+                if step == 3:
+                    grad = net[0].weight.grad().asnumpy()
+                    raise RuntimeError("data loader failed")
+        finally:
+            hook.close()
+    trial = smd.create_trial(out_dir)
+    (record,) = trial.health_records()
+    assert [(t["step"], t["reason"].startswith("training raised")) for t in record["triggers"]] == [(3, True)]
+    np.testing.assert_array_equal(trial.tensor(f"gradient/{net[0].weight.name}").value(3), grad)

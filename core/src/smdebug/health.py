@@ -254,9 +254,7 @@ class HealthMonitor:
     def close(self) -> None:
         """The hook closes: its health record goes to the run; signal handlers are given back."""
         self._uninstall()
-        kind, value, _ = sys.exc_info()  # closed while an exception propagates (try/finally, except)
-        if value is not None and _a_failure(value) and not self._raised_seen():
-            self.trigger(f"training raised {kind.__name__}: {value}")
+        self.raised()
         if self._pending:
             self.write()
         elif not self._record_written:
@@ -364,6 +362,13 @@ class HealthMonitor:
         elif previous == signal.SIG_DFL:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+    def raised(self) -> None:
+        """An exception propagating now (the hook closes in try/finally or an except clause) is a trigger,
+        once: close calls it, and a plugin that saves the step's tensors on a trigger before that."""
+        kind, value, _ = sys.exc_info()
+        if value is not None and _a_failure(value) and not self._raised_seen():
+            self.trigger(f"training raised {kind.__name__}: {value}")
 
     def _raised_seen(self) -> bool:
         """An exception of this step is a trigger already (a plugin, or close, may see it first; a

@@ -433,6 +433,7 @@ class Hook(BaseHook):
             with self.guard("start a step"):
                 self.start_delayed()
             if self.health_part is not None:
+                self.health.raised()  # (closing in try/finally: the last step saves its tensors)
                 self.health_part.collect()
                 self.health_part.close()
         if self.in_step and not self.closed:
