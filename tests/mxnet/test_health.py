@@ -581,3 +581,38 @@ def test_training_that_raises_inside_try_finally_saves_its_last_steps_tensors(ou
     (record,) = trial.health_records()
     assert [(t["step"], t["reason"].startswith("training raised")) for t in record["triggers"]] == [(3, True)]
     np.testing.assert_array_equal(trial.tensor(f"gradient/{net[0].weight.name}").value(3), grad)
+
+
+def test_two_registered_models_are_watched_together(out_dir):
+    """An encoder and a head registered as two models (each forward starts a step, as in smdebug 1.0):
+    the recorder watches both models' parameters at every step and keeps its history."""
+    mx.random.seed(0)
+    with mx.name.NameManager():
+        encoder, head = gluon.nn.Dense(6, activation="relu"), gluon.nn.Dense(3)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    encoder.initialize()
+    head.initialize()
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    for block in (encoder, head, loss_fn):
+        hook.register_block(block)
+    params = {**encoder.collect_params(), **head.collect_params()}
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.1})
+    for i, (x, y) in enumerate(batches(5)):
+        with autograd.record():
+            loss = loss_fn(head(encoder(x)), y)
+        loss.backward()
+        if i == 3:
+            encoder.weight.grad()[0, 0] = np.nan
+        trainer.step(BATCH)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (
+        7,
+        "backward",
+        encoder.name,
+        f"gradient/{encoder.weight.name}",
+    )
+    for step in range(1, 7):
+        for param in (encoder.weight, head.weight):
+            assert np.isfinite(trial.tensor(f"gradient/{param.name}").reduction_value(step, "l2"))

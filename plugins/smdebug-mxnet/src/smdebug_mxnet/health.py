@@ -37,6 +37,7 @@ names it.
 from __future__ import annotations
 
 import operator
+import weakref
 
 import mxnet as mx
 import numpy as np
@@ -144,6 +145,10 @@ class MXNetHealth:
         self._late = False  # the ring is on a GPU: rows are read a step late
         self._lagged = None  # (slot, step, mode, mode step, inputs, outputs, loss name) of a row to read
         self._weights_only = None  # the first non-finite record of a row where only weights were, if held
+        # the registered models that have run (their parameters are initialized), in the order they first
+        # ran: every step records all of them (two models, each starting steps, share one recorder)
+        self._ran = weakref.WeakSet()
+        self._models: list = []
 
     # -- what the hook tells it ------------------------------------------------------------------------
     def watch(self, block) -> None:
@@ -158,6 +163,9 @@ class MXNetHealth:
 
     def model_input(self, block, inputs) -> None:
         """A model's forward starts (after the previous step was recorded)."""
+        if block not in self._ran:
+            self._ran.add(block)
+            self._models.append(weakref.ref(block))
         if self._inputs:
             return
         hook = self.hook
@@ -212,11 +220,11 @@ class MXNetHealth:
         step = (self._inputs, self._outputs, self._loss)
         self._inputs, self._outputs, self._loss = [], [], None
         self.judge_lagged()
-        model = hook.last_model() if hook.last_model is not None else None
-        if model is None:
+        models = [m for m in (ref() for ref in self._models) if m is not None]
+        if not models:
             return
         with hook.guard("record the step's health"):
-            recorded = self._record(model, step[2])
+            recorded = self._record(models, step[2])
             if recorded is None:
                 return
             slot, tensors, names, loss_name = recorded
@@ -240,17 +248,17 @@ class MXNetHealth:
         if held is not None:
             self.monitor.found(held)
 
-    def _record(self, model, loss) -> tuple | None:
+    def _record(self, models: list, loss) -> tuple | None:
         """The step's statistics queued into a new row of the ring: (slot, tensors, names, loss name).
         An evaluation or prediction step has no gradients (the arrays hold the last training step's), and
         a step may have no loss (the loss block did not run)."""
-        weights, grads, names, loss_name, ops = self._current_layout(model)
+        weights, grads, names, loss_name, ops = self._current_layout(models)
         trained = self.hook.mode in GRADIENT_MODES
         try:
             gradients = [p.list_grad()[0] for p in map(_alive, grads)] if trained else [None] * len(grads)
         except RuntimeError:  # a parameter frozen since (grad_req 'null' has no gradient): a new layout
             self._layout = None
-            weights, grads, names, loss_name, ops = self._current_layout(model)
+            weights, grads, names, loss_name, ops = self._current_layout(models)
             gradients = [p.list_grad()[0] for p in map(_alive, grads)]
         # the parameters' current arrays (a reinitialized parameter has new ones), on their first context
         tensors = [p.list_data()[0] for p in map(_alive, weights)] + gradients
@@ -310,14 +318,19 @@ class MXNetHealth:
         self._rows = [self._ring[i] for i in range(rows)]  # views of its rows (a view costs a call)
         return self._ring
 
-    def _current_layout(self, model) -> tuple:
+    def _current_layout(self, models: list) -> tuple:
         """(weights, parameters with gradients (weak references), names, loss name, Statistics by the
-        loss's shape), kept while the model's parameters (the hook's list of them) stay the same."""
-        refs = self.hook.parameter_refs(model)
+        loss's shape), kept while the models and their parameters (the hook's lists) stay the same."""
+        lists = [self.hook.parameter_refs(model) for model in models]
         loss_name = self.loss_blocks[0] + OUTPUT_SUFFIX + "0" if self.loss_blocks else None
-        key = (id(refs), len(refs), loss_name)
+        key = (tuple((id(refs), len(refs)) for refs in lists), loss_name)
         if self._layout is None or self._layout[0] != key:
-            weights = [ref for ref, _, _ in refs if ref() is not None]
+            named = {}  # (a parameter two models share: once)
+            for refs in lists:
+                for ref, name, _ in refs:
+                    if ref() is not None:
+                        named.setdefault(name, ref)
+            weights = list(named.values())
             grads = [ref for ref in weights if ref().grad_req != "null"]
             names = [ref().name for ref in weights] + [GRADIENT_PREFIX + ref().name for ref in grads]
             names += [loss_name] if loss_name is not None else []
@@ -346,10 +359,10 @@ class MXNetHealth:
 
     def _owner(self, param_name: str) -> str:
         """The block whose own parameter this is."""
-        model = self.hook.last_model() if self.hook.last_model is not None else None
         found: list = []
-        if model is not None:
-            model.apply(lambda b: found.append(b.name) if param_name in b.params.keys() else None)
+        for model in (ref() for ref in self._models):
+            if model is not None:
+                model.apply(lambda b: found.append(b.name) if param_name in b.params.keys() else None)
         return found[0] if found else param_name
 
     def _block_tensors(self, inputs: list, outputs: list, only: str | None = None):
