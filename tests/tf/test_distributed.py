@@ -68,3 +68,30 @@ def test_mirrored_strategy_all_workers(tmp_path, data):
     # both replicas hold the same weights
     for device in devices:
         np.testing.assert_array_equal(trial.tensor("mlp/head/kernel").value(1, worker=device), start[2])
+
+
+def test_health_finds_a_fault_in_one_replica_at_its_step(tmp_path):
+    out = str(tmp_path / "runs")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "mirrored_health.py"), out],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    second = "_job-localhost_replica-0_task-0_device-CPU-1"
+    # include_workers "one": the process is worker_0, whichever replica's share held the NaN
+    # "all": each replica a worker; the NaN was in the second one's share only
+    for workers, worker in (("one", "worker_0"), ("all", second)):
+        first = create_trial(os.path.join(out, workers)).first_nonfinite()
+        assert (first["step"], first["direction"], first["tensor"], first["worker"]) == (
+            3,
+            "input",
+            "model_input",
+            worker,
+        )
+    trial = create_trial(os.path.join(out, "all"))
+    for step in range(3):  # each replica's recorder, before the fault
+        assert np.isfinite(trial.tensor("mlp/hidden/kernel").reduction_value(step, "l2", worker=second))

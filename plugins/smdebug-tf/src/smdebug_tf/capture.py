@@ -294,7 +294,7 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
     the due tensors in a few buffers (smdebug_tf.packing; ``plan_of(name)`` says what is due of each, and
     is asked once per name: every trace of the function packs the same). mode is "train", "test" or
     "predict". ``function.plans`` holds the plans it was traced with. The function returns
-    ``(result, packed, health, kept)``: with HEALTH the step's health vector, whose layout is
+    ``(result, packed, health, kept)``: with HEALTH the step's health vector (one per replica), whose layout is
     ``function.health_layout[0]`` once traced (else an empty vector), and ``kept``, the recorded tensors
     ``keep_of(name)`` names, as they are (references to the step's tensors, not copied: the host reads
     them only when the step triggers the flight recorder). ``on_built()`` is called once the step has
@@ -358,7 +358,8 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
         result = _reduce(result, strategy, reduction)
         packed = tf.nest.map_structure(lambda t: tuple(strategy.experimental_local_results(t)), packed)
         first = lambda t: strategy.experimental_local_results(t)[0]  # noqa: E731 (the first replica's)
-        return result, packed, first(health), tf.nest.map_structure(first, kept)
+        health = tuple(strategy.experimental_local_results(health))  # each replica's
+        return result, packed, health, tf.nest.map_structure(first, kept)
 
     run_eagerly = model.run_eagerly
     if not run_eagerly:

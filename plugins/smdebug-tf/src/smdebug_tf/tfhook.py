@@ -163,14 +163,22 @@ class TFHook(BaseHook):
             state.replicas.append(replica)
         set_hook(self)  # get_hook() stays the user's hook, not a replica's
 
-    def save_replicas(self, replicas: list) -> None:
-        """Each further replica's (name, value) pairs, by the hook writing that replica's tensors."""
-        for hook, values in zip(self.tf_state.replicas, replicas[1:]):
+    def save_replicas(self, replicas: list, health=None, layout=None) -> None:
+        """Each further replica's (name, value) pairs, and with health its statistics (``health``: each
+        replica's vector), by the hook writing that replica's tensors."""
+        vectors = list(health or ())[1:]
+        for i, hook in enumerate(self.tf_state.replicas):
+            values = replicas[i + 1] if i + 1 < len(replicas) else []
+            vector = vectors[i] if i < len(vectors) else None
+            if not values and vector is None:
+                continue
             hook.set_mode(self.mode)
             hook.begin_step(step=self.step, mode_step=self.mode_step)
             with hook.together():
                 for name, value in values:
                     hook.save_for_step(name, value)
+            if vector is not None:
+                hook.health_step(vector, layout, {}, None)
             hook.end_step()
 
     def register_model(self, model) -> None:
@@ -311,14 +319,15 @@ class TFHook(BaseHook):
                     if self.is_due(name):
                         self.save_for_step(name, snapshot(variable))
 
-    def step_done(self, mode, result, packed) -> None:
-        """The due step's function returned: save what it computed, end the step."""
+    def step_done(self, mode, result, packed, health=None, layout=None) -> None:
+        """The due step's function returned: save what it computed (each replica's health statistics
+        by its hook, with include_workers "all"), end the step."""
         with self.guard("save the step's tensors"):
             replicas = unpack(packed) if packed else [[]]
             with self.together():  # their reductions are on the host already: hand them over at once
                 for name, value in replicas[0]:  # the first replica (include_workers "one")
                     self.save_for_step(name, value)
-            self.save_replicas(replicas)
+            self.save_replicas(replicas, health, layout)
             self.save_logs(mode, result)
             if mode == ModeKeys.TRAIN:
                 self.save_optimizer_variables()
@@ -329,6 +338,16 @@ class TFHook(BaseHook):
         if layout:
             with self.guard("record the step's health"):
                 self.keras_health().record(health, layout[0], kept, logs)
+
+    def replica_health(self, vectors, layout):
+        """This worker's health vector of a step's replicas' (several under a distribution strategy):
+        the first replica's, or with include_workers "one" the first holding a non-finite value or a
+        bad flag (a fault in one replica's share of the batch is seen at its step)."""
+        if len(vectors) == 1 or self.tf_state.replicas or not layout:
+            return vectors[0]
+        hosts = [v.numpy() for v in vectors]
+        flags = slice(2 * len(layout[0][0]), None)
+        return next((h for h in hosts if not np.isfinite(h).all() or (h[flags] != 1.0).any()), hosts[0])
 
     def keras_health(self):
         """The plugin's part of health monitoring (smdebug_tf.health.KerasHealth), made on first use."""
@@ -467,9 +486,12 @@ class TFHook(BaseHook):
                         exc,
                     )
                     result = plain(arg)
-            hook.step_done(mode, result, packed)
             if health is not None and capture.HEALTH in kinds:
-                hook.health_step(health, instrumented.health_layout, kept, result)
+                hook.step_done(mode, result, packed, health, instrumented.health_layout)
+                layout = instrumented.health_layout
+                hook.health_step(hook.replica_health(health, layout), layout, kept, result)
+            else:
+                hook.step_done(mode, result, packed)
             hook.end_step()
             hook.stop_if_asked(mode)
             return result
