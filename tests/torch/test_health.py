@@ -519,3 +519,36 @@ def test_a_loss_recorded_with_record_tensor_value_is_watched(out_dir):
         assert trial.tensor("loss_output_0").reduction_value(step, "l2") == pytest.approx(
             seen[step], rel=1e-6
         )
+
+
+def test_a_parameter_unfrozen_during_training_is_watched(out_dir):
+    # fine-tuning: fc1 frozen for the first steps, then trained; its gradient is watched from then on
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    model.fc1.requires_grad_(False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    seen = {}
+    for step in range(8):
+        if step == 3:
+            model.fc1.requires_grad_(True)
+        opt.zero_grad()
+        criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        if step == FAULT:
+            model.fc1.weight.grad[0, 0] = float("nan")
+        elif step >= 3:
+            seen[step] = model.fc1.weight.grad.norm().item()
+        opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (
+        FAULT,
+        "backward",
+        "gradient/Net_fc1.weight",
+    )
+    for step in range(3, FAULT):
+        value = trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")
+        assert value == pytest.approx(seen[step], rel=1e-5)

@@ -476,7 +476,9 @@ class TorchHealth:
             first = hook._loss_modules[0]
             loss_name = f"{hook._module_names.get(first, first._get_name())}_output_0"
         key = (tuple(id(m.params) for m in models), loss_name)
-        if self._layout is None or self._layout.key != key:
+        layout = self._layout
+        # (a frozen parameter made trainable again, as fine-tuning does: its gradient is watched from now)
+        if layout is None or layout.key != key or layout.frozen and any(map(_REQUIRES_GRAD, layout.frozen)):
             self._layout = _Layout(key, models, loss_name)
             self._plans = {}
         return self._layout
@@ -594,6 +596,7 @@ class TorchHealth:
 
 
 _GRAD = operator.attrgetter("grad")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
 _is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
 
@@ -615,6 +618,7 @@ class _Layout:
         params = [(n, p) for m in models for n, p in m.params if isinstance(p, torch.Tensor)]
         params = [(n, p) for n, p in params if not isinstance(p, torch.nn.parameter.UninitializedParameter)]
         grads = [(g, p) for m in models for g, p in m.gradients if p.requires_grad]
+        self.frozen = [p for m in models for _, p in m.gradients if not p.requires_grad]
         self.key = key
         self.loss_name = loss_name
         self.weights = [p for _, p in params]
