@@ -401,33 +401,33 @@ def test_evaluation_steps_are_watched_too(out_dir, hybridize):
     assert trial.tensor(weight).steps(mode=smd.modes.EVAL) == [0, 1, 2, 3, 4]
 
 
-def test_a_layer_frozen_during_training_keeps_the_others_watched(out_dir):
+@pytest.mark.parametrize("unfreeze", [False, True])
+def test_a_layer_frozen_during_training_keeps_the_others_watched(out_dir, unfreeze):
     """grad_req set to 'null' mid-run (fine-tuning): the recorder follows the parameters that still
-    have gradients instead of failing at every later step."""
+    have gradients instead of failing at every later step; a layer trained again is watched again."""
     net, loss_fn = make_net()
     hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
     hook.register_block(net)
     hook.register_block(loss_fn)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
     for step, (x, y) in enumerate(batches(7)):
-        if step == 3:
+        if step == (0 if unfreeze else 3):
             net[0].collect_params().setattr("grad_req", "null")
+        if unfreeze and step == 3:
+            net[0].collect_params().setattr("grad_req", "write")
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
         if step == 5:
-            net[1].weight.grad()[0, 0] = np.nan
+            net[0 if unfreeze else 1].weight.grad()[0, 0] = np.nan
         trainer.step(BATCH)
     hook.close()
     trial = smd.create_trial(out_dir)
     first = trial.first_nonfinite()
-    assert (first["step"], first["direction"], first["tensor"]) == (
-        5,
-        "backward",
-        f"gradient/{net[1].weight.name}",
-    )
+    bad = net[0 if unfreeze else 1].weight.name
+    assert (first["step"], first["direction"], first["tensor"]) == (5, "backward", f"gradient/{bad}")
     assert np.isfinite(trial.tensor(net[0].weight.name).reduction_value(4, "l2"))
-    assert 4 not in trial.tensor(f"gradient/{net[0].weight.name}").steps()
+    assert (4 in trial.tensor(f"gradient/{net[0].weight.name}").steps()) == unfreeze
 
 
 class Exp(gluon.HybridBlock):

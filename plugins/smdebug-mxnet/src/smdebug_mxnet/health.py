@@ -149,6 +149,7 @@ class MXNetHealth:
         # ran: every step records all of them (two models, each starting steps, share one recorder)
         self._ran = weakref.WeakSet()
         self._models: list = []
+        self._frozen: list = []  # the watched parameters without gradients (weak references)
 
     # -- what the hook tells it ------------------------------------------------------------------------
     def watch(self, block) -> None:
@@ -254,6 +255,11 @@ class MXNetHealth:
         a step may have no loss (the loss block did not run)."""
         weights, grads, names, loss_name, ops = self._current_layout(models)
         trained = self.hook.mode in GRADIENT_MODES
+        # a frozen parameter trained again (grad_req no longer 'null'): a new layout (a check of the
+        # frozen parameters only: none in most runs)
+        if trained and any(_alive(ref).grad_req != "null" for ref in self._frozen):
+            self._layout = None
+            weights, grads, names, loss_name, ops = self._current_layout(models)
         try:
             gradients = [p.list_grad()[0] for p in map(_alive, grads)] if trained else [None] * len(grads)
         except RuntimeError:  # a parameter frozen since (grad_req 'null' has no gradient): a new layout
@@ -332,6 +338,7 @@ class MXNetHealth:
                         named.setdefault(name, ref)
             weights = list(named.values())
             grads = [ref for ref in weights if ref().grad_req != "null"]
+            self._frozen = [ref for ref in weights if ref().grad_req == "null"]
             names = [ref().name for ref in weights] + [GRADIENT_PREFIX + ref().name for ref in grads]
             names += [loss_name] if loss_name is not None else []
             self._layout = (key, weights, grads, tuple(names), loss_name, {})
