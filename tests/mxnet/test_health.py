@@ -616,3 +616,40 @@ def test_two_registered_models_are_watched_together(out_dir):
     for step in range(1, 7):
         for param in (encoder.weight, head.weight):
             assert np.isfinite(trial.tensor(f"gradient/{param.name}").reduction_value(step, "l2"))
+
+
+def test_a_trigger_saves_a_hybridized_layer_whose_output_is_its_activations(out_dir):
+    """A Dense with an activation: inside a cached graph its output is its relu child's; a trigger saves
+    it under the Dense's name as well, as a save step does."""
+    mx.random.seed(0)
+    with mx.name.NameManager():
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(5, activation="relu", in_units=4), gluon.nn.Dense(3, in_units=5))
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net.initialize(mx.init.Xavier())
+    hook = smd.Hook(
+        out_dir=out_dir,
+        health=True,
+        save_config=smd.SaveConfig(save_interval=100),
+        include_collections=["losses", "layers"],
+    )
+    hook.get_collection("layers").add_block_tensors(net[0], outputs=True)
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    for step, (x, y) in enumerate(batches(6, seed=2)):
+        x = x[:, :4]
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        if step == FAULT:
+            weight, bias = net[0].weight.data().asnumpy(), net[0].bias.data().asnumpy()
+            hidden = np.maximum(x.asnumpy() @ weight.T + bias, 0)
+            net[1].weight.grad()[0, 0] = np.nan
+        trainer.step(BATCH)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.first_nonfinite()["step"] == FAULT
+    saved = trial.tensor(f"{net[0].name}_output_0").value(FAULT)
+    np.testing.assert_allclose(saved, hidden, rtol=1e-5, atol=1e-7)

@@ -137,7 +137,8 @@ class MXNetHealth:
         # (model name, [(tensor name, queued sum of |x|, the array, its engine copy or None)]) of the step
         self._inputs: list = []
         self._outputs: list = []  # (block name, inputs or None, outputs) of the step, as the forwards ended
-        self._nodes: dict[str, str] = {}  # a hybridized graph's node output -> the block it is the output of
+        # a hybridized graph's node output -> the blocks it is the output of, innermost first
+        self._nodes: dict[str, list[str]] = {}
         self._loss = None  # (tensor name, output) of the step's first loss block call
         self._layout = None  # (key, (parameter, has a gradient), names, loss name, Statistics by loss shape)
         self._ring = None
@@ -187,11 +188,13 @@ class MXNetHealth:
             self._outputs.append((block.name, None if block in self.hook.models else inputs, outputs))
             return
         # a hybridized graph being built: which of its node outputs are this block's (a child's forward
-        # ends before its parent's, so a node keeps the innermost block)
+        # ends before its parent's: the innermost block comes first, a Dense's relu before the Dense)
         for symbol in symbols:
             for node_output in symbol.list_outputs():
                 for reported in reported_names(node_output):
-                    self._nodes.setdefault(reported, block.name)
+                    blocks = self._nodes.setdefault(reported, [])
+                    if block.name not in blocks:
+                        blocks.append(block.name)
 
     def node_output(self, node_output: str, value) -> None:
         """A hybridized graph's node output, as its cached graph runs (MXNet's op hook, through
@@ -199,12 +202,15 @@ class MXNetHealth:
         the step is judged (an operator working in place, a later node reusing the memory): one queued
         all-finite flag judges it as computed, and an engine copy is kept when a collection names it
         (asked with the name of the block's first output in a step, as BaseHook.layer_wanted does)."""
-        block = self._nodes.get(node_output)
-        if block is not None:
+        blocks = self._nodes.get(node_output)
+        if blocks is not None:
+            hook = self.hook
             with autograd.pause():
-                named = self.hook.collections_of(f"{block}{OUTPUT_SUFFIX}0")
-                kept = mx.nd._internal._copy(value) if named else None
-                self._outputs.append((block, None, NodeOutput(mx.nd.all_finite(value), kept)))
+                finite, kept = mx.nd.all_finite(value), None
+                for block in blocks:
+                    if kept is None and hook.collections_of(f"{block}{OUTPUT_SUFFIX}0"):
+                        kept = mx.nd._internal._copy(value)
+                    self._outputs.append((block, None, NodeOutput(finite, kept)))
 
     def _on_loss(self, block, inputs, outputs) -> None:
         if self._loss is None and isinstance(outputs, mx.nd.NDArray):
