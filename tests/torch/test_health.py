@@ -552,3 +552,38 @@ def test_a_parameter_unfrozen_during_training_is_watched(out_dir):
     for step in range(3, FAULT):
         value = trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")
         assert value == pytest.approx(seen[step], rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["EVAL", "PREDICT"])
+def test_a_fault_in_an_evaluation_step_is_found_in_that_step(out_dir, mode):
+    # evaluation after training: the fault is planted for one batch by the script's own flag (not the
+    # hook's step), inf from fc2 with a loss (EVAL), a NaN input batch without one (PREDICT)
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    planted = {"now": False}
+    model.fc2.register_forward_hook(
+        lambda m, i, o: o * float("inf") if planted["now"] and mode == "EVAL" else None
+    )
+    for _ in range(3):
+        opt.zero_grad()
+        criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        opt.step()
+    hook.set_mode(getattr(smd.modes, mode))
+    with torch.no_grad():
+        for batch in range(3):
+            x = torch.randn(8, 4)
+            planted["now"] = batch == 1
+            if planted["now"] and mode == "PREDICT":
+                x[0, 0] = float("nan")
+            out = model(x)
+            if mode == "EVAL":
+                criterion(out, torch.randint(0, 3, (8,)))
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    expected = ("forward", "fc2", "fc2_output_0") if mode == "EVAL" else ("input", "Net", "Net_input_0")
+    assert (first["step"], first["mode"], first["mode_step"]) == (4, mode, 1)
+    assert (first["direction"], first["module"], first["tensor"]) == expected

@@ -243,6 +243,8 @@ class TorchHealth:
             self._outputs = (step, module, outputs)
             if not self._optimizer_seen and self._backward_watched != step and torch.is_grad_enabled():
                 self._watch_backward(outputs)
+            if self.hook.mode in _UNTRAINED and not self._loss_follows():
+                self.step_ending()  # judged now, while the script is still on this batch
 
     def _watch_backward(self, outputs) -> None:
         """No optimizer step seen yet: record the step at the end of its backward pass through the
@@ -272,6 +274,13 @@ class TorchHealth:
             if isinstance(output, torch.Tensor):
                 name = self.hook._module_names.get(module, module._get_name())
                 self._loss = (self.hook.step, f"{name}_output_0", output)
+                if self.hook.mode is ModeKeys.EVAL:
+                    self.step_ending()  # judged now, while the script is still on this batch
+
+    def _loss_follows(self) -> bool:
+        """Whether an evaluation step's loss comes after the model's output (a loss module, or a recorded
+        loss): the step is judged with it."""
+        return self.hook.mode is ModeKeys.EVAL and bool(self.hook._loss_modules or self._recorded_loss)
 
     def note_loss(self, name: str, loss: torch.Tensor) -> None:
         """A loss the script recorded itself (``record_tensor_value`` into the losses collection, no loss
@@ -279,6 +288,8 @@ class TorchHealth:
         if loss.numel() == 1 and (self._loss is None or self._loss[0] != self.hook.step):
             self._loss = (self.hook.step, name, loss)
             self._recorded_loss = name
+            if self.hook.mode is ModeKeys.EVAL:
+                self.step_ending()
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         # the gradients are final and the parameters still those of the step's forward pass
@@ -380,6 +391,9 @@ class TorchHealth:
                 elif len(self.monitor.triggers) > triggers:  # the waiting row was confirmed
                     with hook.guard("save the step's tensors"):
                         self._save_step(tensors, names)
+            elif hook.mode in _UNTRAINED and self._outputs_nonfinite():
+                # no gradient or loss carries an evaluation's bad output into the row: its own check
+                self._first_nonfinite(row, rerun_safe, tensors, names)
             else:
                 self._deferred = None  # (finite: the waiting gradients went nowhere)
                 if len(self.monitor.triggers) > triggers:  # a loss spike
@@ -395,6 +409,13 @@ class TorchHealth:
             if event is not None:
                 event.record()
             self._lagged = (slot, host, event, (hook.step, hook.mode, hook.mode_step, fresh), applied)
+
+    def _outputs_nonfinite(self) -> bool:
+        """Whether the model's output of this step holds a non-finite value (none found yet)."""
+        outputs = self._outputs
+        if outputs is None or outputs[0] != self.hook.step or self.monitor.first_nonfinite is not None:
+            return False
+        return any(map(_nonfinite, self.hook.tensors_in(outputs[2])))
 
     def _judge_lagged(self) -> None:
         """GPU: judge the row whose host copy the last step started."""
@@ -598,6 +619,7 @@ class TorchHealth:
 _GRAD = operator.attrgetter("grad")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
+_UNTRAINED = (ModeKeys.EVAL, ModeKeys.PREDICT)
 _is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
 
 
