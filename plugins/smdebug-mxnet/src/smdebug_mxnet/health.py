@@ -54,10 +54,11 @@ POOLED = 4096  # arrays larger than this get their max |x| by pooling, not by MX
 
 class Statistics:
     """A cached MXNet graph over a list of arrays of known shapes and dtypes (None: a tensor the step
-    does not have, ABSENT in both halves): their l2 norms, then their max |x|, as one float32 vector. MXNet's reduction operators take several nanoseconds an element on
-    a CPU (a 50k-element ``max``: 0.17 ms), so large arrays are not reduced by them: the l2 norm is the
-    square root of a BLAS dot product of the array with itself, and the max |x| a global max pooling of
-    |x| (oneDNN's kernel), which skips NaN: a NaN norm (a NaN anywhere) stands for the max as well."""
+    does not have, ABSENT in both halves): their l2 norms, then their max |x|, as one float32 vector.
+    MXNet's reduction operators take several nanoseconds an element on a CPU (a 50k-element ``max``:
+    0.17 ms), so large arrays are not reduced by them: the l2 norm is the square root of a BLAS dot
+    product of the array with itself, and the max |x| a global max pooling of |x| (oneDNN's kernel),
+    which skips NaN: a NaN norm (a NaN anywhere) stands for the max as well."""
 
     def __init__(self, shapes: list[tuple | None], dtypes: list):
         norms, maxes = [], []
