@@ -653,3 +653,30 @@ def test_a_trigger_saves_a_hybridized_layer_whose_output_is_its_activations(out_
     assert trial.first_nonfinite()["step"] == FAULT
     saved = trial.tensor(f"{net[0].name}_output_0").value(FAULT)
     np.testing.assert_allclose(saved, hidden, rtol=1e-5, atol=1e-7)
+
+
+def test_an_integer_layer_output_in_a_hybridized_model_is_no_error(out_dir, capfd):
+    mx.random.seed(0)
+    with mx.name.NameManager():
+        net = gluon.nn.HybridSequential()
+        inner = gluon.nn.HybridSequential()
+        inner.add(gluon.nn.HybridLambda(lambda F, x: F.cast(x * 4, dtype="int32")))
+        net.add(inner, gluon.nn.HybridLambda(lambda F, x: F.cast(x, dtype="float32")), gluon.nn.Dense(3))
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    net.initialize(mx.init.Xavier())
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    for step, (x, y) in enumerate(batches(4)):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        if step == 2:
+            net[2].weight.grad()[0, 0] = np.nan
+        trainer.step(BATCH)
+    hook.close()
+    assert "Traceback" not in capfd.readouterr().err
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["tensor"]) == (2, f"gradient/{net[2].weight.name}")

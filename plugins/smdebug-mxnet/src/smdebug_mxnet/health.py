@@ -108,7 +108,7 @@ def _spread(values, present: list[bool]):
 
 
 class NodeOutput:
-    """A hybridized graph's node output: its all-finite flag (queued), and its copy or None."""
+    """A hybridized graph's node output: its all-finite flag (queued; None: not floating), its copy or None."""
 
     __slots__ = ("finite", "kept")
 
@@ -118,7 +118,7 @@ class NodeOutput:
 
 def _nonfinite(value) -> bool:
     if isinstance(value, NodeOutput):
-        return not value.finite.asnumpy()[0]
+        return value.finite is not None and not value.finite.asnumpy()[0]
     return (
         isinstance(value, mx.nd.NDArray)
         and value.size > 0
@@ -206,8 +206,10 @@ class MXNetHealth:
         blocks = self._nodes.get(node_output)
         if blocks is not None:
             hook = self.hook
-            with autograd.pause():
-                finite, kept = mx.nd.all_finite(value), None
+            with hook.guard("keep a hybridized block's output"), autograd.pause():
+                # (only floating values can be non-finite, and all_finite takes nothing else)
+                floating = np.issubdtype(value.dtype, np.floating)
+                finite, kept = mx.nd.all_finite(value) if floating else None, None
                 for block in blocks:
                     if kept is None and hook.collections_of(f"{block}{OUTPUT_SUFFIX}0"):
                         kept = mx.nd._internal._copy(value)
