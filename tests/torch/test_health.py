@@ -587,3 +587,32 @@ def test_a_fault_in_an_evaluation_step_is_found_in_that_step(out_dir, mode):
     expected = ("forward", "fc2", "fc2_output_0") if mode == "EVAL" else ("input", "Net", "Net_input_0")
     assert (first["step"], first["mode"], first["mode_step"]) == (4, mode, 1)
     assert (first["direction"], first["module"], first["tensor"]) == expected
+
+
+@pytest.mark.parametrize("fault", ["forward", "gradient"])
+def test_gradient_accumulation_names_a_fault_of_a_micro_step(out_dir, fault):
+    # three backward passes per optimizer step: the fault is in step 4, a step without an optimizer step
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    model.fc2.register_forward_hook(
+        lambda m, i, o: o * float("inf") if fault == "forward" and hook.step == 4 else None
+    )
+    for step in range(9):
+        criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+        if fault == "gradient" and step == 4:
+            model.fc1.weight.grad[0, 0] = float("nan")
+        if step % 3 == 2:
+            opt.step()
+            opt.zero_grad()
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    expected = (
+        ("forward", "fc2", "fc2_output_0")
+        if fault == "forward"
+        else ("backward", "fc1", "gradient/Net_fc1.weight")
+    )
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (4, *expected)

@@ -303,9 +303,11 @@ class TorchHealth:
         hook = self.hook
         if hook.in_step and not hook.closed and (self._collected != hook.step or self._unjudged):
             with hook.guard("record the step's health"):
-                # no optimizer ran: parameters may have changed since the forward pass (a manual
-                # update), except in evaluation
-                self.collect(rerun_safe=hook.mode in (ModeKeys.EVAL, ModeKeys.PREDICT), applied=False)
+                # no optimizer step in this step: the parameters are still those of its forward pass in
+                # evaluation, and in a run whose optimizer updates them (gradient accumulation, a step a
+                # GradScaler skipped); a script's own update may have changed them
+                safe = self._optimizer_seen or hook.mode in _UNTRAINED
+                self.collect(rerun_safe=safe, applied=False)
 
     # -- every step ------------------------------------------------------------------------------------
     def collect(self, rerun_safe: bool, applied: bool, backward_end: bool = False) -> None:
