@@ -262,6 +262,48 @@ def test_a_nan_in_a_training_batch_is_found_at_the_input(out_dir):
     }
 
 
+class Subclassed(keras.Model):
+    """Built by its first call inside fit; its own train_step calls compute_loss and changes nothing."""
+
+    def __init__(self):
+        super().__init__(name="sub")
+        self.hidden = keras.layers.Dense(5, name="hidden")
+        self.plant = Plant("forward", name="plant")
+
+    def call(self, x, training=False):
+        return self.plant(self.hidden(x), training=training)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(y=y, y_pred=self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(grads, self.trainable_variables)
+        return {"loss": loss}
+
+
+def test_a_subclassed_model_built_inside_fit(out_dir):
+    keras.utils.set_random_seed(0)
+    model = Subclassed()
+    model.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(48, 4)).astype("float32"), rng.normal(size=(48, 5)).astype("float32")
+    hook = smd.KerasHook(out_dir=out_dir, health=True)
+    model.fit(x, y, batch_size=8, shuffle=False, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (
+        FAULT,
+        "forward",
+        "plant",
+        "plant/outputs",
+    )
+    for step in range(FAULT):  # the batch's loss, as the custom train_step computed it
+        assert np.isfinite(trial.tensor("loss").reduction_value(step, "l2"))
+        assert np.isfinite(trial.tensor("sub/hidden/kernel").reduction_value(step, "l2"))
+
+
 def test_a_nan_in_a_batch_of_labels_is_found_at_the_input(out_dir):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="dense")], name="net")

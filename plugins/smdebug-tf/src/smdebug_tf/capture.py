@@ -64,6 +64,12 @@ class Recorder:
         self.health_flags: list = []  # HEALTH: ((direction, module, tensor), finite flag) in step order
         self.health_loss = None  # HEALTH: the batch's loss (Keras' logs hold the epoch's running mean)
         self.health_scale = None  # HEALTH: a LossScaleOptimizer's loss scale the step's gradients had
+        self.graph = tf.compat.v1.get_default_graph()  # the step's graph (traced: its FuncGraph)
+
+    def here(self) -> bool:
+        """Whether code runs in the step's own graph: not in a graph Keras builds a layer in (the first
+        call of an unbuilt layer), nor in a branch of a tf.cond, whose tensors the step cannot return."""
+        return tf.compat.v1.get_default_graph() is self.graph
 
     def add(self, name: str, value) -> None:
         """Record a (nested) value: one tensor under ``name``, several as ``name_0``, ``name_1``..."""
@@ -219,7 +225,7 @@ def _recording_call(layer, original, is_model: bool):
     def call(*args, **kwargs):
         outputs = original(*args, **kwargs)
         recorder = active()
-        if recorder is not None:
+        if recorder is not None and recorder.here():
             if HEALTH in recorder.kinds and not is_model:
                 from smdebug_tf.health import finite_flag
 
@@ -239,28 +245,34 @@ def _recording_call(layer, original, is_model: bool):
 
 @contextlib.contextmanager
 def loss_wrapped(model, kinds: frozenset[str]):
-    """While tracing a HEALTH step: the batch's loss, as Keras' train_step computes it, is recorded."""
-    original = getattr(model, "_compute_loss", None)
+    """While tracing a HEALTH step: the batch's loss, as ``model.compute_loss`` computes it (Keras'
+    train_step calls it, and so do custom train_steps), is recorded."""
+    original = getattr(model, "compute_loss", None)
     if HEALTH not in kinds or original is None:
         yield
         return
-    had_own = "_compute_loss" in vars(model)
+    had_own = "compute_loss" in vars(model)
 
     def compute_loss(*args, **kwargs):
         loss = original(*args, **kwargs)
         recorder = active()
-        if recorder is not None and recorder.health_loss is None and isinstance(loss, tf.Tensor):
+        if (
+            recorder is not None
+            and recorder.health_loss is None
+            and isinstance(loss, tf.Tensor)
+            and recorder.here()
+        ):
             recorder.health_loss = loss
         return loss
 
-    object.__setattr__(model, "_compute_loss", compute_loss)
+    object.__setattr__(model, "compute_loss", compute_loss)
     try:
         yield
     finally:
         if had_own:
-            object.__setattr__(model, "_compute_loss", original)
+            object.__setattr__(model, "compute_loss", original)
         else:
-            object.__delattr__(model, "_compute_loss")
+            object.__delattr__(model, "compute_loss")
 
 
 def _health(model, recorder: Recorder, weights: list, layout: list) -> tf.Tensor:
