@@ -680,3 +680,39 @@ def test_an_integer_layer_output_in_a_hybridized_model_is_no_error(out_dir, capf
     assert "Traceback" not in capfd.readouterr().err
     first = smd.create_trial(out_dir).first_nonfinite()
     assert (first["step"], first["tensor"]) == (2, f"gradient/{net[2].weight.name}")
+
+
+def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
+    """grad_req 'add', three forward/backward passes (three steps) a trainer.step, then zero_grad: the
+    last pass's step is recorded before the gradients are zeroed (the next forward would see zeros), so
+    a NaN in the accumulated gradient is named there and the recorder holds the real norms."""
+    net, loss_fn = make_net()
+    for param in net.collect_params().values():
+        param.grad_req = "add"
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    data = batches(12)
+    norms = []
+    for i in range(4):
+        for x, y in data[3 * i : 3 * i + 3]:
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+        if i == 2:
+            net[1].weight.grad()[0, 0] = np.nan
+        norms.append(float(np.linalg.norm(net[1].weight.grad().asnumpy())))
+        trainer.step(3 * BATCH)
+        net.collect_params().zero_grad()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.health_records()[0]["triggers"][0]["reason"].startswith("non-finite"), trial.health_records()
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (
+        8,
+        "backward",
+        f"gradient/{net[1].weight.name}",
+    )
+    grad = trial.tensor(f"gradient/{net[1].weight.name}")
+    assert grad.reduction_value(5, "l2") == pytest.approx(norms[1], rel=1e-5)

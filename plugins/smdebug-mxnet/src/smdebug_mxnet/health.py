@@ -36,6 +36,7 @@ names it.
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 
@@ -127,6 +128,30 @@ def _nonfinite(value) -> bool:
     )
 
 
+LIVE: weakref.WeakSet = weakref.WeakSet()  # the MXNetHealth parts of open hooks
+
+
+def _watch_zero_grad() -> None:
+    """Have ``zero_grad`` (a Parameter's, a ParameterDict's) record the hooks' current steps first.
+    With gradient accumulation (grad_req 'add') a script zeroes the gradients after ``trainer.step``:
+    the next forward, where a step is otherwise recorded, would see zeros. Wrapped once per process."""
+    from mxnet.gluon.parameter import Parameter, ParameterDict
+
+    for cls in (Parameter, ParameterDict):
+        zero_grad = cls.zero_grad
+        if getattr(zero_grad, "smdebug_wrapped", False):
+            continue
+
+        @functools.wraps(zero_grad)
+        def wrapped(self, _zero_grad=zero_grad):
+            for health in list(LIVE):
+                health.before_zero_grad()
+            return _zero_grad(self)
+
+        wrapped.smdebug_wrapped = True
+        cls.zero_grad = wrapped
+
+
 class MXNetHealth:
     """The MXNet hook's part of health monitoring (``hook.health`` is the core's HealthMonitor)."""
 
@@ -152,6 +177,8 @@ class MXNetHealth:
         self._ran = weakref.WeakSet()
         self._models: list = []
         self._frozen: list = []  # the watched parameters without gradients (weak references)
+        _watch_zero_grad()
+        LIVE.add(self)
 
     # -- what the hook tells it ------------------------------------------------------------------------
     def watch(self, block) -> None:
@@ -251,8 +278,16 @@ class MXNetHealth:
             with self.hook.guard("judge the step's health"):
                 self._judge(lagged, None, self.monitor.names)
 
+    def before_zero_grad(self) -> None:
+        """The script zeroes gradients: the current step is recorded now if its loss was computed (its
+        backward is done, as far as the hook can tell; not a zero_grad between a forward and its loss)."""
+        if self._loss is not None and self.hook.mode in GRADIENT_MODES:
+            with self.hook.guard("record the step's health"):
+                self.collect()
+
     def close(self) -> None:
         """The hook closes (its last step judged): a held record of non-finite weights is the first."""
+        LIVE.discard(self)
         self.judge_lagged()
         held, self._weights_only = self._weights_only, None
         if held is not None:
