@@ -517,3 +517,46 @@ def test_sigint_in_an_unmodified_script_run_with_health(tmp_path):
     for step in range(5):
         assert np.isfinite(trial.tensor("net/dense/kernel").reduction_value(step, "l2"))
     assert [t["reason"] for t in trial.health_records()[0]["triggers"]] == [f"signal {signal.SIGINT.name}"]
+
+
+def test_mixed_precision_custom_loop_overflows_are_not_reported(out_dir):
+    # a custom loop scaling its loss with a LossScaleOptimizer: its first updates overflow and are skipped
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(8, name="hidden"), keras.layers.Dense(1, dtype="float32")],
+            name="mlp",
+        )
+        hook = smd.KerasHook(out_dir=out_dir, health=True)
+        optimizer = hook.wrap_optimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(1e-4)))
+
+        @tf.function
+        def step(x, y):
+            with hook.wrap_tape(tf.GradientTape()) as tape:
+                loss = tf.reduce_mean((model(x) - y) ** 2)
+                scaled = optimizer.scale_loss(loss)
+            optimizer.apply(tape.gradient(scaled, model.trainable_variables), model.trainable_variables)
+            return loss
+
+        rng = np.random.default_rng(0)
+        losses = [
+            float(
+                step(
+                    rng.normal(size=(8, 4)).astype("float32") * 10,
+                    rng.normal(size=(8, 1)).astype("float32") * 100,
+                )
+            )
+            for _ in range(10)
+        ]
+        hook.health.trigger("look")  # write the recorder of a healthy run
+        hook.close()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    trial = smd.create_trial(out_dir)
+    assert trial.first_nonfinite() is None
+    scale = trial.tensor("loss_scale_optimizer/dynamic_scale")
+    assert scale.reduction_value(9, "l2") < scale.reduction_value(0, "l2") == 2.0**15  # it overflowed
+    assert not np.isfinite(trial.tensor("gradients/mlp/hidden/kernelGrad").reduction_value(0, "l2"))
+    # the loss as computed, not as scaled
+    assert trial.tensor("loss").reduction_value(3, "l2") == pytest.approx(losses[3], rel=1e-3)

@@ -104,7 +104,7 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None, on
     its start); in eager code the gradients are handed to ``on_eager_gradients(pairs)``, and
     ``on_eager_applied()`` is called after the update (while a function is traced outside a Recorder,
     ``on_eager_applied(optimizer)``: a custom loop's step in a tf.function); outside a Recorder, eager or
-    traced, ``on_applying(pairs)`` gets the (variable, gradient) pairs before the update. Returns the
+    traced, ``on_applying(pairs, optimizer)`` gets the (variable, gradient) pairs before the update. Returns the
     same optimizer; wrapping twice wraps once."""
     if optimizer in _wrapped_optimizers:
         if on_eager_gradients is not None:
@@ -139,7 +139,7 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None, on
         elif eager and optimizer.smdebug_on_eager_gradients is not None:
             optimizer.smdebug_on_eager_gradients(_unscaled_pairs(optimizer, grads, trainable_variables))
         if recorder is None and optimizer.smdebug_on_applying is not None:
-            optimizer.smdebug_on_applying(_unscaled_pairs(optimizer, grads, trainable_variables))
+            optimizer.smdebug_on_applying(_unscaled_pairs(optimizer, grads, trainable_variables), optimizer)
         result = original(grads, trainable_variables)
         applied = optimizer.smdebug_on_eager_applied
         if applied is not None and recorder is None:

@@ -145,12 +145,12 @@ class KerasHealth:
         return True, None
 
     def _scale_column(self, names: tuple) -> int | None:
-        """The column of the model's LossScaleOptimizer's loss scale, if any."""
+        """The column of the model's (a custom loop's: the wrapped) LossScaleOptimizer's loss scale."""
         if self.scale[0] is not names:
             from smdebug_tf import capture
 
-            model = self.hook.tf_state.model
-            scale = capture.loss_scale(getattr(model, "optimizer", None))
+            state = self.hook.tf_state
+            scale = capture.loss_scale(getattr(state.model, "optimizer", None) or state.optimizer)
             name = capture.variable_name(scale) if scale is not None else None
             self.scale = (names, names.index(name) if name in names else None)
         return self.scale[1]

@@ -130,9 +130,10 @@ class WrappedTape:
         return getattr(self.tape, name)
 
 
-def record_health(hook, pairs, loss) -> None:
+def record_health(hook, pairs, loss, scale=None) -> None:
     """With health: a custom loop's step statistics of the variables (before the update), their
-    gradients and the loss, one vector the host takes every step (in a tf.function: a host call)."""
+    gradients and the loss (and a LossScaleOptimizer's loss scale, before the update changes it), one
+    vector the host takes every step (in a tf.function: a host call)."""
     from smdebug_tf.capture import gradient_name, variable_name
     from smdebug_tf.health import LOSS, statistics
 
@@ -141,6 +142,12 @@ def record_health(hook, pairs, loss) -> None:
     if loss is not None:
         names.append(LOSS)
         tensors.append(loss)
+    if scale is not None:  # the tape's target was the scaled loss
+        names.append(variable_name(scale))
+        scale = tf.identity(tf.convert_to_tensor(scale))
+        tensors.append(scale)
+        if loss is not None:
+            tensors[names.index(LOSS)] = loss / tf.cast(scale, loss.dtype)
     names = tuple(names)
     vector = statistics(tensors, [])
     if not tf.inside_function():  # a trigger saves the step's tensors the collections name

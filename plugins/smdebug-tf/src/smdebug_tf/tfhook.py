@@ -607,7 +607,7 @@ class TFHook(BaseHook):
             on_applying=self.applying if self.health is not None else None,
         )
 
-    def applying(self, pairs) -> None:
+    def applying(self, pairs, optimizer) -> None:
         """With health, a custom loop's wrapped optimizer is about to apply these gradients: a wrapped
         tape's step is recorded now, with the gradients the update uses (smdebug_tf.tape)."""
         traced = self.tf_state.tape_health
@@ -617,7 +617,7 @@ class TFHook(BaseHook):
             from smdebug_tf.tape import record_health
 
             with self.guard("record the step's health"):
-                record_health(self, pairs, traced[1])
+                record_health(self, pairs, traced[1], capture.loss_scale(optimizer))
 
     def wrap_tape(self, tape):
         """Return a tape that behaves as ``tape`` and shows the hook its loss, gradients and variables;
