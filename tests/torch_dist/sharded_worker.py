@@ -102,6 +102,29 @@ def ddp_bucket_view(rank, out_dir):
         json.dump(expected, f)
 
 
+def lazy_mlp(rank, out_dir):
+    """A lazy model in a 2-rank job (each rank's own gradients are watched): its parameters materialize
+    in step 0's forward pass, after the hook listed them. Records step 0's gradients for the test."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyLinear(5), nn.ReLU(), nn.LazyLinear(3))
+    h = hook(out_dir, include_workers="all")
+    h.register_module(model)
+    criterion = nn.CrossEntropyLoss()
+    h.register_loss(criterion)
+    opt = None
+    for step in range(STEPS):
+        x, y = batch("mlp", rank, step)
+        out = model(x)
+        opt = opt or torch.optim.SGD(model.parameters(), lr=0.1)
+        criterion(out, y).backward()
+        if step == 0:
+            with open(f"{out_dir}.expected_{rank}.json", "w") as f:
+                json.dump({name: p.grad.tolist() for name, p in model.named_parameters()}, f)
+        opt.step()
+        opt.zero_grad()
+    h.close()
+
+
 def classic_fsdp(rank, out_dir):
     """Classic FullyShardedDataParallel: training goes on, one warning says what is saved."""
     import logging
@@ -134,6 +157,7 @@ SCENARIOS = {
         rank, d, include_workers="all", gather_full_tensors=True
     ),
     "ddp_bucket_view": ddp_bucket_view,
+    "lazy_mlp": lazy_mlp,
     "classic_fsdp": classic_fsdp,
 }
 

@@ -155,6 +155,19 @@ def test_ddp_gradient_as_bucket_view_saves_each_ranks_own_gradient(runs):
     )
 
 
+def test_a_lazy_models_gradients_are_saved_from_step_0_on_every_rank(runs):
+    out_dir = os.path.join(runs, "lazy_mlp")
+    trial = smd.create_trial(out_dir)
+    for rank in range(2):
+        with open(f"{out_dir}.expected_{rank}.json") as f:
+            expected = json.load(f)
+        for param, grad in expected.items():
+            name = f"gradient/Sequential_{param}"
+            assert trial.tensor(name).steps() == list(range(STEPS)), name
+            saved = trial.tensor(name).value(0, worker=f"worker_{rank}")
+            np.testing.assert_allclose(saved, grad, rtol=1e-5, atol=1e-7, err_msg=f"rank {rank} {name}")
+
+
 def test_classic_fsdp_trains_with_one_clear_warning(runs):
     out_dir = os.path.join(runs, "classic_fsdp")
     for rank in range(2):

@@ -82,6 +82,7 @@ class Hook(BaseHook):
         # the running backward pass's models: their gradients when it reached their output
         self._backward: dict[_Model, tuple[list, list, list, list]] = {}
         self._params_watched: set[_Model] = set()  # models whose parameters carry a backward watch
+        self._own_watched: set[int] = set()  # ids of the parameters whose own gradient is watched (armed)
         self._health = None  # every step's statistics (health=True): smdebug_torch.health
         if self.health is not None:
             from smdebug_torch.health import TorchHealth
@@ -233,15 +234,24 @@ class Hook(BaseHook):
                 m.register_forward_hook(self._on_output_of_model) for m in self._models
             )
             for model in self._models.values():
-                if model.own_grads:  # each rank's gradient as accumulated, before DDP averages it
-                    self._armed_handles.extend(
-                        p.register_post_accumulate_grad_hook(_Callback(self._on_own_grad, name))
-                        for name, p in model.gradients
-                        if p.requires_grad
-                    )
+                self._watch_own_grads(model)
         else:
             _remove(self._armed_handles)
             self._params_watched.clear()
+            self._own_watched.clear()
+
+    def _watch_own_grads(self, model: _Model) -> None:
+        """In a distributed job, each rank's gradient as accumulated, before DDP averages it: a hook on
+        each parameter not watched yet in this armed stretch (a refreshed model may hold new ones: a lazy
+        module's, materialized by the step's forward pass)."""
+        if not model.own_grads:
+            return
+        for name, p in model.gradients:
+            if p.requires_grad and id(p) not in self._own_watched:
+                self._own_watched.add(id(p))
+                self._armed_handles.append(
+                    p.register_post_accumulate_grad_hook(_Callback(self._on_own_grad, name))
+                )
 
     def _modules_wanted(self) -> list[torch.nn.Module]:
         """The modules an included collection may want the inputs or outputs of (BaseHook.layer_wanted):
@@ -280,6 +290,8 @@ class Hook(BaseHook):
             if model.stale():
                 model.refresh()  # like smdebug, the parameters the model has now
                 self._hook_sharded_grads(model)
+                if self._armed:
+                    self._watch_own_grads(model)
             for name, param in model.sharded:  # on every rank, writing or not: they reduce together
                 self._shards.capture(name, param)
             if model.lazy:
@@ -348,6 +360,8 @@ class Hook(BaseHook):
         if model.lazy:  # a lazy module's parameters exist once the first forward has run
             with self.guard("save the parameters"):
                 model.refresh()
+                if self._armed:
+                    self._watch_own_grads(model)
         if model.own_grads or not self.any_due(model.grad_names):
             return
         with self.guard("watch the gradients"):
