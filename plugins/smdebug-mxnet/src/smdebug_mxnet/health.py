@@ -2,8 +2,9 @@
 flight recorder (smdebug.health), and where the first non-finite value came from. Steps of every mode
 are recorded: an EVAL or PREDICT step has its weights and its loss, no gradients.
 
-MXNet lets the hook see a step's gradients only once the next forward starts (or the mode changes, or the
-hook closes), after ``trainer.step`` has changed the weights. A step is recorded then: the l2 norm and the
+MXNet shows the hook a step's gradients only once the next forward starts (or the mode changes, or the
+hook closes), after ``trainer.step`` has changed the weights: a step is recorded when its Trainer's
+``step`` or ``update`` returns (_watch_trainers), else then. A step's record holds the l2 norm and the
 max |x| of every parameter's weight (as the step left it, the value the hook saves as that step's weight),
 every gradient (final since the step's backward) and the loss (the registered loss block's output), in
 one call of a cached MXNet graph over all of them (BLAS dot products and oneDNN pooling, see Statistics) that
@@ -131,25 +132,25 @@ def _nonfinite(value) -> bool:
 LIVE: weakref.WeakSet = weakref.WeakSet()  # the MXNetHealth parts of open hooks
 
 
-def _watch_zero_grad() -> None:
-    """Have ``zero_grad`` (a Parameter's, a ParameterDict's) record the hooks' current steps first.
-    With gradient accumulation (grad_req 'add') a script zeroes the gradients after ``trainer.step``:
-    the next forward, where a step is otherwise recorded, would see zeros. Wrapped once per process."""
-    from mxnet.gluon.parameter import Parameter, ParameterDict
-
-    for cls in (Parameter, ParameterDict):
-        zero_grad = cls.zero_grad
-        if getattr(zero_grad, "smdebug_wrapped", False):
+def _watch_trainers() -> None:
+    """Have ``Trainer.step`` and ``Trainer.update`` record the hooks' current steps once they return:
+    the gradients are final and the weights as the update left them, what the next forward (where a
+    step is otherwise recorded) would see, unless the script zeroes the gradients in between, as it
+    does with gradient accumulation (grad_req 'add'). Wrapped once per process."""
+    for name in ("step", "update"):
+        method = getattr(mx.gluon.Trainer, name)
+        if getattr(method, "smdebug_wrapped", False):
             continue
 
-        @functools.wraps(zero_grad)
-        def wrapped(self, _zero_grad=zero_grad):
+        @functools.wraps(method)
+        def wrapped(self, *args, _method=method, **kwargs):
+            result = _method(self, *args, **kwargs)
             for health in list(LIVE):
-                health.before_zero_grad()
-            return _zero_grad(self)
+                health.after_update()
+            return result
 
         wrapped.smdebug_wrapped = True
-        cls.zero_grad = wrapped
+        setattr(mx.gluon.Trainer, name, wrapped)
 
 
 class MXNetHealth:
@@ -177,7 +178,9 @@ class MXNetHealth:
         self._ran = weakref.WeakSet()
         self._models: list = []
         self._frozen: list = []  # the watched parameters without gradients (weak references)
-        _watch_zero_grad()
+        # (step, names, tensors, inputs, outputs) of a step judged before it ended, until the next forward
+        self._judged = None
+        _watch_trainers()
         LIVE.add(self)
 
     # -- what the hook tells it ------------------------------------------------------------------------
@@ -196,6 +199,7 @@ class MXNetHealth:
         if block not in self._ran:
             self._ran.add(block)
             self._models.append(weakref.ref(block))
+        self._judged = None  # (its tensors are not kept alive through another step)
         if self._inputs:
             return
         hook = self.hook
@@ -278,10 +282,9 @@ class MXNetHealth:
             with self.hook.guard("judge the step's health"):
                 self._judge(lagged, None, self.monitor.names)
 
-    def before_zero_grad(self) -> None:
-        """The script zeroes gradients: the current step is recorded now if its loss was computed (its
-        backward is done, as far as the hook can tell; not a zero_grad between a forward and its loss)."""
-        if self._loss is not None and self.hook.mode in GRADIENT_MODES:
+    def after_update(self) -> None:
+        """A Trainer updated the weights: the current step is recorded now (see _watch_trainers)."""
+        if self.hook.mode in GRADIENT_MODES:
             with self.hook.guard("record the step's health"):
                 self.collect()
 
@@ -289,6 +292,11 @@ class MXNetHealth:
         """The hook closes (its last step judged): a held record of non-finite weights is the first."""
         LIVE.discard(self)
         self.judge_lagged()
+        judged = self._judged
+        # a trigger awaiting the last step's end (training raised, a signal) when the step was judged
+        # already, as its trainer.step returned: its tensors now
+        if judged is not None and judged[0] == self.hook.step and self.monitor.pending:
+            self._saved_step(*judged)
         held, self._weights_only = self._weights_only, None
         if held is not None:
             self.monitor.found(held)
@@ -356,9 +364,15 @@ class MXNetHealth:
         # a trigger of this row, or one awaiting the step's end (training raised, a signal: the hook
         # closes, and this is its last step)
         if tensors is not None and (len(monitor.triggers) > triggers or monitor.pending):
-            with self.hook.guard("save the step's tensors"):
-                self._save_step(zip(names, tensors))
-                self._save_step(self._block_tensors(inputs, outputs))
+            self._saved_step(step, names, tensors, inputs, outputs)
+        elif tensors is not None:  # (a trigger may still come before the step ends: close)
+            self._judged = (step, names, tensors, inputs, outputs)
+
+    def _saved_step(self, step: int, names, tensors, inputs, outputs) -> None:
+        self._judged = None
+        with self.hook.guard("save the step's tensors"):
+            self._save_step(zip(names, tensors))
+            self._save_step(self._block_tensors(inputs, outputs))
 
     def _make_ring(self, rows: int, columns: int):
         weights = self._layout[1] if self._layout is not None else []
