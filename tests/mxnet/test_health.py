@@ -690,7 +690,12 @@ def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
     net, loss_fn = make_net()
     for param in net.collect_params().values():
         param.grad_req = "add"
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook = smd.Hook(
+        out_dir=out_dir,
+        health=True,
+        save_config=smd.SaveConfig(save_interval=100),
+        include_collections=["gradients", "losses"],
+    )
     hook.register_block(net)
     hook.register_block(loss_fn)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
@@ -704,6 +709,8 @@ def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
         if i == 2:
             net[1].weight.grad()[0, 0] = np.nan
         norms.append(float(np.linalg.norm(net[1].weight.grad().asnumpy())))
+        if i == 2:
+            planted = net[1].weight.grad().asnumpy()
         trainer.step(3 * BATCH)
         net.collect_params().zero_grad()
     hook.close()
@@ -717,3 +724,4 @@ def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
     )
     grad = trial.tensor(f"gradient/{net[1].weight.name}")
     assert grad.reduction_value(5, "l2") == pytest.approx(norms[1], rel=1e-5)
+    np.testing.assert_array_equal(grad.value(8), planted)  # the trigger's save, before zero_grad

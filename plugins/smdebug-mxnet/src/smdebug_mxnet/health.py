@@ -136,21 +136,40 @@ def _watch_trainers() -> None:
     """Have ``Trainer.step`` and ``Trainer.update`` record the hooks' current steps once they return:
     the gradients are final and the weights as the update left them, what the next forward (where a
     step is otherwise recorded) would see, unless the script zeroes the gradients in between, as it
-    does with gradient accumulation (grad_req 'add'). Wrapped once per process."""
-    for name in ("step", "update"):
-        method = getattr(mx.gluon.Trainer, name)
-        if getattr(method, "smdebug_wrapped", False):
-            continue
+    does with gradient accumulation (grad_req 'add'); ``zero_grad`` judges the row first, while the
+    step's tensors are intact (to save them on a trigger). Wrapped once per process."""
+    from mxnet.gluon.parameter import Parameter, ParameterDict
 
+    def after(method, call):
         @functools.wraps(method)
-        def wrapped(self, *args, _method=method, **kwargs):
-            result = _method(self, *args, **kwargs)
+        def wrapped(self, *args, **kwargs):
+            result = method(self, *args, **kwargs)
             for health in list(LIVE):
-                health.after_update()
+                call(health)
             return result
 
         wrapped.smdebug_wrapped = True
-        setattr(mx.gluon.Trainer, name, wrapped)
+        return wrapped
+
+    def before(method, call):
+        @functools.wraps(method)
+        def wrapped(self, *args, **kwargs):
+            for health in list(LIVE):
+                call(health)
+            return method(self, *args, **kwargs)
+
+        wrapped.smdebug_wrapped = True
+        return wrapped
+
+    for cls, name, wrap, call in (
+        (mx.gluon.Trainer, "step", after, MXNetHealth.after_update),
+        (mx.gluon.Trainer, "update", after, MXNetHealth.after_update),
+        (Parameter, "zero_grad", before, MXNetHealth.judge_recorded),
+        (ParameterDict, "zero_grad", before, MXNetHealth.judge_recorded),
+    ):
+        method = getattr(cls, name)
+        if not getattr(method, "smdebug_wrapped", False):
+            setattr(cls, name, wrap(method, call))
 
 
 class MXNetHealth:
@@ -180,6 +199,7 @@ class MXNetHealth:
         self._frozen: list = []  # the watched parameters without gradients (weak references)
         # (step, names, tensors, inputs, outputs) of a step judged before it ended, until the next forward
         self._judged = None
+        self._unjudged = None  # (row, tensors, names) of a step recorded but not judged yet (collect)
         _watch_trainers()
         LIVE.add(self)
 
@@ -251,29 +271,36 @@ class MXNetHealth:
             self._loss = (block.name + OUTPUT_SUFFIX + "0", outputs)
 
     # -- every step ------------------------------------------------------------------------------------
-    def collect(self) -> None:
-        """Record the hook's current step (once), as it ends, and judge it at once (on a GPU: when the
-        next step ends, a save step's at once)."""
+    def collect(self, judge: bool = True) -> None:
+        """Record the hook's current step (once), as it ends, and judge it (on a GPU: when the next step
+        ends, a save step's at once). ``judge`` False (a Trainer's update returned): the row is queued
+        and judged when the next forward starts, zero_grad is called or the hook closes, so that the
+        wait for MXNet's engine still overlaps the script's own work between two steps."""
         hook = self.hook
-        if not hook.in_step or self._collected == hook.step or hook.closed:
-            return
-        self._collected = hook.step
-        step = (self._inputs, self._outputs, self._loss)
-        self._inputs, self._outputs, self._loss = [], [], None
-        self.judge_lagged()
-        models = [m for m in (ref() for ref in self._models) if m is not None]
-        if not models:
-            return
-        with hook.guard("record the step's health"):
-            recorded = self._record(models, step[2])
-            if recorded is None:
-                return
-            slot, tensors, names, loss_name = recorded
-            judged = (slot, hook.step, hook.mode, hook.mode_step, step[0], step[1], loss_name)
-            if self._late and not hook.anything_due():
-                self._lagged = judged
-            else:
-                self._judge(judged, tensors, names)
+        if hook.in_step and self._collected != hook.step and not hook.closed:
+            self._collected = hook.step
+            step = (self._inputs, self._outputs, self._loss)
+            self._inputs, self._outputs, self._loss = [], [], None
+            self.judge_lagged()
+            models = [m for m in (ref() for ref in self._models) if m is not None]
+            with hook.guard("record the step's health"):
+                recorded = self._record(models, step[2]) if models else None
+                if recorded is not None:
+                    slot, tensors, names, loss_name = recorded
+                    judged = (slot, hook.step, hook.mode, hook.mode_step, step[0], step[1], loss_name)
+                    if self._late and not hook.anything_due():
+                        self._lagged = judged
+                    else:
+                        self._unjudged = (judged, tensors, names)
+        if judge:
+            self.judge_recorded()
+
+    def judge_recorded(self) -> None:
+        """Judge the row recorded last, if it waits (see collect)."""
+        unjudged, self._unjudged = self._unjudged, None
+        if unjudged is not None:
+            with self.hook.guard("judge the step's health"):
+                self._judge(*unjudged)
 
     def judge_lagged(self) -> None:
         """Judge the row the last recorded step left to be read (the hook closes: now)."""
@@ -286,7 +313,7 @@ class MXNetHealth:
         """A Trainer updated the weights: the current step is recorded now (see _watch_trainers)."""
         if self.hook.mode in GRADIENT_MODES:
             with self.hook.guard("record the step's health"):
-                self.collect()
+                self.collect(judge=False)
 
     def close(self) -> None:
         """The hook closes (its last step judged): a held record of non-finite weights is the first."""
