@@ -43,8 +43,9 @@ class WrappedTape:
                 self.hook.warn_once(
                     "tape-xla",
                     "smdebug: wrap_tape inside an XLA-compiled function (jit_compile=True): values cannot "
-                    "leave a compiled step, nothing is saved from this tape. Call the tape step without "
-                    "jit_compile, or use model.fit with the KerasHook, which captures under XLA.",
+                    "leave a compiled step, nothing is saved (nor watched by health) from this tape. Call "
+                    "the tape step without jit_compile, or use model.fit with the KerasHook, which captures "
+                    "under XLA.",
                 )
             else:
                 self.due = tf.py_function(self.host_step_begin, [], Tout=tf.bool)
