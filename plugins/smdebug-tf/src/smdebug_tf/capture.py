@@ -104,8 +104,8 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None, on
     its start); in eager code the gradients are handed to ``on_eager_gradients(pairs)``, and
     ``on_eager_applied()`` is called after the update (while a function is traced outside a Recorder,
     ``on_eager_applied(optimizer)``: a custom loop's step in a tf.function); outside a Recorder, eager or
-    traced, ``on_applying(pairs, optimizer)`` gets the (variable, gradient) pairs before the update. Returns the
-    same optimizer; wrapping twice wraps once."""
+    traced, ``on_applying(pairs, optimizer)`` gets the (variable, gradient) pairs before the update.
+    Returns the same optimizer; wrapping twice wraps once."""
     if optimizer in _wrapped_optimizers:
         if on_eager_gradients is not None:
             optimizer.smdebug_on_eager_gradients = on_eager_gradients
@@ -306,8 +306,8 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
     the due tensors in a few buffers (smdebug_tf.packing; ``plan_of(name)`` says what is due of each, and
     is asked once per name: every trace of the function packs the same). mode is "train", "test" or
     "predict". ``function.plans`` holds the plans it was traced with. The function returns
-    ``(result, packed, health, kept)``: with HEALTH the step's health vector (one per replica), whose layout is
-    ``function.health_layout[0]`` once traced (else an empty vector), and ``kept``, the recorded tensors
+    ``(result, packed, health, kept)``: with HEALTH the step's health vectors (one per replica), whose
+    layout is ``function.health_layout[0]`` once traced (else empty vectors), and ``kept``, the tensors
     ``keep_of(name)`` names, as they are (references to the step's tensors, not copied: the host reads
     them only when the step triggers the flight recorder). ``on_built()`` is called once the step has
     run while tracing (a model built by its first call has its variables then)."""
