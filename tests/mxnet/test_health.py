@@ -725,3 +725,27 @@ def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
     grad = trial.tensor(f"gradient/{net[1].weight.name}")
     assert grad.reduction_value(5, "l2") == pytest.approx(norms[1], rel=1e-5)
     np.testing.assert_array_equal(grad.value(8), planted)  # the trigger's save, before zero_grad
+
+
+def test_two_trainers_updating_one_model_record_its_step_after_both(out_dir):
+    """Each layer of the model has its own Trainer: the step is recorded once both updated their
+    weights (the first trainer.step alone covers half of them), as the hook saves them."""
+    net, loss_fn = make_net()
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainers = [gluon.Trainer(layer.collect_params(), "sgd", {"learning_rate": 0.5}) for layer in net]
+    norms = []
+    for step, (x, y) in enumerate(batches(4)):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        if step == 3:  # (a trigger, so that the recorder is written)
+            net[0].bias.grad()[0] = np.nan
+        for trainer in trainers:
+            trainer.step(BATCH)
+        norms.append(float(np.linalg.norm(net[1].weight.data().asnumpy())))
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    recorded = [trial.tensor(net[1].weight.name).reduction_value(step, "l2") for step in (0, 1, 2)]
+    assert recorded == pytest.approx(norms[:3], rel=1e-5)

@@ -145,7 +145,7 @@ def _watch_trainers() -> None:
         def wrapped(self, *args, **kwargs):
             result = method(self, *args, **kwargs)
             for health in list(LIVE):
-                call(health)
+                call(health, self)
             return result
 
         wrapped.smdebug_wrapped = True
@@ -200,6 +200,7 @@ class MXNetHealth:
         # (step, names, tensors, inputs, outputs) of a step judged before it ended, until the next forward
         self._judged = None
         self._unjudged = None  # (row, tensors, names) of a step recorded but not judged yet (collect)
+        self._coverage = weakref.WeakKeyDictionary()  # Trainer -> (key, updates every watched parameter)
         _watch_trainers()
         LIVE.add(self)
 
@@ -309,11 +310,31 @@ class MXNetHealth:
             with self.hook.guard("judge the step's health"):
                 self._judge(lagged, None, self.monitor.names)
 
-    def after_update(self) -> None:
-        """A Trainer updated the weights: the current step is recorded now (see _watch_trainers)."""
+    def after_update(self, trainer) -> None:
+        """A Trainer updated the weights: the current step is recorded now (see _watch_trainers), if the
+        Trainer updates every watched parameter (with one Trainer a layer, the step waits for the next
+        forward as without a Trainer)."""
         if self.hook.mode in GRADIENT_MODES:
             with self.hook.guard("record the step's health"):
-                self.collect(judge=False)
+                if self._covers(trainer):
+                    self.collect(judge=False)
+
+    def _covers(self, trainer) -> bool:
+        """Whether a Trainer updates every parameter with a gradient of the models that ran (cached
+        while both stay the same)."""
+        models = [m for m in (ref() for ref in self._models) if m is not None]
+        key = (len(trainer._params), tuple(id(self.hook.parameter_refs(m)) for m in models))
+        known = self._coverage.get(trainer)
+        if known is None or known[0] != key:
+            updated = {p.name for p in trainer._params}
+            trained = {
+                name
+                for m in models
+                for ref, name, _ in self.hook.parameter_refs(m)
+                if (p := ref()) is not None and p.grad_req != "null"
+            }
+            known = self._coverage[trainer] = (key, trained <= updated)
+        return known[1]
 
     def close(self) -> None:
         """The hook closes (its last step judged): a held record of non-finite weights is the first."""
