@@ -17,6 +17,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+import smdebug.pytorch as smd
+
 DDP_STEPS = 20
 
 
@@ -77,6 +79,26 @@ def tensor_parallel(rank, out_dir, **options):
     h = hook(out_dir, **options)
     h.register_module(model)  # before parallelize_module, which replaces the parameters
     parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    train(model, h, lambda step: batch("tp", rank, step))
+
+
+def tp_dtensor_outputs(rank, out_dir):
+    """fc1 and relu output DTensors (use_local_output=False), reduced at the same step as fc2's plain
+    output (one reduction: torch's foreach kernel took the DTensor along with the plain tensors)."""
+    mesh = init_device_mesh("cpu", (2,))
+    model = make("tp")
+    h = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["gradients"],
+        include_regex=["fc1_output", "fc2_output"],
+        include_workers="all",
+        reduction_config=smd.ReductionConfig(reductions=["max"], save_raw_tensor=True),
+    )
+    h.register_module(model)
+    parallelize_module(
+        model, mesh, {"fc1": ColwiseParallel(use_local_output=False), "fc2": RowwiseParallel()}
+    )
     train(model, h, lambda step: batch("tp", rank, step))
 
 
@@ -156,6 +178,7 @@ SCENARIOS = {
     "tp_mlp_gathered": lambda rank, d: tensor_parallel(
         rank, d, include_workers="all", gather_full_tensors=True
     ),
+    "tp_dtensor_outputs": tp_dtensor_outputs,
     "ddp_bucket_view": ddp_bucket_view,
     "lazy_mlp": lazy_mlp,
     "classic_fsdp": classic_fsdp,

@@ -129,6 +129,21 @@ def test_tensor_parallel_shards_and_gathered_values(runs):
     )
 
 
+def test_a_dtensor_module_output_is_recorded_as_unsaved_and_the_rest_of_the_step_is_saved(runs):
+    """fc1's output is a DTensor (use_local_output=False): not captured, recorded in the run; fc2's plain
+    output keeps its value and reductions at every step (they were lost with it)."""
+    trial = smd.create_trial(os.path.join(runs, "tp_dtensor_outputs"))
+    for worker in ("worker_0", "worker_1"):
+        assert trial.unsaved_tensors()[worker]["fc1_output_0"]["step"] == 0
+    assert "fc1_output_0" not in trial.tensor_names()
+    out = trial.tensor("fc2_output_0")
+    assert out.steps() == list(range(STEPS))
+    for step in range(STEPS):
+        stored = out.reduction_values(step, worker="worker_1")  # (saved ones, not computed by the Trial)
+        assert stored[("max", False)] == pytest.approx(out.value(step, worker="worker_1").max(), rel=1e-6)
+    assert trial.tensor("gradient/MLP_fc1.weight").steps() == list(range(STEPS))
+
+
 def test_include_workers_one_saves_full_tensors_with_correct_reductions(runs):
     trial, reference = _trials(runs, "fsdp_mlp_one", "mlp")
     assert trial.workers() == ["worker_0"]

@@ -210,7 +210,7 @@ class HookCapture:
         """Warn once per tensor (not at every step) and record it in the run's tensor notes."""
         reason = f"{type(exc).__name__}: {exc}"
         self.warn_once(
-            f"{what}:{name}",
+            f"uncaptured:{name}",  # once per tensor, whether reducing or saving it failed
             "smdebug: could not %s %s at step %d (recorded in the run, not warned again): %s",
             what,
             name,

@@ -32,8 +32,21 @@ def _plain(value: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def to_numpy(value: torch.Tensor) -> np.ndarray:
-    """Copy a tensor to a host array it does not share memory with (the writer encodes it later)."""
+def is_wrapper(value: torch.Tensor) -> bool:
+    """A tensor subclass that dispatches torch's operations itself (DTensor, FakeTensor...): its values
+    are not in memory of its own; torch neither copies it to the host nor reduces it with plain tensors
+    (a DTensor parameter or gradient goes through smdebug_torch.sharded instead)."""
+    return type(value).__torch_dispatch__ is not _PLAIN_DISPATCH
+
+
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
+
+
+def to_numpy(value: torch.Tensor) -> np.ndarray | None:
+    """Copy a tensor to a host array it does not share memory with (the writer encodes it later); None
+    for a wrapper subclass (the core then records it as not captured, naming its type)."""
+    if is_wrapper(value):
+        return None
     t = _plain(value)
     if t.dtype in _UPCAST:
         t = t.float()  # a new tensor already
@@ -214,7 +227,7 @@ def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]
     present = [
         (i, t)
         for i, v in enumerate(values)
-        if isinstance(v, torch.Tensor)
+        if isinstance(v, torch.Tensor) and not (v.is_meta or is_wrapper(v))  # (no values to reduce here)
         for t in [_prepared(v)]
         if t is not None
     ]
