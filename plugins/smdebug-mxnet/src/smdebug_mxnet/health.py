@@ -323,10 +323,11 @@ class MXNetHealth:
         """Whether a Trainer updates every parameter with a gradient of the models that ran (cached
         while both stay the same)."""
         models = [m for m in (ref() for ref in self._models) if m is not None]
-        key = (len(trainer._params), tuple(id(self.hook.parameter_refs(m)) for m in models))
+        params = getattr(trainer, "_params", ())  # (MXNet's list: a Trainer has no public accessor)
+        key = (len(params), tuple(id(self.hook.parameter_refs(m)) for m in models))
         known = self._coverage.get(trainer)
         if known is None or known[0] != key:
-            updated = {p.name for p in trainer._params}
+            updated = {p.name for p in params}
             trained = {
                 name
                 for m in models
