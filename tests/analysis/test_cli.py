@@ -1,6 +1,10 @@
 """The analysis subcommands (ls, show, plot, export-tensorboard), each run as a real subprocess."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +165,13 @@ def test_export_tensorboard_command(cli, run_dir, tb, tmp_path):
     live = tb(Path(run_dir) / "tensorboard" / "TRAIN")
     assert read["scalars"][LOSS] == live["scalars"][LOSS]
     assert set(read["histograms"]) == set(live["histograms"]) != set()
+
+
+def test_a_reader_that_stops_early_gets_no_error(run_dir):
+    # `smdebug ls RUN | head -1`: the pipe is closed before ls writes (it is still starting)
+    exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
+    proc = subprocess.Popen([exe, "ls", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert b"Broken pipe" not in err and b"Traceback" not in err, err
+    assert proc.returncode in (0, 141)

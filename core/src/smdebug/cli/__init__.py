@@ -8,6 +8,7 @@ A subcommand's parser sets ``func``; ``func(args)`` returns the exit code.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from smdebug import __version__
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`smdebug ls RUN | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush must not fail)
+        return 141  # as a process killed by SIGPIPE
     except (SMDebugError, OSError, ValueError, KeyError) as exc:
         # One clear line, not a traceback: these are problems with the input, not bugs.
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
