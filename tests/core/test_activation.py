@@ -227,6 +227,13 @@ def test_run_hands_the_configuration_to_the_command(tmp_path):
     assert "nothing was saved" in done.stderr  # the child imported no framework
 
 
+def test_run_health_steps_turns_health_on(tmp_path):
+    done = _run("--out-dir", str(tmp_path / "o"), "--health-steps", "20", "--", "python", "-c", CHILD, "0")
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout.splitlines()[0])
+    assert config["HookParameters"] == {"health_steps": "20", "health": "true"}
+
+
 def test_run_completes_a_config_file_and_returns_the_exit_code(tmp_path):
     config = tmp_path / "hook.json"
     config.write_text(json.dumps({"LocalPath": "ignored", "HookParameters": {"reductions": "max"}}))
@@ -252,6 +259,7 @@ def test_run_default_out_dir_is_new_and_absolute(tmp_path):
             ["--save-interval", "0", "--", "python", "-c", "pass"],
             "--save-interval: expected a positive number",
         ),
+        (["--health-steps", "0", "--", "python", "-c", "pass"], "--health-steps: expected a positive number"),
         (["--config", "/no/such.json", "--", "python", "-c", "pass"], "/no/such.json: cannot read"),
         (["--", "no-such-command-xyz"], "cannot run 'no-such-command-xyz'"),
     ],

@@ -24,7 +24,8 @@ from smdebug.exceptions import SMDebugValueError
 from smdebug.open_runs import RUN_REPORT_ENV
 
 USAGE = (
-    "smdebug run [--out-dir DIR] [--config FILE] [--collections NAME ...] [--save-interval N] -- COMMAND ..."
+    "smdebug run [--out-dir DIR] [--config FILE] [--collections NAME ...] [--save-interval N] "
+    "[--health] [--health-steps N] -- COMMAND ..."
 )
 
 
@@ -56,6 +57,12 @@ def add_command(subparsers) -> None:
         "--health",
         action="store_true",
         help="watch every step's weights, gradients and loss (flight recorder, first non-finite value)",
+    )
+    parser.add_argument(
+        "--health-steps",
+        type=int,
+        metavar="N",
+        help="with --health (implied): the recorder keeps N steps (100)",
     )
     # dest is not "command": that is where the top-level parser keeps the subcommand's name
     parser.add_argument(
@@ -95,7 +102,7 @@ def run(args) -> int:
     elsewhere = [d for d in written if d != out_dir]
     if _has_run(out_dir):
         print(f"smdebug run: run saved to {out_dir}", flush=True)
-        if not (args.config or args.collections or args.save_interval or args.health):
+        if not (args.config or args.collections or args.save_interval or args.health or args.health_steps):
             print(
                 "smdebug run: the defaults save the losses every 500 steps; to save more: "
                 "--collections weights gradients losses --save-interval 10",
@@ -162,7 +169,11 @@ def _config(args) -> dict:
         if args.save_interval < 1:
             raise SMDebugValueError(f"--save-interval: expected a positive number, got {args.save_interval}")
         data.setdefault("HookParameters", {})["save_interval"] = str(args.save_interval)
-    if args.health:
+    if args.health_steps is not None:
+        if args.health_steps < 1:
+            raise SMDebugValueError(f"--health-steps: expected a positive number, got {args.health_steps}")
+        data.setdefault("HookParameters", {})["health_steps"] = str(args.health_steps)
+    if args.health or args.health_steps is not None:
         data.setdefault("HookParameters", {})["health"] = "true"
     if args.collections:
         entries = data.setdefault("CollectionConfigurations", [])
