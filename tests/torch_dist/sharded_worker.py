@@ -147,8 +147,9 @@ def lazy_mlp(rank, out_dir):
     h.close()
 
 
-def classic_fsdp(rank, out_dir):
-    """Classic FullyShardedDataParallel: training goes on, one warning says what is saved."""
+def classic_fsdp(rank, out_dir, inner=False):
+    """Classic FullyShardedDataParallel: training goes on, one warning says what is saved (the wrapper
+    registered, or the model inside it, registered before it was wrapped)."""
     import logging
 
     from torch.distributed.fsdp import FullyShardedDataParallel
@@ -158,9 +159,13 @@ def classic_fsdp(rank, out_dir):
     handler.emit = lambda record: seen.append(record.getMessage())
     logging.getLogger("smdebug").addHandler(handler)
     try:
-        model = FullyShardedDataParallel(make("mlp"), use_orig_params=True, device_id=torch.device("cpu"))
+        model = make("mlp")
         h = hook(out_dir, include_workers="all")
-        h.register_module(model)
+        if inner:
+            h.register_module(model)
+        model = FullyShardedDataParallel(model, use_orig_params=True, device_id=torch.device("cpu"))
+        if not inner:
+            h.register_module(model)
         train(model, h, lambda step: batch("mlp", rank, step), steps=2)
     finally:
         logging.getLogger("smdebug").removeHandler(handler)
@@ -182,6 +187,7 @@ SCENARIOS = {
     "ddp_bucket_view": ddp_bucket_view,
     "lazy_mlp": lazy_mlp,
     "classic_fsdp": classic_fsdp,
+    "classic_fsdp_inner": lambda rank, d: classic_fsdp(rank, d, inner=True),
 }
 
 

@@ -183,10 +183,16 @@ def test_a_lazy_models_gradients_are_saved_from_step_0_on_every_rank(runs):
             np.testing.assert_allclose(saved, grad, rtol=1e-5, atol=1e-7, err_msg=f"rank {rank} {name}")
 
 
-def test_classic_fsdp_trains_with_one_clear_warning(runs):
-    out_dir = os.path.join(runs, "classic_fsdp")
+@pytest.mark.parametrize("scenario", ["classic_fsdp", "classic_fsdp_inner"])
+def test_classic_fsdp_trains_with_one_clear_warning(runs, scenario):
+    out_dir = os.path.join(runs, scenario)
     for rank in range(2):
         with open(f"{out_dir}.warnings_{rank}.json") as f:
-            warnings = [w for w in json.load(f) if "classic" in w]
+            seen = json.load(f)
+        warnings = [w for w in seen if "classic" in w]
         assert len(warnings) == 1 and "fully_shard" in warnings[0], warnings
-    assert smd.create_trial(out_dir).steps() == [0, 1]
+        assert not [w for w in seen if "could not" in w], seen
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1]
+    (weight,) = trial.tensor_names(regex=r"fc1\.weight$")
+    assert trial.tensor(weight).steps() == [0, 1]

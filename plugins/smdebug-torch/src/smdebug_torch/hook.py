@@ -117,12 +117,7 @@ class Hook(BaseHook):
             return
         model_name = sharded.class_name(module)
         if sharded.uses_classic_fsdp(module):
-            logger.warning(
-                "smdebug: %s holds a classic FullyShardedDataParallel: its parameters are saved as this "
-                "rank's views of its flat shard, not whole; use torch.distributed.fsdp.fully_shard (FSDP2) "
-                "for sharded capture",
-                model_name,
-            )
+            self._warn_classic_fsdp(model_name)
         if fullgraph:
             # No callback can run inside a graph compiled whole: steps start on the compiled wrapper.
             logger.warning(
@@ -147,6 +142,16 @@ class Hook(BaseHook):
             self._always_armed = True
         if self._armed:
             self._armed_handles.append(starter.register_forward_hook(self._on_output_of_model))
+
+    def _warn_classic_fsdp(self, model_name: str) -> None:
+        self.warn_once(
+            f"classic_fsdp:{model_name}",
+            "smdebug: %s holds a classic FullyShardedDataParallel: its parameters are saved as this "
+            "rank's views of its flat parameter (whole when the wrapped model was registered, this rank's "
+            "flat shard when the wrapper was), their gradients are not saved; use "
+            "torch.distributed.fsdp.fully_shard (FSDP2) for sharded capture",
+            model_name,
+        )
 
     def register_hook(self, module: torch.nn.Module) -> None:
         """smdebug's older name for register_module."""
@@ -247,7 +252,7 @@ class Hook(BaseHook):
         if not model.own_grads:
             return
         for name, p in model.gradients:
-            if p.requires_grad and id(p) not in self._own_watched:
+            if p.requires_grad and p.is_leaf and id(p) not in self._own_watched:
                 self._own_watched.add(id(p))
                 self._armed_handles.append(
                     p.register_post_accumulate_grad_hook(_Callback(self._on_own_grad, name))
@@ -299,6 +304,10 @@ class Hook(BaseHook):
                     for name, param in model.params:
                         if not _is_uninitialized(param):
                             self.save_for_step(name, param)
+            elif model.flat_views:
+                self._warn_classic_fsdp(model.name)
+                if self.any_due(model.names):  # copies: a numpy view would pin FSDP's flat storage
+                    self.save_many_for_step(model.names, [p.detach().clone() for p in model.values])
             elif self.any_due(model.names):
                 self.save_many_for_step(model.names, model.values)
 
@@ -462,6 +471,8 @@ class _Model:
         self.grad_params = [p for _, p in self.gradients]
         self.grad_names = tuple(name for name, _ in self.gradients)
         self.lazy = any(_is_uninitialized(p) for _, p in self.params)
+        # views of a classic FSDP's flat parameter (use_orig_params=True): no gradient hook takes them
+        self.flat_views = any(not p.is_leaf for p in self.values)
         dist = torch.distributed
         # in a distributed job (DDP) each rank's gradient is saved as accumulated, before the all-reduce
         self.own_grads = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
