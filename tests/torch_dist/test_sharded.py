@@ -75,6 +75,21 @@ def test_sharded_runs_equal_the_unsharded_run(runs, scenario, kind):
     _check_against_reference(trial, reference)
 
 
+def test_smdebug_diff_of_a_sharded_run_and_the_unsharded_one_agrees(runs):
+    """diff compares a sharded tensor whole (not worker_0's shard with the full tensor: 'shapes differ')."""
+    from smdebug.trials import diff
+
+    for scenario, kind in (("fsdp_mlp", "mlp"), ("tp_mlp", "tp")):
+        df = diff(
+            os.path.join(runs, scenario),
+            os.path.join(runs, f"reference_{kind}"),
+            rtol=1e-4,
+            atol=1e-6,
+            regex="weight|bias",
+        )
+        assert len(df) >= 8 and set(df["status"]) == {"agrees"}, df.to_string()
+
+
 def test_each_rank_saves_its_shard_with_its_placement(runs):
     trial, reference = _trials(runs, "fsdp_mlp", "mlp")
     name = "MLP_fc1.weight"  # 5 rows on 2 ranks: 3 and 2

@@ -208,8 +208,9 @@ def _compare_step(ta, tb, step: int, wa: str, wb: str, rtol: float, atol: float)
     da = ta._worker_data(step, ModeKeys.GLOBAL, wa)
     db = tb._worker_data(step, ModeKeys.GLOBAL, wb)
     if da.location is not None and db.location is not None:
-        va = ta.value(step, worker=wa)
-        vb = tb.value(step, worker=wb)
+        # a sharded tensor (each worker saved its shard) is compared whole, as an unsharded run saves it
+        va = ta.value(step, worker=None if ta.trial.placements(ta.name) else wa)
+        vb = tb.value(step, worker=None if tb.trial.placements(tb.name) else wb)
         if va.shape != vb.shape:
             return "value", True, None, _summary(va), _summary(vb), f"shapes differ: {va.shape} vs {vb.shape}"
         diverged, max_abs = _close(va, vb, rtol, atol)
