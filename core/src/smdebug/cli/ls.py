@@ -79,6 +79,18 @@ def describe(trial, collection: str | None = None, regex: str | None = None) -> 
 DAMAGED_LINES = 10  # damaged steps (unsaved tensors) described per worker: a bad run would fill the screen
 
 
+def _print_capped(by_worker: dict, line, what: str) -> None:
+    """Each worker's entries, ``line(worker, key, value)`` each, at most DAMAGED_LINES of them, then how
+    many more there are."""
+    for worker, entries in by_worker.items():
+        for key, value in list(entries.items())[:DAMAGED_LINES]:
+            print(printable(line(worker, key, value)))
+        if len(entries) > DAMAGED_LINES:
+            print(
+                f"  ... {len(entries) - DAMAGED_LINES} more {what} of {printable(worker)} (--json lists them)"
+            )
+
+
 def run(args) -> int:
     trial = open_trial(args.out_dir)
     info = describe(trial, args.collection, args.regex)
@@ -104,20 +116,18 @@ def run(args) -> int:
             by_reason.setdefault(why, []).append(int(step))
         for why, group in by_reason.items():
             print(printable(f"Unsaved steps ({worker}): {_ranges(group)} ({why})"))
-    for worker, tensors in info["unsaved_tensors"].items():
-        for name, what in list(tensors.items())[:DAMAGED_LINES]:
-            print(printable(f"Unsaved tensor ({worker}): {name} from step {what['step']} ({what['reason']})"))
-        if len(tensors) > DAMAGED_LINES:
-            print(
-                f"  ... {len(tensors) - DAMAGED_LINES} more unsaved tensor(s) of {printable(worker)} (--json lists them)"
-            )
-    for worker, steps in info["damaged_steps"].items():
-        for step, why in list(steps.items())[:DAMAGED_LINES]:
-            print(printable(f"Damaged step {step} ({worker}), skipped: {why}"))
-        if len(steps) > DAMAGED_LINES:
-            print(
-                f"  ... {len(steps) - DAMAGED_LINES} more damaged step(s) of {printable(worker)} (--json lists them)"
-            )
+    _print_capped(
+        info["unsaved_tensors"],
+        lambda worker, name, what: (
+            f"Unsaved tensor ({worker}): {name} from step {what['step']} ({what['reason']})"
+        ),
+        "unsaved tensor(s)",
+    )
+    _print_capped(
+        info["damaged_steps"],
+        lambda worker, step, why: f"Damaged step {step} ({worker}), skipped: {why}",
+        "damaged step(s)",
+    )
     if "first_nonfinite" in info:
         first = info["first_nonfinite"]
         print(
