@@ -96,6 +96,22 @@ def train(out_dir, fault=None, steps=8, input_fault=False, lr_jump_at=None, seen
     return net, norms, grads
 
 
+def hooked_hybrid(out_dir, net, loss_fn, save_interval=100, layer=None):
+    """``net`` initialized, hooked with health (its loss block too) and hybridized; ``layer``: a block whose
+    output the collection "layers" names. The hook and a Trainer of the net."""
+    net.initialize(mx.init.Xavier())
+    named = dict(include_collections=["losses", "layers"]) if layer is not None else {}
+    hook = smd.Hook(
+        out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=save_interval), **named
+    )
+    if layer is not None:
+        hook.get_collection("layers").add_block_tensors(layer, outputs=True)
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    net.hybridize()
+    return hook, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+
+
 def why(out_dir, *args):
     buffer = StringIO()
     with redirect_stdout(buffer):
@@ -242,12 +258,7 @@ def test_a_fault_inside_a_hybridized_model_is_named_at_its_inner_block(out_dir):
                 gluon.nn.Dense(3, in_units=5),
             )
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    net.initialize(mx.init.Xavier())
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=5))
-    hook.register_block(net)
-    hook.register_block(loss_fn)
-    net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    hook, trainer = hooked_hybrid(out_dir, net, loss_fn, save_interval=5)
     rng = np.random.RandomState(0)
     plant = net[1]
     for step in range(8):
@@ -445,18 +456,7 @@ def test_a_hybridized_layer_is_judged_by_its_own_output_not_by_a_later_one_in_it
         net = gluon.nn.HybridSequential()
         net.add(gluon.nn.Dense(5, in_units=4), Exp(), gluon.nn.Dense(3, in_units=5))
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    net.initialize(mx.init.Xavier())
-    hook = smd.Hook(
-        out_dir=out_dir,
-        health=True,
-        save_config=smd.SaveConfig(save_interval=100),
-        include_collections=["losses", "layers"],
-    )
-    hook.get_collection("layers").add_block_tensors(net[0], outputs=True)
-    hook.register_block(net)
-    hook.register_block(loss_fn)
-    net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    hook, trainer = hooked_hybrid(out_dir, net, loss_fn, layer=net[0])
     rng = np.random.RandomState(0)
     for step in range(6):
         x = mx.nd.array(rng.randn(BATCH, 4) * (1e4 if step == FAULT else 0.1))  # finite either way
@@ -627,18 +627,7 @@ def test_a_trigger_saves_a_hybridized_layer_whose_output_is_its_activations(out_
         net = gluon.nn.HybridSequential()
         net.add(gluon.nn.Dense(5, activation="relu", in_units=4), gluon.nn.Dense(3, in_units=5))
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    net.initialize(mx.init.Xavier())
-    hook = smd.Hook(
-        out_dir=out_dir,
-        health=True,
-        save_config=smd.SaveConfig(save_interval=100),
-        include_collections=["losses", "layers"],
-    )
-    hook.get_collection("layers").add_block_tensors(net[0], outputs=True)
-    hook.register_block(net)
-    hook.register_block(loss_fn)
-    net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    hook, trainer = hooked_hybrid(out_dir, net, loss_fn, layer=net[0])
     for step, (x, y) in enumerate(batches(6, seed=2)):
         x = x[:, :4]
         with autograd.record():
@@ -664,12 +653,7 @@ def test_an_integer_layer_output_in_a_hybridized_model_is_no_error(out_dir, capf
         inner.add(gluon.nn.HybridLambda(lambda F, x: F.cast(x * 4, dtype="int32")))
         net.add(inner, gluon.nn.HybridLambda(lambda F, x: F.cast(x, dtype="float32")), gluon.nn.Dense(3))
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    net.initialize(mx.init.Xavier())
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
-    hook.register_block(net)
-    hook.register_block(loss_fn)
-    net.hybridize()
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    hook, trainer = hooked_hybrid(out_dir, net, loss_fn)
     for step, (x, y) in enumerate(batches(4)):
         with autograd.record():
             loss = loss_fn(net(x), y)
