@@ -81,6 +81,16 @@ def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, lagged=Fals
     return hook, seen
 
 
+def hooked_net(out_dir):
+    """A seeded Net and its loss, both registered with a health hook (a save step every 100 steps)."""
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    return model, criterion, hook
+
+
 def why(out_dir, *args, command="why"):
     from contextlib import redirect_stdout
     from io import StringIO
@@ -383,13 +393,9 @@ def test_recorded_statistics_of_stacked_packed_and_large_tensors(out_dir):
 def test_gradscaler_overflow_steps_are_not_a_first_nonfinite(out_dir):
     # float16 autocast with a scale far too large: GradScaler finds inf gradients, skips those optimizer
     # steps and lowers the scale, by design; the weights stay finite. A NaN input batch later is found.
-    torch.manual_seed(0)
-    model, criterion = Net(), nn.CrossEntropyLoss()
+    model, criterion, hook = hooked_net(out_dir)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**60)
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
-    hook.register_module(model)
-    hook.register_loss(criterion)
     skipped = []
     for step in range(12):
         x = torch.randn(8, 4)
@@ -411,13 +417,9 @@ def test_gradscaler_overflow_steps_are_not_a_first_nonfinite(out_dir):
 
 
 def test_skipped_overflow_steps_alone_write_nothing(out_dir):
-    torch.manual_seed(0)
-    model, criterion = Net(), nn.CrossEntropyLoss()
+    model, criterion, hook = hooked_net(out_dir)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**60)
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
-    hook.register_module(model)
-    hook.register_loss(criterion)
     for _ in range(6):  # every step overflows and is skipped, the last one included
         opt.zero_grad()
         with torch.autocast("cpu", dtype=torch.float16):
@@ -435,11 +437,7 @@ def test_skipped_overflow_steps_alone_write_nothing(out_dir):
 def test_manual_update_without_an_optimizer(out_dir, fault):
     # no optimizer: each step is recorded at the end of its backward pass (the gradients are there,
     # zero_grad comes before the next forward); a NaN written into a gradient after backward is named
-    torch.manual_seed(0)
-    model, criterion = Net(), nn.CrossEntropyLoss()
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
-    hook.register_module(model)
-    hook.register_loss(criterion)
+    model, criterion, hook = hooked_net(out_dir)
 
     def plant(module, inputs, output):
         if fault == "forward" and hook.step == FAULT:
@@ -472,12 +470,8 @@ def test_manual_update_without_an_optimizer(out_dir, fault):
 
 def test_training_that_raises_inside_try_finally_writes_the_recorder(out_dir):
     # the script closes the hook itself on its way out (try/finally): the exception is still a trigger
-    torch.manual_seed(0)
-    model, criterion = Net(), nn.CrossEntropyLoss()
+    model, criterion, hook = hooked_net(out_dir)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
-    hook.register_module(model)
-    hook.register_loss(criterion)
     with pytest.raises(ValueError):
         try:
             for step in range(10):
@@ -558,12 +552,8 @@ def test_a_parameter_unfrozen_during_training_is_watched(out_dir):
 def test_a_fault_in_an_evaluation_step_is_found_in_that_step(out_dir, mode):
     # evaluation after training: the fault is planted for one batch by the script's own flag (not the
     # hook's step), inf from fc2 with a loss (EVAL), a NaN input batch without one (PREDICT)
-    torch.manual_seed(0)
-    model, criterion = Net(), nn.CrossEntropyLoss()
+    model, criterion, hook = hooked_net(out_dir)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
-    hook.register_module(model)
-    hook.register_loss(criterion)
     planted = {"now": False}
     model.fc2.register_forward_hook(
         lambda m, i, o: o * float("inf") if planted["now"] and mode == "EVAL" else None
@@ -592,12 +582,8 @@ def test_a_fault_in_an_evaluation_step_is_found_in_that_step(out_dir, mode):
 @pytest.mark.parametrize("fault", ["forward", "gradient"])
 def test_gradient_accumulation_names_a_fault_of_a_micro_step(out_dir, fault):
     # three backward passes per optimizer step: the fault is in step 4, a step without an optimizer step
-    torch.manual_seed(0)
-    model, criterion = Net(), nn.CrossEntropyLoss()
+    model, criterion, hook = hooked_net(out_dir)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
-    hook.register_module(model)
-    hook.register_loss(criterion)
     model.fc2.register_forward_hook(
         lambda m, i, o: o * float("inf") if fault == "forward" and hook.step == 4 else None
     )
