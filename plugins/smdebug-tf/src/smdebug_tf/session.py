@@ -105,10 +105,9 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
                     self.save_fetched(name, state.tensors[name], got)
             if health is not None:
                 flags = self.input_flags(run_context.original_args.feed_dict, health)
-                vector = np.concatenate([health, [1.0] * len(flags)]) if flags else health
-                for i, (_, finite) in enumerate(flags):
-                    vector[len(health) + i] = float(finite)
-                self.health_step(vector, [(state.health["names"], tuple(w for w, _ in flags))], {}, None)
+                if flags:  # (only when the statistics are not all finite)
+                    health = np.concatenate([health, np.array([finite for _, finite in flags], health.dtype)])
+                self.health_step(health, [(state.health["names"], tuple(w for w, _ in flags))], {}, None)
             state.fetched = []
             state.health_fetched = False
             self.end_step()
@@ -181,9 +180,12 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
             other = statistics(weights + [None] * len(grads) + list(losses[:1]), [])
         self.graph_state.health = {"train": train, "other": other, "names": tuple(names)}
         health = self.keras_health()
-        # the module of a weight or gradient: its variable's scope (dense/kernel:0 -> dense)
-        health.owners = {g.name: v.name.split(":")[0].rsplit("/", 1)[0] for g, v in pairs}
-        health.owners.update({v.name: v.name.split(":")[0].rsplit("/", 1)[0] for v in variables})
+
+        def scope(v):  # the module of a weight or gradient: its variable's scope (dense/kernel:0 -> dense)
+            return v.name.split(":")[0].rsplit("/", 1)[0]
+
+        health.owners = {g.name: scope(v) for g, v in pairs}
+        health.owners.update({v.name: scope(v) for v in variables})
         if losses:
             health.loss_name = losses[0].name
             health.owners[losses[0].name] = losses[0].op.name.split("/")[0]
