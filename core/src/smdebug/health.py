@@ -363,12 +363,20 @@ class HealthMonitor:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
-    def raised(self) -> None:
+    def raised(self, reason: str | None = None) -> bool:
         """An exception propagating now (the hook closes in try/finally or an except clause) is a trigger,
-        once: close calls it, and a plugin that saves the step's tensors on a trigger before that."""
-        kind, value, _ = sys.exc_info()
-        if value is not None and _a_failure(value) and not self._raised_seen():
-            self.trigger(f"training raised {kind.__name__}: {value}")
+        once a step: close calls it, and a plugin that saves the step's tensors on a trigger before that.
+        ``reason``: a plugin's own words for a failure it saw (no exception need be in flight then).
+        True when this added the trigger."""
+        if reason is None:
+            kind, value, _ = sys.exc_info()
+            if value is None or not _a_failure(value):
+                return False
+            reason = f"training raised {kind.__name__}: {value}"
+        if self._raised_seen():
+            return False
+        self.trigger(reason)
+        return True
 
     def _raised_seen(self) -> bool:
         """An exception of this step is a trigger already (a plugin, or close, may see it first; a
@@ -382,8 +390,7 @@ class HealthMonitor:
         previous = self._excepthook or sys.__excepthook__
         try:
             if not self.hook.closed:
-                if not self._raised_seen():
-                    self.trigger(f"training raised {kind.__name__}: {value}")
+                self.raised(f"training raised {kind.__name__}: {value}")
                 self.hook.close()
         except Exception as exc:
             logger.warning("smdebug: could not write the health recorder: %s", exc)

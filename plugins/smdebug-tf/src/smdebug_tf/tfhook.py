@@ -747,12 +747,8 @@ class TFHook(BaseHook):
             reason = "training raised inside fit (its on_train_end never came)"
             if value is not None:
                 reason = f"training raised {kind.__name__}: {_summary(value)}"
-        seen = ("training raised", "signal")
-        if any(t["step"] == self.step and t["reason"].startswith(seen) for t in self.health.triggers):
-            return
         with self.guard("write the health recorder"):
-            self.health.trigger(reason)
-            if self.in_step:
+            if self.health.raised(reason) and self.in_step:
                 self.end_step()  # the trigger writes at the end of the step
 
     def close(self) -> None:
