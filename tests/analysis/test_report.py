@@ -280,3 +280,38 @@ def test_report_errors_are_one_line(run_dir, tmp_path, cli):
     os.makedirs(tmp_path / "empty")
     result = cli("report", tmp_path / "empty", "--max-steps", "0")
     assert result.returncode == 2 and "--max-steps" in result.stderr
+
+
+HOSTILE = "<!--<script>x=1</script>\"'é😀"
+
+
+def test_hostile_tensor_names_neither_break_nor_inject_into_the_page(tmp_path, cli):
+    """Names are the user's: a scalar and a gradient named with an HTML comment opener and a script tag
+    (which, left raw in the page's JSON block, would swallow the page's own script) are shown as text."""
+    out = tmp_path / "hostile"
+    plugins.reset()
+    rng = np.random.default_rng(0)
+    model, loss_fn, opt = Net(), CrossEntropyLoss(), SGD(0.1)
+    hook = NumpyHook(
+        out_dir=str(out),
+        save_config=smdebug.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    hook.set_mode(smdebug.modes.TRAIN)
+    for step in range(4):
+        train_step(hook, model, *batch(rng, 8), loss_fn, opt)
+        hook.save_scalar(HOSTILE, float(step))
+        hook.save_tensor(f"gradient/{HOSTILE}", np.ones(3) * step, collections_to_write="gradients")
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "hostile.html"
+    assert cli("report", out, "-o", page).returncode == 0
+    html = page.read_text()
+    data = re.search(r'id="smdebug-data">(.*?)</script>', html, re.S).group(1)
+    assert "<" not in data  # nothing in the data block the HTML parser could read as markup
+    assert HOSTILE in {c["name"].split("/", 1)[-1] for c in json.loads(data)["curves"]}
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom, stderr[-2000:]
+    assert "<script>x=1" not in dom  # shown escaped, never as markup
+    gradients = dom.split('id="heatmap-gradients"', 1)[1].split("</section>", 1)[0]
+    assert len(re.findall(r'<div class="layer"', gradients)) == len(LAYERS) + 1

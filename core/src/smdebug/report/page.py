@@ -33,7 +33,9 @@ PANEL_HELP = {
 def render(data: dict, reload_seconds: float = 0.0) -> str:
     """The page for ``smdebug.report.data.collect``'s data."""
     data = dict(data, reload_seconds=reload_seconds)
-    payload = json.dumps(json_safe(data), allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    # no "<" in the data block: "<!--<script>" in a tensor name would otherwise make the HTML parser run
+    # past the block's end tag and swallow the page's script ("\u003c" is the same string to JSON.parse)
+    payload = json.dumps(json_safe(data), allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
     style = resources.files("smdebug.report").joinpath("report.css").read_text("utf-8")
     script = resources.files("smdebug.report").joinpath("report.js").read_text("utf-8")
     parts = [
