@@ -315,3 +315,27 @@ def test_hostile_tensor_names_neither_break_nor_inject_into_the_page(tmp_path, c
     assert "<script>x=1" not in dom  # shown escaped, never as markup
     gradients = dom.split('id="heatmap-gradients"', 1)[1].split("</section>", 1)[0]
     assert len(re.findall(r'<div class="layer"', gradients)) == len(LAYERS) + 1
+
+
+def test_damaged_steps_are_shown_as_smdebug_ls_lists_them(tmp_path, cli):
+    """A run with a malformed index file (step 3) and a truncated event file (step 5): the page says both
+    steps are damaged, in its header and its contents panel, and still renders."""
+
+    out = tmp_path / "damaged"
+    plugins.reset()
+    train(out, train_steps=8, eval_steps=0, save_config=smdebug.SaveConfig(save_interval=1))
+    plugins.reset()
+    (out / "index" / "000000000" / "000000000003_worker_0.json").write_text("{not json")
+    (event,) = (out / "events" / "000000000005").iterdir()
+    with open(event, "r+b") as f:
+        f.truncate(40)
+    page = tmp_path / "damaged.html"
+    result = cli("report", out, "-o", page, "--no-rules")
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    assert "2 step(s) damaged" in html.split("</header>", 1)[0]
+    panel = html.split('id="contents"', 1)[1].split("</section>", 1)[0]
+    assert "Damaged steps" in panel and "3: " in panel and "5: " in panel
+    assert "malformed index file" in panel and "truncated" in panel
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom

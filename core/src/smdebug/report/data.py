@@ -82,6 +82,9 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
     data["curves"] = _curves(trial, limits, notes, marks)
     data["gradients"] = _gradient_heatmap(trial, reduction, limits, notes)
     data["update_ratio"] = _update_ratio_heatmap(trial, limits, notes)
+    # damaged steps, as `smdebug ls` lists them: a malformed index file, or a record found damaged while
+    # the page read it (so this comes last)
+    data["damaged"] = {w: {str(s): why for s, why in steps.items()} for w, steps in trial.corrupt().items()}
     return data
 
 

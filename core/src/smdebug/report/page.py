@@ -24,8 +24,8 @@ PANEL_HELP = {
     "update_ratio": "How much each weight moved between consecutive saved training steps, relative to its size "
     "(||w_t - w_prev|| / ||w_prev||); around 1e-3 is typical for SGD, far above means unstable training, "
     "far below a layer that barely learns. Needs weights saved as values.",
-    "contents": "What the run holds: workers, steps each mode saved, collections, tensors, and the steps "
-    "it could not save (disk full, an outage) and why.",
+    "contents": "What the run holds: workers, steps each mode saved, collections, tensors, the steps "
+    "it could not save (disk full, an outage) and why, and the steps found damaged.",
     "provenance": "Where the first NaN or infinity appeared, as the run recorded it.",
 }
 
@@ -66,6 +66,9 @@ def render(data: dict, reload_seconds: float = 0.0) -> str:
 
 def _header(data: dict) -> str:
     state = "training ended" if data["training_ended"] else "training not ended (live or interrupted)"
+    damaged = {s for steps in (data.get("damaged") or {}).values() for s in steps}
+    if damaged:
+        state += f", {len(damaged)} step(s) damaged"
     modes = ", ".join(f"{m} {n}" for m, n in data["modes"].items()) or "-"
     return (
         f"<header><h1>smdebug report: {escape(data['title'])}</h1>"
@@ -203,6 +206,15 @@ def _contents(data: dict) -> str:
         lost = f"<p><b>Unsaved steps</b></p><ul>{lost}</ul>"
     else:
         lost = "<p>Unsaved steps: none recorded.</p>"
+    damaged = data.get("damaged") or {}
+    if damaged:
+        items = "".join(
+            f"<li>{escape(w)}: {len(steps)} step(s): "
+            + escape("; ".join(f"{s}: {why}" for s, why in list(steps.items())[:50]))
+            + "</li>"
+            for w, steps in damaged.items()
+        )
+        lost += f"<p><b>Damaged steps</b> (skipped: what they hold could not be read)</p><ul>{items}</ul>"
     missing = data.get("unsaved_tensors") or {}
     if missing:
         items = "".join(
