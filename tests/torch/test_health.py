@@ -602,3 +602,17 @@ def test_gradient_accumulation_names_a_fault_of_a_micro_step(out_dir, fault):
         else ("backward", "fc1", "gradient/Net_fc1.weight")
     )
     assert (first["step"], first["direction"], first["module"], first["tensor"]) == (4, *expected)
+
+
+def test_a_save_step_holds_each_reduction_once(out_dir):
+    # the hook reduces the gradients as the recorder does: the step's index names each result once, and
+    # the value is the hook's own (a GradScaler run's hook value is the scaled gradient's)
+    reductions = smd.ReductionConfig(norms=["l2"], abs_reductions=["max"])
+    _, seen = train(out_dir, steps=6, include_collections=["gradients"], reduction_config=reductions)
+    with open(os.path.join(out_dir, "index", "000000000", f"{5:012d}_worker_0.json")) as f:
+        names = [t["tensorname"] for t in json.load(f)["tensor_payload"]]
+    assert len(names) == len(set(names))
+    assert "smdebug/reductions/l2/gradient/Net_fc1.weight" in names  # (the hook's and the recorder's)
+    assert "smdebug/reductions/l2/Net_fc1.weight" in names  # (the recorder's alone)
+    grad = smd.create_trial(out_dir).tensor("gradient/Net_fc1.weight").reduction_value(5, "l2")
+    assert grad == pytest.approx(seen[5]["gradient/Net_fc1.weight"], rel=1e-5)

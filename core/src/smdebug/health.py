@@ -84,6 +84,7 @@ class HealthMonitor:
         self.first_nonfinite: dict | None = None
         self.triggers: list[dict] = []
         self._pending: list[str] = []
+        self._save_row: tuple[int, np.ndarray] | None = None  # the current save step's row, to write
         self._last_spike = -(1 << 62)
         self._rules_seen = 0
         self._record_written = False
@@ -140,9 +141,8 @@ class HealthMonitor:
         update by design (a loss scaler's overflow): not a fault."""
         n = len(self.names)
         hook = self.hook
-        if self._steps[slot] == hook.step and hook.anything_due():  # a save step: its statistics too
-            with hook.guard("save the step's health statistics"):
-                self._write_row(slot, host, hook._writer or hook._get_writer(), time.time())
+        if self._steps[slot] == hook.step and hook.anything_due():  # a save step: its statistics too,
+            self._save_row = (slot, np.array(host))  # written when the hook ends the step (save_row)
         maxes = host[n:]
         # non-finite if any is (Python's sum of the floats: less code to run than numpy's, which costs
         # more than the reading, a step's caches being cold; it cannot overflow float32 values)
@@ -242,6 +242,16 @@ class HealthMonitor:
         if self._pending:
             self.write()
 
+    def save_row(self) -> None:
+        """A save step ends: its row goes with the hook's own tensors (which the hook has queued: where
+        it reduced a tensor as the recorder does, its own value stays, once)."""
+        if self._save_row is not None:
+            (slot, host), self._save_row = self._save_row, None
+            hook = self.hook
+            if self._steps[slot] == hook.step:
+                with hook.guard("save the step's health statistics"):
+                    self._write_row(slot, host, hook._writer or hook._get_writer(), time.time())
+
     def write(self) -> None:
         """Write the rows not yet written as reductions of their steps, and the health record."""
         self._pending.clear()
@@ -291,10 +301,15 @@ class HealthMonitor:
         """A recorded row as the reductions of its step (the tensors the step had)."""
         n = len(self.names)
         present = np.flatnonzero(values[:n] != ABSENT)  # (NaN is present)
-        if len(present):
-            names = [self._l2_names[i] for i in present] + [self._max_names[i] for i in present]
-            data = np.concatenate([values[:n][present], values[n:][present]]).astype(np.float32)
-            step = int(self._steps[slot])
+        step = int(self._steps[slot])
+        names = [self._l2_names[i] for i in present] + [self._max_names[i] for i in present]
+        data = np.concatenate([values[:n][present], values[n:][present]]).astype(np.float32)
+        reduced_step, reduced = self.hook._reduced
+        if reduced_step == step and reduced:  # a save step: the hook's own reductions stay, once
+            done = {name for some in reduced for name in some}
+            keep = [i for i, name in enumerate(names) if name not in done]
+            names, data = [names[i] for i in keep], data[keep]
+        if names:
             writer.write_scalars(step, self._modes[slot], int(self._mode_steps[slot]), [names], [data], now)
         self._dumped[slot] = True
 

@@ -190,6 +190,8 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         # reductions started this step, not yet on the host: the plugins' results and their names
         self._pending: list[Any] = []
         self._pending_names: list[list[list[str]]] = []  # per block: each result's reduction names
+        # (step, the reductions' names it wrote): the health recorder does not write them again
+        self._reduced: tuple[int, list[list[str]]] = (-1, [])
         self._bulk_plans: dict[int, tuple] = {}  # id(names) -> save_many_for_step's plan (hook_capture)
         self._gathered: list | None = None  # inside together(): tensors whose reductions start at its end
         self._saved_any = False
@@ -377,6 +379,8 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         self._saved_now = False
         if self._pending:
             self._flush_reductions()
+        if self.health is not None:
+            self.health.save_row()
         with self.guard("end a step"):
             if self._notes_changed:  # before the step's index: a live reader of it finds its placements
                 self._export_notes()

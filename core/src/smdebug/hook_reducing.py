@@ -93,9 +93,9 @@ class HookReducing:
                 return
             # 0-d, in the reduction's dtype when the plugin gives a numpy scalar, as smdebug 1.0
             result = np.asarray(result if isinstance(result, np.generic) else float(result))
-            self._queue(
-                reduction_tensor_name(name, reduction, absolute, self.reduction_names_keep_index), result
-            )
+            rname = reduction_tensor_name(name, reduction, absolute, self.reduction_names_keep_index)
+            self._queue(rname, result)
+            self._note_reduced([[rname]])
 
     def _flush_reductions(self) -> None:
         """Queue the step's pending reductions, brought to the host together."""
@@ -112,8 +112,16 @@ class HookReducing:
         """Queue reductions: ``rows[i]`` (a 1-d host array) holds the 0-d values named ``names[i]``."""
         writer = self._writer or self._get_writer()
         writer.write_scalars(self.step, self.mode, self.mode_step, names, rows, time.time())
+        self._note_reduced(names)
         if plugins.listens_to_tensors(self):
             for some, results in zip(names, rows):
                 for name, result in zip(some, results):
                     plugins.tensor_saved(self, name, np.asarray(result))
         self._saved_any = True
+
+    def _note_reduced(self, names: list[list[str]]) -> None:
+        """Remember the reductions this step wrote: the health recorder does not write them twice."""
+        step, done = self._reduced
+        if step != self.step:
+            self._reduced = (self.step, done := [])
+        done.extend(names)
