@@ -26,10 +26,12 @@ COMMON = {
 }
 
 
-def exports(package: str, hook_module: str, **overrides: str):
+def exports(package: str, hook_module: str, hook_types: dict[str, str] | None = None, **overrides: str):
     """``(__getattr__, __dir__, get_hook, __all__)`` for a plugin package whose Hook is in hook_module;
     overrides maps a name to the module that holds the plugin's own version (e.g. its Collection).
-    ``set_hook`` and ``del_hook`` are served too."""
+    hook_types (TensorFlow's: ``{"session": "SessionHook", ...}``) gives get_hook smdebug 1.0's
+    ``hook_type`` first argument, naming one of the package's hook classes. ``set_hook`` and ``del_hook``
+    are served too."""
     lazy = {**COMMON, "Hook": hook_module, **overrides}
 
     def __getattr__(name):
@@ -42,19 +44,41 @@ def exports(package: str, hook_module: str, **overrides: str):
     def __dir__():
         return sorted(set(vars(sys.modules[package])) | set(lazy) | set(_HOOK_FUNCTIONS))
 
-    def get_hook(json_config_path=None, create_if_not_exists: bool = False):
-        """The hook in use (the last one created, or the one activated on import); with
-        create_if_not_exists, one is created from the JSON configuration (json_config_path,
-        SMDEBUG_CONFIG_FILE_PATH or SageMaker's path) when there is one."""
+    def hook_of(hook_type, json_config_path, create_if_not_exists):
         from smdebug import hook as core_hook
 
-        hook_class = __getattr__("Hook")
-        current = core_hook.get_hook()
-        if isinstance(current, hook_class):
-            return current
+        if hook_type is None:  # any hook of this framework; a new one is the package's Hook
+            hook_class = __getattr__("Hook")
+            matches = getattr(core_hook.get_hook(), "framework", None) == hook_class.framework
+        elif hook_type in (hook_types or {}):
+            hook_class = __getattr__(hook_types[hook_type])
+            matches = isinstance(core_hook.get_hook(), hook_class)
+        else:
+            raise ValueError(
+                f"get_hook: hook_type must be one of {sorted(hook_types or {})}, got {hook_type!r}"
+            )
+        if matches:
+            return core_hook.get_hook()
         if create_if_not_exists:
             return hook_class.create_from_json_file(json_config_path)
         return None
+
+    if hook_types:
+
+        def get_hook(hook_type: str | None = None, json_config_path=None, create_if_not_exists: bool = False):
+            """The hook in use (the last one created, or the one activated on import), of the kind
+            hook_type names (any when None); with create_if_not_exists, one of that kind is created from
+            the JSON configuration (json_config_path, SMDEBUG_CONFIG_FILE_PATH or SageMaker's path) when
+            there is one."""
+            return hook_of(hook_type, json_config_path, create_if_not_exists)
+
+    else:
+
+        def get_hook(json_config_path=None, create_if_not_exists: bool = False):
+            """The hook in use (the last one created, or the one activated on import); with
+            create_if_not_exists, one is created from the JSON configuration (json_config_path,
+            SMDEBUG_CONFIG_FILE_PATH or SageMaker's path) when there is one."""
+            return hook_of(None, json_config_path, create_if_not_exists)
 
     return __getattr__, __dir__, get_hook, [*lazy, "get_hook", *_HOOK_FUNCTIONS]
 

@@ -11,6 +11,7 @@ from smdebug.plugin import exports
 __getattr__, __dir__, get_hook, __all__ = exports(
     __name__,
     "smdebug_tf.hook",
+    {"keras": "KerasHook", "session": "SessionHook", "estimator": "EstimatorHook"},
     Collection="smdebug_tf.collection",
     KerasHook="smdebug_tf.hook",
     SessionHook="smdebug_tf.session",
