@@ -176,3 +176,47 @@ def test_subclassed_model_built_inside_fit_saves_weights_and_gradients_at_step_0
         rtol=1e-5,
         atol=1e-7,
     )
+
+
+class MetricsDict(keras.Model):
+    """Keras' own guide's custom train_step: it returns {m.name: m.result() for m in self.metrics}, where
+    the compiled metrics' result is a dict ({"mae": ...} under "compile_metrics")."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.head(x)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(grads, self.trainable_variables)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def test_metrics_of_a_custom_train_step_returning_a_nested_dict(out_dir, data, caplog):
+    x, _ = data
+    y = x.sum(axis=1, keepdims=True)
+    model = MetricsDict()
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=2))
+    model.fit(x, y, epochs=1, batch_size=8, validation_data=(x, y), callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert "could not save" not in caplog.text
+    assert trial.tensor_names(collection="metrics") == ["batch", "mae", "val_mae"]
+    assert trial.tensor("mae").steps(mode=modes.TRAIN) == [0, 2, 3]  # saved steps, and the epoch's last
+    assert trial.tensor("loss").steps(mode=modes.TRAIN) == [0, 2, 3]
+    # the validation's mean absolute error, as the model's metrics hold it after fit
+    val_mae = trial.tensor("val_mae")
+    assert val_mae.value(val_mae.steps()[-1]) == pytest.approx(float(model.get_metrics_result()["mae"]))

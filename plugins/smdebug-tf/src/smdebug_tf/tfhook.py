@@ -269,6 +269,7 @@ class TFHook(BaseHook):
         """Save these logs at the current step, but those the step saved already."""
         state = self.tf_state
         done = state.logged[1] if state.logged[0] == self.step else frozenset()
+        logs = self.flat_logs(logs)
         if batch:
             logs = {**logs, "batch": state.batch}
         for key, value in logs.items():
@@ -564,6 +565,20 @@ class TFHook(BaseHook):
     def is_loss(key: str) -> bool:
         return key in ("loss", "val_loss") or key.endswith("_loss")
 
+    @staticmethod
+    def flat_logs(logs) -> dict:
+        """Logs with a nested dict spread into its keys, as Keras' own metrics results are: a custom
+        ``train_step`` returning ``{m.name: m.result() for m in self.metrics}`` gives ``compile_metrics``
+        as ``{"mae": ...}`` (``val_compile_metrics``: ``val_mae``)."""
+        flat = {}
+        for key, value in dict(logs or {}).items():
+            if isinstance(value, dict):
+                prefix = "val_" if key.startswith("val_") else ""
+                flat.update((prefix + k, v) for k, v in TFHook.flat_logs(value).items())
+            else:
+                flat[key] = value
+        return flat
+
     def save_logs(self, mode, logs) -> None:
         """What Keras' step function returned: its logs, or in predict the batch's predictions."""
         self.include_names(CollectionKeys.METRICS, ["batch"])  # smdebug 1.0 adds it to the logs
@@ -572,7 +587,7 @@ class TFHook(BaseHook):
             self.save_structure(capture.PREDICTIONS, logs)
             return
         saved = {"batch"}
-        for key, value in dict(logs or {}).items():
+        for key, value in self.flat_logs(logs).items():
             if not self.is_loss(key):
                 self.include_names(CollectionKeys.METRICS, [key])
             if self.save_for_step(key, value):
