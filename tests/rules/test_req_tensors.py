@@ -88,3 +88,12 @@ def test_required_tensors_of_another_trial(tmp_path):
     required.fetch()
     assert list(required.get_names(trial=other)) == ["c"]
     assert list(required.get_names()) == ["a"]
+
+
+def test_required_tensors_are_importable_from_smdebug_rules():
+    # smdebug 1.0 exports them there, beside Rule and invoke_rule
+    from smdebug.rules import RequiredTensors as exported
+    from smdebug.rules import RequiredTensorsForTrial
+    from smdebug.rules.req_tensors import RequiredTensorsForTrial as defined
+
+    assert exported is RequiredTensors and RequiredTensorsForTrial is defined

@@ -34,6 +34,8 @@ _GENERIC = (
 _LAZY = {
     "Rule": "smdebug.rules.rule",
     "invoke_rule": "smdebug.rules.rule_invoker",
+    "RequiredTensors": "smdebug.rules.req_tensors",  # exported here by smdebug 1.0 too
+    "RequiredTensorsForTrial": "smdebug.rules.req_tensors",
     "builtin_rules": "smdebug.rules.builtin",
     "create_rule": "smdebug.rules.builtin",
     "evaluate_runs": "smdebug.rules.sweep",
