@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 import smdebug.pytorch as smd
-from smdebug.exceptions import RuleEvaluationConditionMet
+from smdebug.exceptions import NoMoreData, RuleEvaluationConditionMet
 from smdebug.rules import create_rule, invoke_rule
 
 HIDDEN_LAYERS = 6
@@ -99,6 +99,8 @@ def run_rules(trial) -> list[tuple[str, str, str]]:
         shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
         try:
             invoke_rule(rule, raise_eval_cond=True)
+            result = "ok"
+        except NoMoreData:  # the end of the run: the rule never fired
             result = "ok"
         except RuleEvaluationConditionMet as fired:
             result = f"FIRED at step {fired.step}"

@@ -14,7 +14,7 @@ import smdebug
 from smdebug.exceptions import SMDebugValueError
 from smdebug.hook import BaseHook
 from smdebug.rules.builtin import create_rule
-from smdebug.rules.rule_invoker import invoke_rule
+from smdebug.rules.rule_invoker import evaluate_rule, invoke_rule
 from smdebug.trials import create_trial
 
 
@@ -76,7 +76,7 @@ def test_python_rule_with_a_misspelled_collection_raises(run):
 def test_invoke_rule_warns_when_the_rule_checked_nothing(run, caplog):
     caplog.set_level(logging.WARNING, logger="smdebug")
     rule = create_rule("all_zero", create_trial(run), tensor_regex="nothing_like_this")
-    assert invoke_rule(rule) == []
+    assert evaluate_rule(rule) == []
     assert "checked nothing" in caplog.text and "tensor_regex='nothing_like_this'" in caplog.text
 
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import smdebug
-from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError
+from smdebug.exceptions import NoMoreData, RuleEvaluationConditionMet, SMDebugValueError
 from smdebug.hook import BaseHook
 from smdebug.rules.rule import Rule
-from smdebug.rules.rule_invoker import invoke_rule
+from smdebug.rules.rule_invoker import evaluate_rule, invoke_rule
 from smdebug.trials import create_trial
 
 
@@ -52,12 +52,21 @@ def test_custom_gradient_rule_fires(tmp_path):
     assert info.value.step == 2 and info.value.rule_name == "CustomGradientRule"
 
 
-def test_invoke_rule_ends_cleanly_at_end_of_run(tmp_path):
+def test_invoke_rule_raises_no_more_data_at_the_end_of_a_finished_run(tmp_path):
+    # smdebug 1.0: "NoMoreData: raised when the training ends"; evaluation stops there, not before
     out = str(tmp_path / "run")
     write_gradients(out, [1, 2, 30, 4, 50])
     rule = CustomGradientRule(create_trial(out), threshold="20.0")
-    assert invoke_rule(rule) == [2, 4]
-    assert invoke_rule(CustomGradientRule(create_trial(out), threshold=100)) == []
+    with pytest.raises(NoMoreData) as end:
+        invoke_rule(rule, start_step=0, end_step=None)
+    assert end.value.step == 5 and end.value.last_step == 4 and end.value.fired_steps == [2, 4]
+    with pytest.raises(NoMoreData):  # an end_step past the last step too, with raise_eval_cond and no firing
+        invoke_rule(CustomGradientRule(create_trial(out), threshold=100), end_step=100, raise_eval_cond=True)
+    with pytest.raises(NoMoreData):  # a start past the end evaluates nothing
+        invoke_rule(CustomGradientRule(create_trial(out), threshold=1), start_step=20)
+    assert invoke_rule(rule, end_step=5) == [2, 4]  # an end_step within the run returns normally
+    assert evaluate_rule(CustomGradientRule(create_trial(out), threshold="20.0")) == [2, 4]
+    assert evaluate_rule(CustomGradientRule(create_trial(out), threshold=100)) == []
 
 
 def test_invoke_rule_start_end_and_unsaved_steps(tmp_path):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from conftest import N_RUNS
 
-from smdebug.rules import create_rule, invoke_rule
+from smdebug.rules import create_rule, evaluate_rule
 from smdebug.rules.sweep import evaluate_runs, find_runs
 from smdebug.trials import create_trial
 
@@ -77,7 +77,7 @@ def test_step_ranges_give_what_the_single_run_invoker_gives(sweep, serial):
     pd.testing.assert_frame_equal(whole, serial)
     for run in list(sweep["defects"])[:8]:
         for name in ("vanishing_gradient", "exploding_tensor", "loss_not_decreasing", "weight_update_ratio"):
-            alone = invoke_rule(create_rule(name, create_trial(run)))
+            alone = evaluate_rule(create_rule(name, create_trial(run)))
             assert _fired(serial, run, name) == alone, (run, name)
 
 
@@ -88,7 +88,7 @@ def test_runs_are_compared_with_the_baseline(sweep, serial):
     assert baseline_row.status == "skipped"
     assert _fired(serial, twin, "similar_across_runs") == []
     assert _fired(serial, other, "similar_across_runs") == list(range(24))
-    alone = invoke_rule(
+    alone = evaluate_rule(
         create_rule("similar_across_runs", create_trial(other), other_trials=[create_trial(runs[0])])
     )
     assert _fired(serial, other, "similar_across_runs") == alone

@@ -8,7 +8,7 @@ import smdebug.rules
 from smdebug import plugins
 from smdebug.exceptions import SMDebugValueError
 from smdebug.hookspecs import hookimpl
-from smdebug.rules import Rule, builtin_rules, create_rule, invoke_rule, rule_configs
+from smdebug.rules import Rule, builtin_rules, create_rule, evaluate_rule, invoke_rule, rule_configs
 from smdebug.rules.actions import parse_actions
 from smdebug.trials import create_trial
 
@@ -213,7 +213,7 @@ def test_rules_contributed_by_plugins(trial):
     assert builtin_rules()["two_step"] is TwoStepRule
     assert "two_step" in plugins.rules()
     rule = create_rule("two_step", trial, at="2")
-    assert invoke_rule(rule) == [2]
+    assert evaluate_rule(rule) == [2]
     with pytest.raises(SMDebugValueError, match="TwoStepRule: unknown parameter when='2'"):
         create_rule("two_step", trial, when="2")
 
@@ -232,8 +232,8 @@ def test_walkthrough_custom_rule_still_works(trial):
                     return True
             return False
 
-    assert invoke_rule(CustomGradientRule(trial, threshold="1e-9")) == [0, 1, 2, 3]
-    assert invoke_rule(CustomGradientRule(create_trial(trial.path), threshold="20.0")) == []
+    assert evaluate_rule(CustomGradientRule(trial, threshold="1e-9")) == [0, 1, 2, 3]
+    assert evaluate_rule(CustomGradientRule(create_trial(trial.path), threshold="20.0")) == []
 
 
 def test_walkthrough_constructor_passes_other_trials_second(trial):
@@ -286,4 +286,4 @@ def test_numpy_helpers_of_rules_on_odd_tensors(tmp_path):
         ("tensor_variance", {"tensor_regex": ".*", "min_threshold": "1"}, [0]),
         ("dead_relu", {"tensor_regex": ".*"}, []),
     ]:
-        assert invoke_rule(create_rule(name, trial, **params)) == fired, name
+        assert evaluate_rule(create_rule(name, trial, **params)) == fired, name

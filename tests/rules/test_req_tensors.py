@@ -1,5 +1,5 @@
 """Rule.req_tensors, smdebug 1.0's way for a rule to declare the tensors it needs at a step: invoke waits
-for them and reads them first, and invoke_rule skips a step whose required tensors are missing."""
+for them and reads them first, and invoke_rule (evaluate_rule) skips a step whose required tensors are missing."""
 
 import json
 
@@ -10,7 +10,7 @@ from smdebug import layout
 from smdebug.collection import CollectionManager
 from smdebug.exceptions import TensorUnavailable
 from smdebug.modes import ModeKeys
-from smdebug.rules import Rule, invoke_rule
+from smdebug.rules import Rule, evaluate_rule
 from smdebug.rules.req_tensors import RequiredTensors
 from smdebug.store import Store
 from smdebug.trials import create_trial
@@ -72,7 +72,7 @@ def test_rule_instances_have_req_tensors(tmp_path):
 def test_invoke_rule_fetches_the_required_tensors_and_skips_steps_missing_them(tmp_path):
     trial = create_trial(write_run(tmp_path / "run", range(6)))
     rule = NeedsPrevious(trial)
-    fired = invoke_rule(rule)
+    fired = evaluate_rule(rule)
     # steps 3 (b missing) and 4 (b missing at step 3, the previous one) are skipped before invoke_at_step
     assert [s for s, *_ in rule.seen] == [1, 2, 5]
     assert rule.seen[0][1:] == (["b"], ["b"])

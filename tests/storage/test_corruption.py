@@ -15,7 +15,7 @@ import smdebug
 from smdebug.exceptions import CorruptRunError, CorruptTensorRecord, TensorUnavailableForStep
 from smdebug.hook import BaseHook
 from smdebug.rules.rule import Rule
-from smdebug.rules.rule_invoker import invoke_rule
+from smdebug.rules.rule_invoker import evaluate_rule
 from smdebug.trials import create_trial
 
 NAMES = ["a", "b", "c"]
@@ -128,7 +128,7 @@ def test_rules_pass_over_a_damaged_value(run):
             self.seen.append((step, float(self.base_trial.tensor("a").value(step)[0, 0])))
 
     rule = Sees(create_trial(run))
-    invoke_rule(rule)
+    evaluate_rule(rule)
     assert rule.seen == [(0, 0.0), (1, 10.0), (3, 30.0)]
 
 

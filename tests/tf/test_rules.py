@@ -5,7 +5,7 @@ import numpy as np
 from tfmodels import make_model
 
 import smdebug.tensorflow as smd
-from smdebug.rules import create_rule, invoke_rule
+from smdebug.rules import create_rule, evaluate_rule
 from smdebug.trials import create_trial
 
 
@@ -24,7 +24,7 @@ def _run(out_dir, data, lr, epochs=1, batch_size=8, collections=("gradients", "w
 
 def _fired(out_dir, name, **params):
     rule = create_rule(name, create_trial(out_dir), **params)
-    return invoke_rule(rule)
+    return evaluate_rule(rule)
 
 
 def test_vanishing_gradient_reads_the_gradients(tmp_path, data):

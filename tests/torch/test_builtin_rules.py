@@ -8,7 +8,7 @@ import pytest
 import rule_scenarios as sc
 
 from smdebug.exceptions import RuleEvaluationConditionMet, StopTraining
-from smdebug.rules import create_rule, invoke_rule
+from smdebug.rules import create_rule, evaluate_rule, invoke_rule
 from smdebug.trials import create_trial
 
 # rule name, its parameters (strings, as configurations pass them), the scenario
@@ -39,7 +39,7 @@ CASES = [
 
 def fired_steps(path, name, **params):
     rule = create_rule(name, create_trial(path), **params)
-    return invoke_rule(rule), rule
+    return evaluate_rule(rule), rule
 
 
 @pytest.mark.parametrize("name,params,scenario", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
@@ -87,7 +87,7 @@ def test_similar_across_runs(tmp_path):
     assert fired == [0, 1, 2] and "differs" in rule.reason
     # other_trials, as SageMaker passes the other jobs
     rule = create_rule("similar_across_runs", create_trial(other), other_trials=[create_trial(base)])
-    assert invoke_rule(rule) == [0, 1, 2]
+    assert evaluate_rule(rule) == [0, 1, 2]
 
 
 def _train_quietly(scenario, out, bad):
@@ -104,7 +104,7 @@ def _follow_live(out, scenario, bad, threshold):
         trial = create_trial(out)
         trial.refresh_interval = 0.1
         rule = create_rule("stalled_training_rule", trial, threshold=threshold)
-        return invoke_rule(rule), rule
+        return evaluate_rule(rule), rule
     finally:
         trainer.join()
 

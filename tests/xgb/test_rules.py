@@ -10,7 +10,7 @@ import xgboost as xgb
 
 import smdebug.xgboost as smd
 from smdebug import plugins
-from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError
+from smdebug.exceptions import NoMoreData, RuleEvaluationConditionMet, SMDebugValueError
 from smdebug.rules.rule import Rule
 from smdebug.rules.rule_invoker import invoke_rule
 from smdebug_xgb.rules import FeatureImportanceOverweight, TreeDepth
@@ -29,6 +29,8 @@ def fires(rule) -> bool:
         invoke_rule(rule, raise_eval_cond=True)
     except RuleEvaluationConditionMet:
         return True
+    except NoMoreData:  # the end of the run, as smdebug 1.0 says it
+        return False
     return False
 
 

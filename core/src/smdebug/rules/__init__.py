@@ -1,6 +1,7 @@
 """Rules: conditions checked step by step on saved runs.
 
-- ``Rule`` (subclass it, implement ``invoke_at_step``) and ``invoke_rule`` (run one over a trial);
+- ``Rule`` (subclass it, implement ``invoke_at_step``), ``invoke_rule`` (run one over a trial, as smdebug 1.0)
+  and ``evaluate_rule`` (the same, returning the steps at which it fired);
 - the built-in rules (``VanishingGradient``, ``LossNotDecreasing``, ...), ``builtin_rules()`` (by
   configuration name, plugins' rules included) and ``create_rule(name, base_trial, **params)``;
 - ``rule_configs.<name>()``: each built-in rule's default configuration.
@@ -34,6 +35,7 @@ _GENERIC = (
 _LAZY = {
     "Rule": "smdebug.rules.rule",
     "invoke_rule": "smdebug.rules.rule_invoker",
+    "evaluate_rule": "smdebug.rules.rule_invoker",
     "RequiredTensors": "smdebug.rules.req_tensors",  # exported here by smdebug 1.0 too
     "RequiredTensorsForTrial": "smdebug.rules.req_tensors",
     "builtin_rules": "smdebug.rules.builtin",

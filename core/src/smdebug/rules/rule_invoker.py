@@ -16,38 +16,56 @@ logger = logging.getLogger("smdebug")
 
 
 def invoke_rule(rule_obj, start_step: int = 0, end_step: int | None = None, raise_eval_cond: bool = False):
-    """Invoke ``rule_obj`` at every step from start_step (to end_step, exclusive).
+    """Invoke ``rule_obj`` at every step from start_step (to end_step, exclusive), as smdebug 1.0 does.
 
-    Waits for steps of a live run; ends cleanly at the end of a finished run. With raise_eval_cond the
-    first RuleEvaluationConditionMet is raised; otherwise evaluation goes on and the steps at which the
-    rule fired are returned.
+    Waits for the steps of a live run. With raise_eval_cond the first RuleEvaluationConditionMet is
+    raised; otherwise evaluation goes on. Returns the steps at which the rule fired once end_step is
+    reached; when the run has ended before that (end_step None or past its last step) NoMoreData is
+    raised, as in smdebug 1.0, its ``fired_steps`` holding those steps (``evaluate_rule`` returns them
+    instead).
     """
     name = type(rule_obj).__name__
     step = start_step or 0
     fired: list[int] = []
     logger.info("smdebug: started rule %s at step %d", name, step)
     trial = rule_obj.base_trial
-    while end_step is None or step < end_step:
-        try:
-            rule_obj.invoke(step)
-        except (TensorUnavailableForStep, StepUnavailable, TensorUnavailable) as exc:
-            logger.debug("%s", exc)
-        except RuleEvaluationConditionMet as exc:
-            if raise_eval_cond:
-                raise
-            logger.info("%s", exc)
-            fired.append(step)
-            if exc.end_of_rule:
-                break
-        except NoMoreData as exc:
-            logger.info("smdebug: rule %s reached the end of the run: %s", name, exc)
-            break
-        step = _next_step(trial, step)
+    try:
+        while end_step is None or step < end_step:
+            try:
+                rule_obj.invoke(step)
+            except (TensorUnavailableForStep, StepUnavailable, TensorUnavailable) as exc:
+                logger.debug("%s", exc)
+            except RuleEvaluationConditionMet as exc:
+                if raise_eval_cond:
+                    raise
+                logger.info("%s", exc)
+                fired.append(step)
+                if exc.end_of_rule:
+                    break
+            step = _next_step(trial, step)
+    except NoMoreData as exc:
+        logger.info("smdebug: rule %s reached the end of the run: %s", name, exc)
+        exc.fired_steps = fired
+        _warn_unmatched(rule_obj, fired)
+        raise
     logger.info("smdebug: ended rule %s at step %d", name, step - 1)
+    _warn_unmatched(rule_obj, fired)
+    return fired
+
+
+def evaluate_rule(rule_obj, start_step: int = 0, end_step: int | None = None) -> list[int]:
+    """The steps from start_step (to end_step, exclusive, or the end of the run) at which ``rule_obj``
+    fires: ``invoke_rule`` without the NoMoreData that ends it at the end of a finished run."""
+    try:
+        return invoke_rule(rule_obj, start_step, end_step)
+    except NoMoreData as exc:
+        return exc.fired_steps
+
+
+def _warn_unmatched(rule_obj, fired: list[int]) -> None:
     unmatched = getattr(rule_obj, "unmatched", None)
     if not fired and unmatched is not None and unmatched():
         logger.warning("smdebug: %s", unmatched())
-    return fired
 
 
 def _next_step(trial, step: int) -> int:
@@ -83,7 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         params[key[2:].replace("-", "_")] = extra.pop(0)
     others = [create_trial(p.strip()) for p in args.other_trials.split(",") if p.strip()]
     rule = create_rule(args.rule_name, create_trial(args.trial_dir), other_trials=others, **params)
-    fired = invoke_rule(rule, args.start_step, args.end_step, args.raise_rule_eval_cond_exception)
+    if args.raise_rule_eval_cond_exception:  # a firing is raised; past that, the rule did not fire
+        try:
+            fired = invoke_rule(rule, args.start_step, args.end_step, raise_eval_cond=True)
+        except NoMoreData:
+            fired = []
+    else:
+        fired = evaluate_rule(rule, args.start_step, args.end_step)
     print(
         f"{type(rule).__name__}: fired at steps {fired}" if fired else f"{type(rule).__name__}: did not fire"
     )
