@@ -238,3 +238,25 @@ def test_non_finite_values_never_stop_the_export(tmp_path, tb):
         (2, 2, 1.0, 3.0),
     ]
     assert [s for s, _ in read["scalars"]["CrossEntropyLoss_output_0"]] == [0, 1, 2]
+
+
+def test_export_of_a_damaged_run_skips_the_damaged_records_and_exports_the_rest(run_dir, tb, tmp_path):
+    """A truncated event file (a copy cut mid-step) costs only its own values: the export goes on, says
+    how many it skipped, and exits 0 (it stopped at the first one with an error)."""
+    import shutil
+
+    from support import smdebug_cli
+
+    damaged = tmp_path / "run"
+    shutil.copytree(run_dir, damaged)
+    event = damaged / "events" / "000000000002" / "000000000002_worker_0.tfevents"
+    event.write_bytes(event.read_bytes()[:40])
+    result = smdebug_cli("export-tensorboard", damaged, tmp_path / "logs")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "skipped" in result.stdout and "damaged value(s)" in result.stdout
+    assert "damaged record" in result.stderr and "000000000002_worker_0.tfevents" in result.stderr
+    loss = tb(tmp_path / "logs" / "TRAIN")["scalars"]["CrossEntropyLoss_output_0"]
+    assert [s for s, _ in loss] == [s for s in TRAIN_SAVED if s != 2]
+    counts = export_tensorboard(str(damaged), str(tmp_path / "again"))
+    assert counts["damaged"] > 0 and counts["scalars"] > 0

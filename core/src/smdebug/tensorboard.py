@@ -30,7 +30,7 @@ import numpy as np
 
 from smdebug import codec
 from smdebug.collection import SCALAR_COLLECTIONS, Collection
-from smdebug.exceptions import SMDebugError
+from smdebug.exceptions import CorruptTensorRecord, SMDebugError
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import REDUCTIONS_PREFIX
 from smdebug.store import Store
@@ -260,7 +260,9 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
     Uses the same tags as the hook's live export (see the module docstring); steps are global steps.
     ``worker`` picks whose values to export (default: the first worker of each step). ``progress``,
     if given, is called with each tensor name as it is exported. Returns the number of scalar and
-    histogram events written, as ``{"scalars": n, "histograms": m}``.
+    histogram events written, as ``{"scalars": n, "histograms": m, "damaged": k}``: a damaged record
+    (truncated, failing its checksum; the reader warns of each) is skipped and counted in ``damaged``, and
+    everything intact is exported.
     """
     from smdebug.trials import create_trial
 
@@ -268,7 +270,7 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
         trial = create_trial(trial)
     collections = list(trial.collections().values())
     colls_of: dict[str, list[Collection]] = {}
-    counts = {"scalars": 0, "histograms": 0}
+    counts = {"scalars": 0, "histograms": 0, "damaged": 0}
     writers: dict[ModeKeys, SummaryWriter] = {}
     try:
         # Step by step, so that each file's events come in step order as TensorBoard expects.
@@ -282,12 +284,23 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
                 tensor = trial.tensor(name)
                 data = tensor._worker_data(step, ModeKeys.GLOBAL, worker)
                 items = []
-                if data.location is not None:
-                    value = tensor.value(step, worker=worker)
-                    items += [(kind, tag, value) for kind, tag in summaries_for(name, value, colls_of[name])]
+                try:
+                    if data.location is not None:
+                        value = tensor.value(step, worker=worker)
+                        items += [
+                            (kind, tag, value) for kind, tag in summaries_for(name, value, colls_of[name])
+                        ]
+                except CorruptTensorRecord:
+                    counts["damaged"] += 1
                 for reduction, absolute in sorted(data.reductions):
                     stored = f"{REDUCTIONS_PREFIX}{'abs_' if absolute else ''}{reduction}/{name}"
-                    value = np.asarray(tensor.reduction_value(step, reduction, worker=worker, abs=absolute))
+                    try:
+                        value = np.asarray(
+                            tensor.reduction_value(step, reduction, worker=worker, abs=absolute)
+                        )
+                    except CorruptTensorRecord:
+                        counts["damaged"] += 1
+                        continue
                     items.append(("scalar", stored, value))
                 if not items:
                     continue

@@ -35,8 +35,9 @@ def run(args) -> int:
         view = f"view them with: tensorboard --logdir {args.logdir}"
     except ImportError:
         view = f"to view them, install TensorBoard ({install_hint('tensorboard')}), then: tensorboard --logdir {args.logdir}"
+    damaged = f", skipped {counts['damaged']} damaged value(s) (named above)" if counts["damaged"] else ""
     print(
         f"wrote {counts['scalars']} scalars and {counts['histograms']} histograms to {args.logdir} "
-        f"(modes: {modes or '-'}); {view}"
+        f"(modes: {modes or '-'}{damaged}); {view}"
     )
     return 0
