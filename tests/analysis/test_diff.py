@@ -116,3 +116,24 @@ def test_report_and_diff_read_any_fsspec_uri(tmp_path, capsys):
     page = tmp_path / "memory.html"
     assert main(["report", a, "-o", str(page), "--no-rules"]) == 0
     assert LOSS in page.read_text() and "memory://report-diff/a" in page.read_text()
+
+
+def test_nothing_comparable_says_why_and_json_still_prints(runs, tmp_path, cli):
+    """Runs that share no tensor (another model) or no step: exit 2 with one line saying why, and --json
+    prints the comparison that says it tensor by tensor."""
+    other = tmp_path / "other"
+    plugins.reset()
+    hook = NumpyHook(out_dir=str(other), include_collections=["gradients"])
+    hook.save_tensor("gradient/Other.weight", np.ones(3), collections_to_write="gradients")
+    hook.close()
+    plugins.reset()
+    result = cli("diff", runs["a"], other)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "nothing both sides saved could be compared" in line
+    assert "saved only in a" in line and "saved only in b" in line, line
+    result = cli("diff", runs["a"], other, "--json")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    data = json.loads(result.stdout)
+    assert data["differ"] is False and data["first"] is None
+    assert {t["not_compared"] for t in data["tensors"]} == {"saved only in a", "saved only in b"}

@@ -56,12 +56,11 @@ def run(args) -> int:
         collection=args.collection,
         regex=args.regex,
     )
-    if not result.compared:
-        raise SMDebugValueError(
-            f"nothing both sides saved could be compared ({len(result.rows)} tensor(s); --json says why)"
-        )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
+    if not result.compared:
+        raise SMDebugValueError(f"nothing both sides saved could be compared: {_why_not(result.rows)}")
+    if args.json:
         return EXIT_DIFFER if result.differs else 0
     sides = f"{result.a} vs {result.b}" + (
         f" (workers {args.workers[0]} vs {args.workers[1]})" if args.workers else ""
@@ -104,6 +103,24 @@ def run(args) -> int:
     if first is None and not args.all:
         print(f"{agreed} tensor(s) agree; --all lists them")
     return EXIT_DIFFER if result.differs else 0
+
+
+def _why_not(rows) -> str:
+    """Why no tensor was compared, in one line: how many tensors for each reason, a few names each."""
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        reason = (
+            r.not_compared.split(": ", 1)[0]
+            if r.not_compared.startswith("saved only")
+            else (
+                "no step saved by both" if "no step saved by both" in r.not_compared else "nothing comparable"
+            )
+        )
+        reasons.setdefault(reason, []).append(r.tensor)
+    return "; ".join(
+        f"{len(names)} tensor(s) {reason} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        for reason, names in reasons.items()
+    )
 
 
 def _text(value) -> str:
