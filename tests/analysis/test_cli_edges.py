@@ -132,6 +132,27 @@ def test_a_subcommands_bad_flag_prints_the_subcommands_usage(cli, run_dir, tmp_p
     assert not (tmp_path / "x.png").exists() and not (tmp_path / "logs").exists()
 
 
+@pytest.mark.parametrize(
+    "args, suggestion",
+    [
+        (["sho", "RUN", LOSS], "did you mean 'show'?"),
+        (["rules", "RUN", "--rule", "exploding_tensor", "--parm", "x=1"], "did you mean '--param'?"),
+        (["ls", "RUN", "--jsn"], "did you mean '--json'?"),
+        (["diff", "RUN", "RUN", "--rtl=1"], "did you mean '--rtol'?"),
+    ],
+)
+def test_a_mistyped_flag_or_command_gets_a_suggestion(cli, run_dir, args, suggestion):
+    result = cli(*(run_dir if a == "RUN" else a for a in args))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("smdebug") and ": error: " in last and last.endswith(suggestion), last
+
+
+def test_a_flag_far_from_every_known_one_gets_no_suggestion(cli, run_dir):
+    result = cli("ls", run_dir, "--zzzzzz")
+    assert result.stderr.strip().splitlines()[-1] == "smdebug ls: error: unrecognized arguments: --zzzzzz"
+
+
 def test_hook_configuration_path_that_is_a_directory(tmp_path, monkeypatch):
     from smdebug.exceptions import ConfigError
     from smdebug.json_config import CONFIG_FILE_PATH_ENV, find_config_path

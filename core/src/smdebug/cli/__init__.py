@@ -8,7 +8,9 @@ A subcommand's parser sets ``func``; ``func(args)`` returns the exit code.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 
 from smdebug import __version__
@@ -29,10 +31,34 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 EXIT_ERROR = 2
+INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error about a mistyped flag or command also suggests the nearest one
+    (a subcommand's parser is one too: argparse makes them of their parent's class)."""
+
+    def error(self, message: str):
+        super().error(message + did_you_mean(self, message))
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """'; did you mean X?' for the first unknown flag or invalid choice an argparse error names, or ''."""
+    choice = INVALID_CHOICE.search(message)
+    if choice:
+        word, known = choice.group(1), [c.strip("'\" ") for c in choice.group(2).split(",")]
+    elif message.startswith("unrecognized arguments: "):
+        flags = [w for w in message.split()[2:] if w.startswith("-")]
+        word = flags[0].split("=", 1)[0] if flags else ""
+        known = [o for action in parser._actions for o in action.option_strings]
+    else:
+        return ""
+    close = difflib.get_close_matches(word, known, n=1) if word else []
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smdebug", description="Inspect and analyse smdebug runs.")
+    parser = Parser(prog="smdebug", description="Inspect and analyse smdebug runs.")
     parser.add_argument("--version", action="version", version=f"smdebug {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # imported here: the submodule smdebug.cli.plugins, once imported, is this package's `plugins`
