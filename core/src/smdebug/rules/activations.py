@@ -59,16 +59,19 @@ class SaturatedActivation(BuiltinRule):
         threshold_sigmoid_max=16.99999,
         threshold_inactivity=1.0,
         threshold_layer=50.0,
+        threshold_tanh=None,
+        threshold_sigmoid=None,
     ):
         super().__init__(base_trial)
         r = self.rule_name
         self.collection_names = p.to_list(r, "collection_names", collection_names)
         self.tensor_regex = p.to_regex_list(r, "tensor_regex", tensor_regex)
-        self.tanh = (
+        # earlier docs gave each range as one pair, threshold_tanh=(-9.4999, 9.4999): it wins when given
+        self.tanh = p.to_range_or_none(r, "threshold_tanh", threshold_tanh) or (
             p.to_float(r, "threshold_tanh_min", threshold_tanh_min),
             p.to_float(r, "threshold_tanh_max", threshold_tanh_max),
         )
-        self.sigmoid = (
+        self.sigmoid = p.to_range_or_none(r, "threshold_sigmoid", threshold_sigmoid) or (
             p.to_float(r, "threshold_sigmoid_min", threshold_sigmoid_min),
             p.to_float(r, "threshold_sigmoid_max", threshold_sigmoid_max),
         )

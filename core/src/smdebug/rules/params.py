@@ -105,6 +105,17 @@ def to_number_list(rule: str, name: str, value) -> list[float]:
     return out
 
 
+def to_range_or_none(rule: str, name: str, value) -> tuple[float, float] | None:
+    """A (low, high) pair: a tuple or list of two numbers, or a string such as "(-9.4999, 9.4999)"."""
+    if _blank(value):
+        return None
+    text = value.strip().strip("()[]") if isinstance(value, str) else value
+    numbers = to_number_list(rule, name, text)
+    if len(numbers) != 2 or not numbers[0] < numbers[1]:
+        raise _bad(rule, name, value, "is not a (low, high) pair with low < high")
+    return numbers[0], numbers[1]
+
+
 def to_mode_or_none(rule: str, name: str, value) -> ModeKeys | None:
     if _blank(value):
         return None

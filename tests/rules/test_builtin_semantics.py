@@ -1,0 +1,41 @@
+"""The built-in rules' documented semantics (reference/builtin-rules.md) on small runs whose tensors are
+chosen value by value: which steps fire, with string parameters as configurations give them."""
+
+import numpy as np
+import pytest
+
+import smdebug
+from smdebug.exceptions import SMDebugValueError
+from smdebug.rules import create_rule, evaluate_rule
+from smdebug.trials import create_trial
+
+
+def write_run(out, steps, collection="default"):
+    """``steps``: a list of (mode, {name: value}) saved in ``collection`` at global steps 0, 1, ..."""
+    hook = smdebug.BaseHook(
+        out_dir=out, include_collections=[collection], save_config=smdebug.SaveConfig(save_interval=1)
+    )
+    for mode, tensors in steps:
+        hook.set_mode(mode)
+        hook.begin_step()
+        for name, value in tensors.items():
+            hook.save_tensor(name, np.asarray(value, dtype=np.float32), collections_to_write=collection)
+        hook.end_step()
+    hook.close()
+    return create_trial(out)
+
+
+def fired(trial, name, **params):
+    return evaluate_rule(create_rule(name, trial, **params))
+
+
+def test_saturated_activation_takes_the_earlier_docs_range_pairs(tmp_path):
+    # tanh inputs in (2, 3): inside the default (-9.4999, 9.4999), all outside a (-1, 1) range
+    tanh_in = np.linspace(2, 3, 32).reshape(4, 8)
+    trial = write_run(str(tmp_path / "run"), [(smdebug.modes.TRAIN, {"Net_tanh_input_0": tanh_in})] * 2)
+    assert fired(trial, "saturated_activation") == []
+    assert fired(trial, "saturated_activation", threshold_tanh="(-1, 1)") == [0, 1]
+    assert fired(trial, "saturated_activation", threshold_tanh=(-1.0, 1.0)) == [0, 1]
+    assert fired(trial, "saturated_activation", threshold_tanh_min="-1", threshold_tanh_max="1") == [0, 1]
+    with pytest.raises(SMDebugValueError, match="threshold_tanh='1, -1' is not a \\(low, high\\) pair"):
+        create_rule("saturated_activation", trial, threshold_tanh="1, -1")
