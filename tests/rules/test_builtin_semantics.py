@@ -39,3 +39,27 @@ def test_saturated_activation_takes_the_earlier_docs_range_pairs(tmp_path):
     assert fired(trial, "saturated_activation", threshold_tanh_min="-1", threshold_tanh_max="1") == [0, 1]
     with pytest.raises(SMDebugValueError, match="threshold_tanh='1, -1' is not a \\(low, high\\) pair"):
         create_rule("saturated_activation", trial, threshold_tanh="1, -1")
+
+
+def test_confusion_fills_in_defaults_for_parameters_left_out(tmp_path):
+    # labels 0..9, class 4 predicted as 7: column 7 holds one right and one wrong prediction
+    labels = np.arange(10)
+    predictions = labels.copy()
+    predictions[4] = 7
+    trial = write_run(str(tmp_path / "run"), [(smdebug.modes.TRAIN, {"foo": labels, "bar": predictions})])
+    rule = create_rule(
+        "confusion",
+        trial,
+        category_no=None,
+        labels="foo",
+        predictions="bar",
+        min_diag=None,
+        max_off_diag=None,
+    )
+    assert (rule.min_diag, rule.max_off_diag) == (0.9, 0.1)
+    assert evaluate_rule(rule) == [0]
+    # positional, as an old smdebug test calls it: category_no, labels, predictions
+    assert (
+        evaluate_rule(smdebug.rules.Confusion(trial, "10", "foo", "bar", min_diag="0.0", max_off_diag="0.6"))
+        == []
+    )

@@ -18,6 +18,10 @@ def _class_ids(value: np.ndarray | None, argmax: bool) -> np.ndarray | None:
     return np.rint(value.reshape(-1)).astype(np.int64)
 
 
+def _or(value, default):
+    return default if value is None else value
+
+
 class Confusion(BuiltinRule):
     """Fires when, in a column of the confusion matrix, the diagonal share is below ``min_diag`` or an
     off-diagonal share above ``max_off_diag``."""
@@ -42,8 +46,11 @@ class Confusion(BuiltinRule):
         self.predictions = str(predictions or "predictions").strip()
         self.labels_collection = str(labels_collection or "labels").strip()
         self.predictions_collection = str(predictions_collection or "predictions").strip()
-        self.min_diag = p.to_float(r, "min_diag", min_diag, low=0, high=1)
-        self.max_off_diag = p.to_float(r, "max_off_diag", max_off_diag, low=0, high=1)
+        # as the docs say, a parameter left out (None) takes its default
+        self.min_diag = _or(p.to_float(r, "min_diag", min_diag, low=0, high=1, optional=True), 0.9)
+        self.max_off_diag = _or(
+            p.to_float(r, "max_off_diag", max_off_diag, low=0, high=1, optional=True), 0.1
+        )
 
     def _find(self, step, name, collection) -> np.ndarray | None:
         names = self.base_trial.tensor_names(step=step)
