@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 from conftest import Net, batch, train
-from numpy_training import SGD, CrossEntropyLoss, NumpyHook, train_step
+from numpy_training import SGD, CrossEntropyLoss, Linear, NumpyHook, ReLU, train_step
+from numpy_training import Net as _Net
 from support import chromium, script_errors
 
 import smdebug
@@ -339,3 +340,37 @@ def test_damaged_steps_are_shown_as_smdebug_ls_lists_them(tmp_path, cli):
     assert "malformed index file" in panel and "truncated" in panel
     dom, stderr = chromium(page, tmp_path, "--dump-dom")
     assert script_errors(stderr) == [] and 'data-render="ok"' in dom
+
+
+def test_a_weight_that_starts_at_zero_does_not_blow_up_the_update_ratio_scale(tmp_path, cli):
+    """Zero-initialised biases (Keras's default, LayerNorm's): their first update has no ratio (||w_prev||
+    is 0), so it is left blank and said so, not a ~1e10 cell that makes every other cell look dark."""
+    out = tmp_path / "zero_bias"
+    plugins.reset()
+    rng = np.random.default_rng(0)
+    model = _Net(
+        "Net", [("fc1", Linear(4, 8, rng, std=0.5)), ("relu", ReLU()), ("fc2", Linear(8, 3, rng, std=0.5))]
+    )
+    hook = NumpyHook(
+        out_dir=str(out),
+        save_config=smdebug.SaveConfig(save_interval=1),
+        include_collections=["weights", "biases", "losses"],
+    )
+    hook.set_mode(smdebug.modes.TRAIN)
+    for _ in range(5):
+        train_step(hook, model, *batch(rng, 8), CrossEntropyLoss(), SGD(0.1))
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "zero_bias.html"
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0
+    data = json.loads(re.search(r'id="smdebug-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    ratio = data["update_ratio"]
+    assert ratio["rows"] == LAYERS
+    assert 10 ** ratio["hi"] < 10, ratio  # an SGD step moves a weight by a fraction of its size
+    codes = np.frombuffer(__import__("base64").b64decode(ratio["codes"]), "<u2").reshape(4, -1)
+    assert (codes[[1, 3], 1] == 65535).all() and (codes[[0, 2], 1] < 65533).all()  # biases: blank
+    assert "all zeros" in ratio["missing"]
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == []
+    legend = re.search(r'<span class="scale">(.*?)</div>', dom.split('id="update_ratio"', 1)[1], re.S)
+    assert "all zeros" in legend.group(1)

@@ -262,14 +262,17 @@ def _update_ratio_heatmap(trial, limits: Limits, notes: list[str]) -> dict | Non
                 before = np.asarray(tensor.value(saved[k - 1]), dtype=np.float64)
             except SMDebugError:
                 continue
-            if now.shape != before.shape:
+            base = np.linalg.norm(before)
+            if now.shape != before.shape or base == 0:  # a weight that was all zeros: no ratio
                 continue
             with np.errstate(all="ignore"):
-                grid[i, j] = np.linalg.norm(now - before) / max(np.linalg.norm(before), 1e-12)
+                grid[i, j] = np.linalg.norm(now - before) / base
             present[i, j] = True
     if not present.any():
         return None
-    return _heatmap("weight-update ratio ||Δw|| / ||w||", [lbl for lbl, _ in layers], steps, grid, present)
+    heatmap = _heatmap("weight-update ratio ||Δw|| / ||w||", [lbl for lbl, _ in layers], steps, grid, present)
+    heatmap["missing"] = "no ratio: not saved, its first step, or the weight before was all zeros"
+    return heatmap
 
 
 def _has_values(tensor) -> bool:

@@ -23,7 +23,8 @@ PANEL_HELP = {
     "Vanishing gradients fade to dark rows, exploding ones glow; red cells hold NaN or infinity.",
     "update_ratio": "How much each weight moved between consecutive saved training steps, relative to its size "
     "(||w_t - w_prev|| / ||w_prev||); around 1e-3 is typical for SGD, far above means unstable training, "
-    "far below a layer that barely learns. Needs weights saved as values.",
+    "far below a layer that barely learns; grey cells have no ratio (a first step, a weight that was all zeros). "
+    "Needs weights saved as values.",
     "contents": "What the run holds: workers, steps each mode saved, collections, tensors, the steps "
     "it could not save (disk full, an outage) and why, and the steps found damaged.",
     "provenance": "Where the first NaN or infinity appeared, as the run recorded it.",

@@ -207,7 +207,7 @@
     for (var i = 0; i < n; i++) codes[i] = raw.charCodeAt(2 * i) | (raw.charCodeAt(2 * i + 1) << 8);
     var rows = hm.rows.length, cols = hm.steps.length;
     function value(code) {
-      if (code === MISSING) return "not saved";
+      if (code === MISSING) return hm.missing || "not saved";
       if (code === NON_FINITE) return "NaN/Inf";
       if (code === 0) return hm.scale === "log" ? "0" : hm.lo;
       var s = hm.lo + (code - 1) / (CODE_MAX - 1) * (hm.hi - hm.lo);
@@ -237,7 +237,7 @@
     var lo = hm.scale === "log" ? fmt(Math.pow(10, hm.lo)) : fmt(hm.lo), hi = hm.scale === "log" ? fmt(Math.pow(10, hm.hi)) : fmt(hm.hi);
     box.querySelector(".scale").innerHTML = hm.scale + " scale " + lo + ' <span class="ramp"></span> ' + hi +
       ' &nbsp;<i class="swatch" style="background:#e60000"></i>NaN/Inf' + (hm.non_finite ? " (" + hm.non_finite + ")" : "") +
-      ' <i class="swatch" style="background:#ebebeb"></i>not saved' + (hm.scale === "log" ? ' <i class="swatch" style="background:#141414"></i>0' : "");
+      ' <i class="swatch" style="background:#ebebeb"></i>' + esc(hm.missing || "not saved") + (hm.scale === "log" ? ' <i class="swatch" style="background:#141414"></i>0' : "");
     var c0 = 0, c1 = cols;
     function draw() {
       var width = Math.max(200, cells.clientWidth || 600), height = rows * rowH;
