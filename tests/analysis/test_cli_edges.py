@@ -210,3 +210,12 @@ def test_core_declares_the_extras():
     assert {"plot", "tensorboard", "s3", "pandas"} <= set(extras)
     assert any(r.startswith("matplotlib") for r in extras["plot"])
     assert any(r.startswith("s3fs") for r in extras["s3"])
+
+
+def test_smdebug_run_refuses_a_misspelt_localpath_it_would_otherwise_fill_in(cli, tmp_path):
+    """`smdebug run --config` fills in a LocalPath when the file has none: a misspelt one must not pass."""
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"LocalPth": str(tmp_path / "run")}))
+    result = cli("run", "--config", config, "--", "python", "-c", "pass", cwd=tmp_path)
+    one_line_error(result, "LocalPth: unknown key", "did you mean 'LocalPath'?")
+    assert not (tmp_path / "smdebug-runs").exists()

@@ -288,6 +288,42 @@ def test_unknown_key_suggests_the_right_one():
 
 
 @pytest.mark.parametrize(
+    "config, message",
+    [
+        (  # saved to SageMaker's /opt/ml/output/tensors, silently, with a warning only
+            {"LocalPth": "/tmp/x"},
+            "LocalPth: unknown key with value '/tmp/x'; did you mean 'LocalPath'?",
+        ),
+        (
+            {"LocalPath": "/tmp/x", "CollectionConfiguration": [{"CollectionName": "weights"}]},
+            "did you mean 'CollectionConfigurations'?",
+        ),
+        (  # was: CollectionName: invalid value None
+            {"LocalPath": "/tmp/x", "CollectionConfigurations": [{"CollectionNam": "weights"}]},
+            "CollectionConfigurations[0].CollectionNam: unknown key with value 'weights'; "
+            "did you mean 'CollectionName'?",
+        ),
+        (  # was: did you mean 'save_interval'?
+            {"LocalPath": "/tmp/x", "HookParameters": {"trian.save_interval": "2"}},
+            "HookParameters.trian.save_interval: unknown key",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_an_error_naming_it_and_the_right_one(config, message):
+    with pytest.raises(ConfigError) as info:
+        parse_hook_config(config, source="cfg.json")
+    assert str(info.value).startswith("cfg.json: ") and message in str(info.value)
+    if "trian" in message:
+        assert str(info.value).endswith("did you mean 'train.save_interval'?")
+
+
+def test_an_unknown_section_far_from_every_known_one_is_ignored_with_a_warning(caplog):
+    config = parse_hook_config({"LocalPath": "/tmp/x", "RuleConfigurations": [{"RuleName": "x"}]})
+    assert config.out_dir == "/tmp/x"
+    assert "ignoring unknown key 'RuleConfigurations'" in caplog.text
+
+
+@pytest.mark.parametrize(
     "entry, fragment",
     [
         ({"CollectionParameters": {}}, "CollectionConfigurations[0].CollectionName"),

@@ -74,6 +74,7 @@ HOOK_KEYS = (
     "health_steps",
     "health_loss_factor",
 )
+COLLECTION_ENTRY_KEYS = ("CollectionName", "CollectionParameters")
 COLLECTION_KEYS = ("include_regex", "save_histogram", *_REDUCTION_KEYS, *SAVE_CONFIG_KEYS)
 
 
@@ -153,8 +154,18 @@ def _parse(data: Any) -> HookConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"invalid value {data!r} (expected a JSON object)")
     for key in data:
-        if key not in TOP_LEVEL_KEYS:  # tolerated: SageMaker may add sections we do not use
-            logger.warning("smdebug: ignoring unknown key %r in the hook configuration", key)
+        if key in TOP_LEVEL_KEYS:
+            continue
+        # a misspelt section ("LocalPth", "localPath"), which ignoring would save elsewhere, or other
+        # tensors, silently; a section only a little like one of ours may be SageMaker's own
+        lower = {k.lower(): k for k in TOP_LEVEL_KEYS if k not in data}
+        close = difflib.get_close_matches(str(key).lower(), lower, n=1, cutoff=0.85)
+        if close:
+            raise ConfigError(
+                f"{key}: unknown key with value {data[key]!r}; did you mean {lower[close[0]]!r}?"
+            )
+        # tolerated: SageMaker may add sections we do not use
+        logger.warning("smdebug: ignoring unknown key %r in the hook configuration", key)
 
     # As smdebug 1.0: without LocalPath, SageMaker's local folder (which it uploads to S3OutputPath).
     out_dir = data.get("LocalPath")
@@ -229,7 +240,13 @@ def _check_keys(params: dict, allowed: tuple[str, ...], where: str) -> None:
         base = key.split(".", 1)[1] if key.lower().startswith(MODE_PREFIXES) else None
         if key in allowed or base in SAVE_CONFIG_KEYS:
             continue
-        close = difflib.get_close_matches(key, allowed, n=1)
+        prefix, dot, rest = key.rpartition(".")
+        if dot and rest in SAVE_CONFIG_KEYS:  # a misspelt mode ("trian.save_interval")
+            close = [
+                f"{p}{rest}" for p in difflib.get_close_matches(f"{prefix.lower()}.", MODE_PREFIXES, n=1)
+            ]
+        else:
+            close = difflib.get_close_matches(key, allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
             f"{where}.{key}: unknown key with value {params[key]!r} (expected one of {', '.join(allowed)}, "
@@ -272,6 +289,13 @@ def _reduction_config(params: dict, where: str) -> ReductionConfig | None:
 def _collection(entry: Any, index: int, hook_modes: dict[ModeKeys, dict]) -> CollectionSettings:
     name = entry.get("CollectionName") if isinstance(entry, dict) else None
     if not isinstance(name, str) or not name:
+        for key in entry if name is None and isinstance(entry, dict) else ():  # "CollectionNam"?
+            close = difflib.get_close_matches(key, COLLECTION_ENTRY_KEYS, n=1)
+            if key not in COLLECTION_ENTRY_KEYS and close:
+                raise ConfigError(
+                    f"CollectionConfigurations[{index}].{key}: unknown key with value {entry[key]!r}; "
+                    f"did you mean {close[0]!r}?"
+                )
         where = f"CollectionConfigurations[{index}].CollectionName"
         raise ConfigError(f"{where}: invalid value {name!r} (expected a collection name)")
     where = f"CollectionConfigurations[{name}]"

@@ -159,6 +159,7 @@ def _config(args) -> dict:
         data = _read_json(args.config)
         if not isinstance(data, dict):
             raise SMDebugValueError(f"{args.config}: expected a JSON object")
+        parse_hook_config(data, source=args.config)  # as written (a misspelt LocalPath is not filled in)
     if args.out_dir:
         data["LocalPath"] = args.out_dir
     if not data.get("LocalPath"):
