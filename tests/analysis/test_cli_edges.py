@@ -207,7 +207,7 @@ def test_core_declares_the_extras():
 
     project = tomllib.loads((Path(__file__).parents[2] / "core" / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    assert {"plot", "tensorboard", "s3", "pandas"} <= set(extras)
+    assert {"plot", "tensorboard", "s3", "pandas", "report"} <= set(extras)
     assert any(r.startswith("matplotlib") for r in extras["plot"])
     assert any(r.startswith("s3fs") for r in extras["s3"])
 
