@@ -154,6 +154,26 @@ def test_a_custom_rule_class_and_instance(tmp_path):
     hook.close()
 
 
+def test_a_custom_rule_with_the_walkthroughs_constructor(tmp_path):
+    class BigLoss(Rule):
+        def __init__(self, base_trial, other_trials, limit):  # as the walkthrough writes it
+            super().__init__(base_trial, other_trials=other_trials)
+            self.limit = float(limit)
+
+        def invoke_at_step(self, step):
+            return any(
+                self.base_trial.tensor(n).value(step).item() > self.limit
+                for n in self.base_trial.tensor_names(collection="losses", step=step)
+            )
+
+    hook = make_hook(str(tmp_path / "run"))
+    rule = hook.add_rule(BigLoss, limit="1e6")
+    assert rule.other_trials == []
+    with pytest.raises(StopTraining, match="BigLoss fired at step 1"):
+        train(hook, lr=1e6)
+    hook.close()
+
+
 def test_rules_are_checked_when_added(tmp_path):
     hook = make_hook(str(tmp_path / "run"))
     with pytest.raises(SMDebugValueError, match="threshold='tiny' is not a number"):

@@ -12,6 +12,7 @@ data flows from the hook to the rules, never back into the hook's writing.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import weakref
 from dataclasses import dataclass
@@ -123,6 +124,10 @@ class RuleRunner:
                 )
             obj = rule
         elif isinstance(rule, type) and issubclass(rule, Rule):
+            # the walkthrough's constructor is (base_trial, other_trials, ...): no other trials here
+            other = inspect.signature(rule.__init__).parameters.get("other_trials")
+            if other is not None and other.default is other.empty:
+                params.setdefault("other_trials", None)
             obj = rule(self.trial, **params)
         else:
             obj = create_rule(rule, self.trial, **params)
