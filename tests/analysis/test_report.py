@@ -374,3 +374,23 @@ def test_a_weight_that_starts_at_zero_does_not_blow_up_the_update_ratio_scale(tm
     assert script_errors(stderr) == []
     legend = re.search(r'<span class="scale">(.*?)</div>', dom.split('id="update_ratio"', 1)[1], re.S)
     assert "all zeros" in legend.group(1)
+
+
+def test_a_reduction_the_gradients_do_not_hold_is_a_clear_error(tmp_path, cli):
+    """Gradients saved as l2 norms only: --reduction abs_max cannot be drawn (it used to give a heatmap of
+    grey "not saved" cells); one line names what was saved. l2 itself is drawn."""
+    out = tmp_path / "l2_only"
+
+    def configure(hook):
+        hook.get_collection("gradients").reduction_config = smdebug.ReductionConfig(norms=["l2"])
+
+    plugins.reset()
+    train(out, configure=configure)
+    plugins.reset()
+    page = tmp_path / "l2.html"
+    result = cli("report", out, "-o", page, "--reduction", "abs_max", "--no-rules")
+    assert result.returncode == 2 and not page.exists()
+    (line,) = result.stderr.strip().splitlines()
+    assert "abs_max" in line and "l2" in line, line
+    assert cli("report", out, "-o", page, "--reduction", "l2", "--no-rules").returncode == 0
+    assert "gradient norm (l2)</b>: 4 layers" in page.read_text()

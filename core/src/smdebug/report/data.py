@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from smdebug.exceptions import SMDebugError
+from smdebug.exceptions import SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys
 
 # heatmap cell codes (uint16): 1..CODE_MAX the value on the heatmap's scale, then these
@@ -228,6 +228,12 @@ def _gradient_heatmap(trial, reduction: str | None, limits: Limits, notes: list[
                 except SMDebugError:
                     pass
     label = f"abs_{name}" if absolute else name
+    if reduction and not present.any() and steps:  # asked for a reduction the gradients do not hold
+        found = _reduction_key(trial, [n for _, n in layers], None)
+        held = "nothing readable" if found is None else f"{'abs_' if found[1] else ''}{found[0]}"
+        raise SMDebugValueError(
+            f"reduction {label!r}: no gradient holds it (they were saved as {held}; --reduction chooses one)"
+        )
     title = "gradient norm (l2)" if label == "l2" else f"gradient {label}"
     return _heatmap(title, [lbl for lbl, _ in layers], steps, grid, present)
 

@@ -185,7 +185,7 @@ def _curves(data: dict) -> str:
 
 def _heatmap_section(key: str, element_id: str, heatmap: dict | None, title: str) -> str:
     if heatmap is None:
-        what = "gradients" if key == "gradients" else "weights saved as values"
+        what = "gradients" if key == "gradients" else "weights as values"
         inner = f"<p>Not available: the run saved no {what}.</p>"
     else:
         inner = (
