@@ -13,7 +13,7 @@ from smdebug import plugins
 LOSS = "CrossEntropyLoss_output_0"
 
 
-def train(out_dir, steps=16, change_at=None, lr=0.1):
+def train(out_dir, steps=16, change_at=None, lr=0.1, shift=0.5):
     """Net on seeded data, every step saved; from step ``change_at`` on the data differs."""
     plugins.reset()
     model, loss_fn, opt = Net(), CrossEntropyLoss(), SGD(lr)
@@ -27,7 +27,7 @@ def train(out_dir, steps=16, change_at=None, lr=0.1):
     for step in range(steps):
         x, y = batch(data, 8)
         if change_at is not None and step >= change_at:
-            x = x + 0.5
+            x = x + np.float32(shift)
         train_step(hook, model, x, y, loss_fn, opt)
     hook.close()
     plugins.reset()
@@ -137,3 +137,18 @@ def test_nothing_comparable_says_why_and_json_still_prints(runs, tmp_path, cli):
     data = json.loads(result.stdout)
     assert data["differ"] is False and data["first"] is None
     assert {t["not_compared"] for t in data["tensors"]} == {"saved only in a", "saved only in b"}
+
+
+def test_an_all_nan_tensor_is_summarised_without_numpy_warnings(runs, tmp_path, recwarn):
+    """From step 12 the inputs are NaN: the divergence is there, and summarising an all-NaN gradient
+    ("mean=nan") prints no "Mean of empty slice" RuntimeWarning into the command's output."""
+    from smdebug.trials import diff
+
+    nan_run = train(tmp_path / "nan", change_at=12, shift=np.nan)
+    df = diff(runs["a"], nan_run)
+    assert df.attrs["first"]["step"] == 12 and df.attrs["first"]["b"] == "nan"
+    grad = df.set_index("tensor").loc["gradient/Net_fc1.weight"]
+    assert grad["step"] == 12 and "mean=nan" in grad["b"]
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [
+        str(w.message) for w in recwarn
+    ]

@@ -261,8 +261,10 @@ def _summary(value: np.ndarray):
     if value.size == 1 and value.dtype.kind in "biuf":
         return float(value.reshape(-1)[0])
     if value.dtype.kind in "biuf" and value.size:
-        with np.errstate(invalid="ignore"):
-            return f"{value.dtype}{list(value.shape)} mean={float(np.nanmean(value)):.6g}"
+        finite = value[~np.isnan(value)] if value.dtype.kind == "f" else value
+        with np.errstate(invalid="ignore", over="ignore"):  # an all-NaN tensor: mean=nan, no warning
+            mean = float(finite.mean(dtype=np.float64)) if finite.size else math.nan
+        return f"{value.dtype}{list(value.shape)} mean={mean:.6g}"
     return f"{value.dtype}{list(value.shape)}"
 
 
