@@ -394,3 +394,13 @@ def test_a_reduction_the_gradients_do_not_hold_is_a_clear_error(tmp_path, cli):
     assert "abs_max" in line and "l2" in line, line
     assert cli("report", out, "-o", page, "--reduction", "l2", "--no-rules").returncode == 0
     assert "gradient norm (l2)</b>: 4 layers" in page.read_text()
+
+
+def test_watch_with_an_output_folder_that_does_not_exist_fails_at_once(tmp_path, cli):
+    """--watch on a run that has not started yet: a wrong -o is said before waiting for the run (it used to
+    be said only once the first step arrived, or never without --timeout)."""
+    started = time.monotonic()
+    result = cli("report", tmp_path / "not_yet", "-o", tmp_path / "no" / "x.html", "--watch")
+    assert result.returncode == 2 and time.monotonic() - started < 30
+    (line,) = result.stderr.strip().splitlines()
+    assert "folder does not exist" in line

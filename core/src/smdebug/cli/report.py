@@ -50,7 +50,7 @@ def add_command(subparsers) -> None:
 
 def run(args) -> int:
     from smdebug.cli._common import open_trial, reach_trial
-    from smdebug.report import Limits, write_report
+    from smdebug.report import Limits, check_output, write_report
 
     for name in ("interval", "max_points", "max_steps", "max_cells"):
         if getattr(args, name) <= 0:
@@ -61,6 +61,7 @@ def run(args) -> int:
         path = write_report(open_trial(args.run), args.output, **options)
         print(f"Report written to {path}")
         return 0
+    check_output(args.output)  # before waiting for a run that may not have started
     trial = _wait_for_run(reach_trial(args.run, missing_ok=True), args)
     last_change, seen = time.monotonic(), None
     while True:

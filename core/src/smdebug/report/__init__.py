@@ -11,7 +11,7 @@ import os
 from smdebug.report.data import Limits, collect
 from smdebug.report.page import render
 
-__all__ = ["Limits", "build_report", "write_report"]
+__all__ = ["Limits", "build_report", "check_output", "write_report"]
 
 
 def build_report(
@@ -35,13 +35,19 @@ def build_report(
     return render(data, reload_seconds)
 
 
-def write_report(trial, output: str, **kwargs) -> str:
-    """Write the page to the local file ``output`` (replaced whole, so a browser never reads half a page)."""
+def check_output(output) -> str:
+    """``output`` as an absolute path, once its folder is known to exist (else a one-line error)."""
     from smdebug.exceptions import SMDebugValueError
 
     output = os.path.abspath(os.fspath(output))
     if not os.path.isdir(os.path.dirname(output)):
         raise SMDebugValueError(f"{output}: cannot write the report: its folder does not exist")
+    return output
+
+
+def write_report(trial, output: str, **kwargs) -> str:
+    """Write the page to the local file ``output`` (replaced whole, so a browser never reads half a page)."""
+    output = check_output(output)
     page = build_report(trial, **kwargs)
     tmp = f"{output}.tmp-{os.getpid()}"
     try:
