@@ -289,3 +289,37 @@ def test_smdebug_ignores_the_rule_firings_record(smdebug_python, tmp_path):
     )
     theirs = json.loads(_run(smdebug_python, "-c", code, out).stdout.strip().splitlines()[-1])
     assert theirs == {"steps": [0, 1, 2, 3, 4], "names": ["CrossEntropyLoss_output_0"]}
+
+
+def test_invoke_rule_evaluates_and_ends_as_smdebug_does(smdebug_python, tmp_path):
+    """A custom rule through invoke_rule (start_step, end_step, raise_eval_cond) on one run, by each
+    library: the same steps reach invoke_at_step, and each call ends the same way (returns, or raises
+    RuleEvaluationConditionMet at the same step, or NoMoreData at the end of the run)."""
+    import rule_invocations
+    import torch
+    from torch import nn
+
+    out = str(tmp_path / "run")
+    torch.manual_seed(0)
+    model, criterion = nn.Linear(4, 1), nn.MSELoss()
+    hook = smd.Hook(
+        out_dir=out, save_config=smd.SaveConfig(save_interval=2), include_collections=["gradients"]
+    )
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    for step in range(10):  # saved at 0, 2, ..., 8; inputs scaled up at step 4 make its gradients large
+        x = torch.randn(8, 4) * (100 if step == 4 else 1)
+        criterion(model(x), torch.zeros(8, 1)).backward()
+    hook.close()
+    for threshold in ("1.0", "1e9"):  # fires at step 4 / never
+        done = _run(smdebug_python, HERE / "rule_invocations.py", out, threshold)
+        theirs = json.loads(done.stdout.strip().splitlines()[-1])
+        ours = [rule_invocations.outcome(out, threshold, **kwargs) for kwargs in rule_invocations.CALLS]
+        assert ours == theirs, _differences(ours, theirs)
+    assert ours[0] == {
+        "seen": [0, 2, 4, 6, 8],
+        "ended": "NoMoreData",
+        "step": 9,
+        "last_step": 8,
+        "str": ours[0]["str"],
+    }
