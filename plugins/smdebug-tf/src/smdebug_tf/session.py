@@ -111,6 +111,11 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
             state.fetched = []
             state.health_fetched = False
             self.end_step()
+        if self.checkpoints is not None:
+            # a MonitoredTrainingSession's CheckpointSaverHook runs before the user's hooks: a checkpoint
+            # this run call wrote is recorded as of this step now, not at the next call (a job killed
+            # between the two would resume from the checkpoint before)
+            self.checkpoints.step_boundary()
         if self.should_stop():
             run_context.request_stop()
 
