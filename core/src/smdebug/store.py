@@ -467,6 +467,8 @@ class StagedFile:
     def discard(self) -> None:
         try:
             self._file.close()
+        except OSError:  # its buffered bytes could not be written (a full disk): they are not wanted
+            pass
         finally:
             if self._tmp is not None:
                 _unlink(self._tmp)

@@ -116,6 +116,8 @@ class Outbox:
         self._retry_at = 0.0
         self._backoff = RETRY_FIRST
         self._last_error = ""
+        self._unsaved_reason: str | None = None  # why the last step could not be saved (warned once)
+        self._unsaved_step = -1  # (and which step that was)
         self._store_ready = threading.Event()
         self._encoded_all = False  # the encoder has handed over everything queued before close
         self._drain_deadline: float | None = None
@@ -319,6 +321,8 @@ class Outbox:
             if pub.step is not None:
                 self.written_steps.append(pub.step)
                 self._unwritten.discard(pub.step)
+                if pub.step > self._unsaved_step:  # saving works again: the next failure is warned of
+                    self._unsaved_reason = None
             if self._failing:
                 self._failing = False
                 self._backoff = RETRY_FIRST
@@ -339,9 +343,24 @@ class Outbox:
             self._given_up(self._outbox.popleft(), self.refused, quiet=True)
         self._outbox_memory = 0
 
+    def _warn_unsaved(self, what: str, reason: str, step: int | None = None) -> None:
+        """Warn of a step or file that could not be saved, once for a run of them failing alike (a full
+        disk fails every step until space is freed): close lists them all."""
+        self._unsaved_step = max(self._unsaved_step, -1 if step is None else step)
+        if reason == self._unsaved_reason:
+            logger.debug("smdebug: could not save %s to %s: %s", what, self.uri, reason)
+            return
+        self._unsaved_reason = reason
+        logger.warning(
+            "smdebug: could not save %s to %s: %s (what else fails so is listed at close)",
+            what,
+            self.uri,
+            reason,
+        )
+
     def _given_up(self, pub, reason: str, quiet: bool = False) -> None:
         if not quiet:
-            logger.warning("smdebug: could not save %s to %s: %s", pub.what, self.uri, reason)
+            self._warn_unsaved(pub.what, reason, pub.step)
         if pub.step is not None:
             self.failed_steps[pub.step] = reason
         elif pub.file is not None:

@@ -347,7 +347,7 @@ class RunWriter(Outbox):
     def _fail(self, st: _OpenStep, exc: BaseException) -> None:
         reason = self._describe(exc)
         if not st.failed:
-            logger.warning("smdebug: could not save step %d to %s: %s", st.step, self.uri, reason)
+            self._warn_unsaved(f"step {st.step}", reason, st.step)
         st.failed = True
         self.failed_steps[st.step] = reason
         if st.staged is not None:
@@ -424,7 +424,11 @@ class RunWriter(Outbox):
         )
         parts = []
         if st.staged is not None:
-            st.staged.seal()
+            try:  # the file's last buffered bytes are written now: a full disk may fail only here
+                st.staged.seal()
+            except Exception as exc:
+                self._fail(st, exc)
+                return
             parts.append(st.staged)
         st.staged = None  # the publication owns it now
         parts.append((index_file_path(step, self.worker), index))
