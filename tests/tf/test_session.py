@@ -193,6 +193,36 @@ def test_zero_code_change_monitored_training_session(tmp_path):
     ]
 
 
+PLAIN_SESSION = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    import smdebug.tensorflow as smd
+
+    tf.compat.v1.disable_eager_execution()
+    hook = smd.SessionHook(out_dir=sys.argv[1], include_collections=["weights"])
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    w = tf.compat.v1.get_variable("dense/kernel", [3, 1])
+    loss = tf.reduce_mean(tf.matmul(x, w) ** 2)
+    train_op = hook.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(loss)
+    with tf.compat.v1.Session() as sess:  # runs no SessionRunHook: the hook sees nothing
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(3):
+            sess.run(train_op, feed_dict={x: np.ones((4, 3), np.float32)})
+    hook.close()
+    """
+)
+
+
+def test_a_plain_session_saves_nothing_and_the_hook_says_why(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(PLAIN_SESSION)
+    proc = _run([sys.executable, str(script), str(tmp_path / "run")])
+    assert "SessionHook of" in proc.stderr and "saw no session" in proc.stderr
+    assert "MonitoredTrainingSession (hooks=[hook])" in proc.stderr
+
+
 def test_smdebug_1_0_34_reads_a_graph_mode_run_as_we_do(graph_run):
     python = os.environ.get("SMDEBUG_1034_PYTHON")
     if not python or not os.path.exists(python):

@@ -123,6 +123,16 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
         if not self.closed:
             self.flush()  # a Trial reads the run; it stays open for a later session
 
+    def close(self) -> None:
+        if not self.closed and self.graph_state.graph is None:
+            self.warn_once(
+                "no session",
+                "smdebug: the SessionHook of %s saw no session: give it to a MonitoredSession or "
+                "MonitoredTrainingSession (hooks=[hook]); a plain tf.compat.v1.Session runs no SessionRunHook",
+                self.out_dir,
+            )
+        super().close()
+
     # -- the graph's tensors ---------------------------------------------------------------------------
     def find_tensors(self, graph) -> None:
         """Name the graph's tensors of every included collection, and add the ops fetching them."""
