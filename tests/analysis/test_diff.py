@@ -152,3 +152,48 @@ def test_an_all_nan_tensor_is_summarised_without_numpy_warnings(runs, tmp_path, 
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [
         str(w.message) for w in recwarn
     ]
+
+
+class _TwoWorkers(NumpyHook):
+    rank = 0
+
+    def worker_name(self):
+        return f"worker_{self.rank}"
+
+    def num_workers(self):
+        return 2
+
+
+def _workers_run(out_dir, ranks):
+    """A run whose workers ``ranks`` each saved "x" = [0, 1, 2] * step at steps 0..2."""
+    plugins.reset()
+    hooks = []
+    for rank in ranks:
+        hook = type(f"Rank{rank}", (_TwoWorkers,), {"rank": rank})(
+            out_dir=str(out_dir), save_config=smdebug.SaveConfig(save_interval=1), include_workers="all"
+        )
+        hooks.append(hook)
+    for step in range(3):
+        for hook in hooks:
+            hook.begin_step()
+            hook.save_tensor("x", np.arange(3.0) * step)
+            hook.end_step()
+    for hook in hooks:
+        hook.close()
+    plugins.reset()
+    return str(out_dir)
+
+
+def test_a_worker_only_one_run_has_is_said_not_compared(tmp_path, cli):
+    """A two-worker run against a one-worker run: worker_0 is compared with worker_0, and worker_1 (which
+    the other run lacks) is said not compared, not passed over in silence."""
+    from smdebug.trials import diff
+
+    two, one = _workers_run(tmp_path / "two", [0, 1]), _workers_run(tmp_path / "one", [0])
+    result = cli("diff", two, one)
+    assert result.returncode == 0, result.stderr
+    assert "worker_1" in result.stdout and "only in a" in result.stdout, result.stdout
+    data = json.loads(cli("diff", two, one, "--json").stdout)
+    assert any("worker_1" in note and "only in a" in note for note in data["notes"]), data
+    df = diff(two, one)
+    assert set(df["workers"]) == {"worker_0"} and any("worker_1" in n for n in df.attrs["notes"])

@@ -100,6 +100,8 @@ def run(args) -> int:
         print(f"Not compared ({len(not_compared)} tensor(s)), or compared in part ({len(partly)}):")
         for r in [*not_compared, *partly]:
             print(f"  {r.tensor}: {r.status}: {r.not_compared}")
+    for note in result.notes:
+        print(f"Not compared: {note}")
     if first is None and not args.all:
         print(f"{agreed} tensor(s) agree; --all lists them")
     return EXIT_DIFFER if result.differs else 0

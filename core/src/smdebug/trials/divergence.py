@@ -64,6 +64,7 @@ class DiffResult:
     rtol: float
     atol: float
     rows: list[TensorDiff] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was not compared beyond single tensors (workers)
 
     @property
     def differs(self) -> bool:
@@ -88,6 +89,7 @@ class DiffResult:
             "atol": self.atol,
             "differ": self.differs,
             "first": None if first is None else json_safe(asdict(first)),
+            "notes": list(self.notes),
             "tensors": [json_safe(asdict(r)) for r in self.rows],
         }
 
@@ -115,6 +117,14 @@ def compare(
     tb = ta if b is None else b if isinstance(b, Trial) else create_trial(b)
     pairs = _worker_pairs(ta, tb, workers)
     result = DiffResult(ta.path, tb.path, float(rtol), float(atol))
+    if workers is None:
+        paired = [{wa for wa, _ in pairs}, {wb for _, wb in pairs}]
+        for side, trial, done in (("a", ta, paired[0]), ("b", tb, paired[1])):
+            alone = [w for w in trial.workers() if w not in done]
+            if alone:
+                result.notes.append(
+                    f"worker(s) only in {side}, not compared: {', '.join(alone)} (--workers W1 W2 pairs two)"
+                )
     names_a, names_b = _selected(ta, collection, regex), _selected(tb, collection, regex)
     if not names_a and not names_b:
         what = f" (collection {collection!r})" if collection else f" (regex {regex!r})" if regex else ""
