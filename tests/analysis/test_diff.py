@@ -197,3 +197,10 @@ def test_a_worker_only_one_run_has_is_said_not_compared(tmp_path, cli):
     assert any("worker_1" in note and "only in a" in note for note in data["notes"]), data
     df = diff(two, one)
     assert set(df["workers"]) == {"worker_0"} and any("worker_1" in n for n in df.attrs["notes"])
+
+
+def test_help_texts_are_plain_text(cli):
+    for command in ("diff", "report"):
+        result = cli(command, "--help")
+        assert result.returncode == 0 and f"usage: smdebug {command}" in result.stdout
+        assert "``" not in result.stdout, result.stdout

@@ -20,7 +20,7 @@ def add_command(subparsers) -> None:
     parser = subparsers.add_parser(
         "diff",
         help="find where two runs (or two workers of one run) first differ (exit code 1 when they do)",
-        description=__doc__.split("\n\n")[1],
+        description=__doc__.split("\n\n")[1].replace("``", ""),  # reST markup: not for a terminal
     )
     parser.add_argument(
         "run_a", metavar="RUN_A", help="a run's folder or URI (local, s3://, any fsspec path)"
@@ -101,7 +101,7 @@ def run(args) -> int:
         for r in [*not_compared, *partly]:
             print(f"  {r.tensor}: {r.status}: {r.not_compared}")
     for note in result.notes:
-        print(f"Not compared: {note}")
+        print(note[:1].upper() + note[1:])
     if first is None and not args.all:
         print(f"{agreed} tensor(s) agree; --all lists them")
     return EXIT_DIFFER if result.differs else 0

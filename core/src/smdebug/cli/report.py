@@ -18,7 +18,7 @@ def add_command(subparsers) -> None:
     parser = subparsers.add_parser(
         "report",
         help="write a run's self-contained HTML report (curves, gradient heatmaps, rules)",
-        description=__doc__.split("\n\n")[1],
+        description=__doc__.split("\n\n")[1].replace("``", ""),  # reST markup: not for a terminal
     )
     parser.add_argument("run", metavar="RUN", help="a run's folder or URI (local, s3://, any fsspec path)")
     parser.add_argument(
