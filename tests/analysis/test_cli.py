@@ -109,6 +109,8 @@ def test_show_reductions_only_tensor(cli, run_dir, trial):
         (("plot", "{run}", "zzz", "-o", "{png}"), ["no saved tensor matches 'zzz'"]),
         (("plot", "{run}", LOSS, "-o", "{png}", "--reduction", "median_of_means"), ["unknown reduction"]),
         (("export-tensorboard", "{run}", "{logs}", "--worker", "worker_9"), ["worker 'worker_9'"]),
+        (("ls", "{run}", "--regex", "fc1("), ["invalid regex", "missing )"]),
+        (("ls", "{run}", "--collection", "weights", "--regex", "[fc"), ["invalid regex"]),
     ],
 )
 def test_errors_are_one_clear_line(cli, run_dir, tmp_path, args, fragments):

@@ -196,6 +196,19 @@ def test_missing_pandas_names_the_pandas_extra(tmp_path, run_dir):
     assert "pip install 'smdebug-core[pandas]'" in result.stderr.strip().splitlines()[-1]
 
 
+def test_dask_frames_without_dask_name_the_dask_extra(tmp_path, run_dir):
+    import subprocess
+    import sys
+
+    code = f"from smdebug.trials import to_dataframe; to_dataframe({str(run_dir)!r}, dask=True)"
+    env = {**os.environ, **_blocked(tmp_path, "dask")}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode != 0
+    assert "pip install 'smdebug-core[dask]'" in result.stderr.strip().splitlines()[-1]
+
+
 def test_missing_tensorboard_names_the_tensorboard_extra(cli, run_dir, tmp_path):
     result = cli("export-tensorboard", run_dir, tmp_path / "logs", env=_blocked(tmp_path, "tensorboard"))
     assert result.returncode == 0, result.stderr

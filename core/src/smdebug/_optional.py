@@ -8,7 +8,13 @@ import importlib
 from smdebug.exceptions import SMDebugError
 
 # extra of smdebug-core -> the package it installs (see core/pyproject.toml)
-EXTRAS = {"plot": "matplotlib", "tensorboard": "tensorboard", "s3": "s3fs", "pandas": "pandas"}
+EXTRAS = {
+    "plot": "matplotlib",
+    "tensorboard": "tensorboard",
+    "s3": "s3fs",
+    "pandas": "pandas",
+    "dask": "dask",
+}
 _EXTRA_OF = {package: extra for extra, package in EXTRAS.items()}
 
 

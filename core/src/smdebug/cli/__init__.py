@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`smdebug ls RUN | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush must not fail)
         return 141  # as a process killed by SIGPIPE
+    except re.error as exc:  # a regex given on the command line (--regex, a TENSOR pattern)
+        print(f"smdebug {args.command}: error: invalid regex: {exc.msg}", file=sys.stderr)
+        return EXIT_ERROR
     except (SMDebugError, OSError, ValueError, KeyError) as exc:
         # One clear line, not a traceback: these are problems with the input, not bugs.
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
