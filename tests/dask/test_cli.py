@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import N_RUNS
 
 HERE = Path(__file__).parent
@@ -30,11 +32,24 @@ def start_live_run(out, defect: str, steps: int, pause: float) -> subprocess.Pop
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def test_a_sweep_folder_on_two_workers(sweep):
+@pytest.fixture
+def dask_port_taken():
+    """Port 8787 (where a Dask scheduler serves HTTP by default) held, as by another cluster running."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", 8787))
+            sock.listen()
+        except OSError:
+            pass  # already taken
+        yield
+
+
+def test_a_sweep_folder_on_two_workers(sweep, dask_port_taken):
     done = smdebug(
         sweep["root"], "--workers", "2", "--rule", "vanishing_gradient", "--rule", "exploding_tensor"
     )
     assert done.returncode == 1, done.stderr  # rules fired
+    assert done.stderr == ""  # not Dask's warning that another cluster holds its port
     assert f"Rules on {N_RUNS + 2} runs in {sweep['root']}" in done.stdout
     assert "FIRED" in done.stdout and "malformed" in done.stdout  # the damaged run's row (its cell folds)
     vanishing = [r for r, d in sweep["defects"].items() if d == "vanishing"]
@@ -52,6 +67,27 @@ def test_json_on_an_existing_cluster(sweep, client):
     assert len(rows) == 6 and {r["rule"] for r in rows} == {"loss_not_decreasing"}
     flat = [r for r, d in sweep["defects"].items() if d == "flat" and r in {x["run"] for x in rows}]
     assert flat and all(next(x for x in rows if x["run"] == f)["status"] == "fired" for f in flat)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--workers", "0"), "argument --workers: must be at least 1, got 0"),
+        (("--workers", "-2"), "argument --workers: must be at least 1, got -2"),
+        (("--steps-per-task", "-3"), "argument --steps-per-task: must be at least 1, got -3"),
+        (
+            ("--start-step", "5", "--end-step", "2"),
+            "--end-step 2 leaves no step to evaluate (--start-step 5)",
+        ),
+        (("--baseline", "{root}/nope"), "baseline {root}/nope: no such file or directory"),
+        (("--baseline", "{root}"), "baseline {root}: no smdebug run found"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(sweep, args, message):
+    done = smdebug(sweep["root"], *(a.format(root=sweep["root"]) for a in args))
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.strip().splitlines()[-1].endswith(message.format(root=sweep["root"])), done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_healthy_runs_exit_0(sweep):

@@ -96,6 +96,32 @@ def test_runs_are_compared_with_the_baseline(sweep, serial):
     assert list(by_twin.status) == ["ok", "fired", "fired"]
 
 
+def test_a_baseline_spelled_otherwise_is_still_that_run(sweep, monkeypatch):
+    runs = find_runs(sweep["root"])
+    monkeypatch.chdir(sweep["root"])
+    df = evaluate_runs(runs[:3], ["similar_across_runs"], baseline="run-01/")  # relative, trailing slash
+    assert list(df.status) == ["fired", "skipped", "fired"]  # run-01 is not compared with itself
+    assert "differs from run-01" in df.iloc[0].reason
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"baseline": "no-such-run"}, "baseline no-such-run: no such file or directory"),
+        ({"steps_per_task": 0}, "steps_per_task must be at least 1, got 0"),
+        ({"steps_per_task": -3}, "steps_per_task must be at least 1, got -3"),
+        ({"workers": 0}, "workers must be at least 1, got 0"),
+        ({"start_step": 5, "end_step": 5}, "end_step 5 leaves no step to evaluate (start_step 5)"),
+    ],
+)
+def test_options_that_would_evaluate_nothing_are_errors(sweep, options, message):
+    from smdebug.exceptions import SMDebugValueError
+
+    with pytest.raises(SMDebugValueError) as caught:
+        evaluate_runs(sweep["root"] + "/run-0[0-2]", ["similar_across_runs"], **options)
+    assert str(caught.value) == message
+
+
 def test_on_s3_the_same_results(s3_sweep, sweep, serial, client):
     on_s3 = evaluate_runs(s3_sweep, RULES, client=client, steps_per_task=7)
     local = serial.copy()

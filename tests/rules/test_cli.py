@@ -71,6 +71,7 @@ def test_an_fsspec_uri(runs):
         ),
         (["{good}", "--rule", "all_zero"], "give collection_names or tensor_regex"),
         (["{good}", "--rule", "dead_relu", "--param", "nope=1"], "unknown parameter nope='1'"),
+        (["{good}", "--start-step", "4", "--end-step", "4"], "--end-step 4 leaves no step to evaluate"),
     ],
 )
 def test_errors_are_one_clear_line(runs, tmp_path, args, message):

@@ -86,7 +86,7 @@ def add_command(subparsers) -> None:
     )
     many = parser.add_argument_group("many runs (Dask)")
     many.add_argument(
-        "--workers", type=int, default=None, help="LocalCluster worker processes (default: cores)"
+        "--workers", type=_positive, default=None, help="LocalCluster worker processes (default: cores)"
     )
     many.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster, e.g. tcp://host:8786")
     many.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -94,8 +94,20 @@ def add_command(subparsers) -> None:
     many.add_argument(
         "--baseline", metavar="RUN", help="the run others are compared with (default: the first)"
     )
-    many.add_argument("--steps-per-task", type=int, default=None, help="steps of one task (default 250)")
+    many.add_argument(
+        "--steps-per-task", type=_positive, default=None, help="steps of one task (default 250)"
+    )
     parser.set_defaults(func=run, rules=None)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 @dataclass
@@ -109,6 +121,10 @@ class _State:
 
 
 def run(args) -> int:
+    if args.end_step is not None and args.end_step <= args.start_step:
+        raise SMDebugValueError(
+            f"--end-step {args.end_step} leaves no step to evaluate (--start-step {args.start_step})"
+        )
     if _many(args):
         from smdebug.cli.sweep import run_many
 

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 
 from smdebug.exceptions import SMDebugValueError
-from smdebug.layout import find_runs, is_run  # noqa: F401 (run discovery, importable from here too)
+from smdebug.layout import WRITERS_DIR, find_runs, is_run  # noqa: F401 (run discovery, importable from here too)
 from smdebug.rules.rule_specs import STEP_INDEPENDENT, RuleSpec, rule_specs  # noqa: F401 (and importable here)
 from smdebug.rules.sweep_executors import (  # noqa: F401 (the CLI's and the bench's)
     DASK_HINT,
@@ -86,7 +86,12 @@ def evaluate_runs(
         baselines = paths[:1]
     else:
         given = baseline if isinstance(baseline, (list, tuple)) else [baseline]
-        baselines = [b if isinstance(b, str) else _path_of(b) for b in given]
+        baselines = [_baseline(b if isinstance(b, str) else _path_of(b), paths) for b in given]
+    for name, value in (("steps_per_task", steps_per_task), ("workers", workers)):
+        if value is not None and value < 1:
+            raise SMDebugValueError(f"{name} must be at least 1, got {value}")
+    if end_step is not None and end_step <= start_step:
+        raise SMDebugValueError(f"end_step {end_step} leaves no step to evaluate (start_step {start_step})")
     per_task = steps_per_task or STEPS_PER_TASK
     settings = dict(start_step=start_step, end_step=end_step, timeout=timeout, stop_training=stop_training)
     owned = None
@@ -110,6 +115,23 @@ def evaluate_runs(
     df = pd.DataFrame(_rows(paths, specs, baselines, results, skipped), columns=COLUMNS, dtype=object)
     df.attrs["skipped"] = skipped  # default rules that need parameters -> why
     return df
+
+
+def _baseline(path: str, paths: list[str]) -> str:
+    """The baseline as the sweep names it when it is one of the runs (however it was spelled: its own row
+    is then skipped), else its path; an error when no run is there (nothing would be compared)."""
+    from smdebug import plugins
+
+    store = plugins.open_store(path)
+    key = (store.fs.protocol, store.root)
+    for run in paths:
+        other = plugins.open_store(run)
+        if (other.fs.protocol, other.root) == key:
+            return run
+    if not is_run(store.fs, store.root) and not store.fs.exists(f"{store.root}/{WRITERS_DIR}"):
+        what = "no smdebug run found" if store.fs.exists(store.root) else "no such file or directory"
+        raise SMDebugValueError(f"baseline {path}: {what}")
+    return path
 
 
 def _path_of(trial) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 from smdebug.exceptions import SMDebugValueError
 from smdebug.rules.sweep_tasks import (
@@ -107,7 +108,10 @@ def local_client(workers: int):
         raise MissingDependencyError(f"parallel workers need dask.distributed: {DASK_HINT}") from None
     # The workers' statistical profiler samples the running task's Python stack every 10 ms: rules are
     # Python-heavy and run several times slower under it.
-    with dask.config.set({"distributed.worker.profile.enabled": False}):
+    # Its scheduler serves HTTP (health checks) on 8787 even without a dashboard: when another cluster
+    # holds that port it takes a free one, with a warning that is no concern of a sweep's user.
+    with dask.config.set({"distributed.worker.profile.enabled": False}), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         cluster = LocalCluster(
             n_workers=workers,
             threads_per_worker=1,
