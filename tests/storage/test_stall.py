@@ -4,8 +4,11 @@ SMDEBUG_CLOSE_TIMEOUT, what was saved before the outage stays, and the unsaved s
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -102,6 +105,51 @@ def test_endpoint_down_from_the_start(s3_server, s3_uri, monkeypatch):
     assert max(times) < STEP_BOUND, times
     assert timed_close(hook) < 2 + CLOSE_SLACK
     assert sorted(hook._writer.failed_steps) == list(range(20))
+
+
+SLOW_S3FS_IMPORT = """
+import importlib.abc, sys, time
+import smdebug
+from smdebug.hook import BaseHook
+
+class SlowS3fs(importlib.abc.MetaPathFinder):  # importing s3fs takes seconds on a loaded machine
+    def find_spec(self, name, path=None, target=None):
+        if name == "s3fs":
+            time.sleep(4)
+        return None
+
+sys.meta_path.insert(0, SlowS3fs())
+began = time.perf_counter()
+hook = BaseHook(out_dir="s3://smdebug-tests/down/run", save_config=smdebug.SaveConfig(save_interval=1))
+print(f"built in {time.perf_counter() - began:.2f}")
+"""
+
+
+def test_endpoint_down_from_the_start_in_a_fresh_process_is_not_waited_for(monkeypatch):
+    """The probe of a refusing endpoint used to start only once the store was opened, after s3fs was
+    imported (1.5-3 s on this machine under load): the hook waited for that import."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "AKIADOWNFROMTHESTART0",
+        "AWS_SECRET_ACCESS_KEY": "down-from-the-start-secret-0123456789",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "SMDEBUG_CHECK_TIMEOUT": "20",
+        "SMDEBUG_CLOSE_TIMEOUT": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_S3FS_IMPORT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr
+    built = float(done.stdout.split()[-1])
+    assert built < 3.0, done.stdout  # not the 4 s import (nor the 20 s check timeout)
+    assert "cannot be reached (127.0.0.1:" in done.stderr
 
 
 def test_endpoint_hanging_from_the_start(hanging_endpoint, monkeypatch, caplog):

@@ -29,15 +29,26 @@ logger = logging.getLogger("smdebug")
 PROBE_SECONDS = 1.0  # the connection probe of a remote store's endpoint
 
 
-def _endpoint_address(store) -> tuple[str, int] | None:
+def _endpoint_address(store=None, uri: str = "") -> tuple[str, int] | None:
     """(host, port) of a remote store's configured endpoint (s3fs's option or the AWS environment);
-    None when there is none to probe (AWS's own endpoints, another filesystem)."""
+    None when there is none to probe (AWS's own endpoints, another filesystem). Without a store, that of
+    an s3:// ``uri`` as fsspec's configuration and the environment give it (no s3fs imported)."""
     from urllib.parse import urlsplit
 
-    fs = getattr(store, "fs", None)
-    url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+    if store is None:
+        if uri.split("://", 1)[0] not in ("s3", "s3a") or "://" not in uri:
+            return None
+        import fsspec.config
+
+        options = fsspec.config.conf.get("s3", {})
+        url, protocols = options.get("endpoint_url"), ("s3",)
+        url = url or (options.get("client_kwargs") or {}).get("endpoint_url")
+    else:
+        fs = getattr(store, "fs", None)
+        url, protocols = getattr(fs, "endpoint_url", None), getattr(fs, "protocol", ())
+        url = url or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
     url = url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if not url or "s3" not in getattr(fs, "protocol", ()):
+    if not url or "s3" not in protocols:
         return None
     try:
         parts = urlsplit(url)
@@ -95,7 +106,7 @@ class OutDirCheck:
     few seconds, so an unreachable store never holds training up. When it does not finish in time, the
     writer makes the claim before it writes anything (and writes nothing if the name is taken)."""
 
-    def __init__(self, open_store: Callable[[], Store], worker: str | None, claim: bool):
+    def __init__(self, open_store: Callable[[], Store], worker: str | None, claim: bool, uri: str = ""):
         self.worker = worker
         self.token = uuid.uuid4().hex
         self.store: Store | None = None
@@ -109,12 +120,17 @@ class OutDirCheck:
         self._done = threading.Event()
         self._settled = threading.Event()  # done, or the store's endpoint refuses connections
         self.unreachable: str | None = None  # why the endpoint cannot be reached (then no one waits)
+        # probed at once when the URI tells where (opening the store imports its filesystem: seconds)
+        self._address = _endpoint_address(uri=uri)
+        if self._address is not None:
+            threading.Thread(target=self._probe, name="smdebug-out-dir-probe", daemon=True).start()
         threading.Thread(target=self._run, name="smdebug-out-dir-check", daemon=True).start()
 
     def _run(self) -> None:
         try:
             self.store = self._open_store()
-            if not self.store.is_local:
+            if not self.store.is_local and self._address is None:
+                self._address = _endpoint_address(self.store)
                 threading.Thread(target=self._probe, name="smdebug-out-dir-probe", daemon=True).start()
             self.found = existing_run(self.store, self.worker)
             # a hook that went on without this check (its store's endpoint was down) claims the name when
@@ -133,7 +149,7 @@ class OutDirCheck:
     def _probe(self) -> None:
         """A remote store's endpoint that refuses connections (down from the start) is not waited for:
         its client would retry for seconds on the training thread's time. One TCP connection tells."""
-        address = _endpoint_address(self.store)
+        address = self._address
         if address is None:
             return
         try:
@@ -214,7 +230,7 @@ def check_out_dir(uri: str, open_store: Callable[[], Store], worker: str | None,
     (atomically: of two writers starting together one is refused); it runs on a thread of its own and is
     waited for at most SMDEBUG_CHECK_TIMEOUT seconds, so an unreachable store never holds training up (the
     writer then claims the name before it writes anything)."""
-    check = OutDirCheck(open_store, worker, claim)
+    check = OutDirCheck(open_store, worker, claim, uri)
     # a hook that never writes leaves nothing behind (an activated hook a script's own replaces)
     at_exit(check.release_if_unused)
     timeout = check_timeout_from_env()
