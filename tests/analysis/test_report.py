@@ -404,3 +404,44 @@ def test_watch_with_an_output_folder_that_does_not_exist_fails_at_once(tmp_path,
     assert result.returncode == 2 and time.monotonic() - started < 30
     (line,) = result.stderr.strip().splitlines()
     assert "folder does not exist" in line
+
+
+def _curve(html, name):
+    data = json.loads(re.search(r'id="smdebug-data">(.*?)</script>', html, re.S).group(1))
+    return next((c for c in data["curves"] if c["name"] == name), None)
+
+
+def test_a_per_sample_loss_and_a_loss_saved_as_reductions_get_curves(tmp_path, cli):
+    """Gluon losses (and torch's reduction="none") are one value per sample: the curve is their mean
+    at each step, and says so. A loss saved as its mean reduction only is drawn from that."""
+    out = tmp_path / "vector_loss"
+    plugins.reset()
+    hook = NumpyHook(out_dir=str(out), save_config=smdebug.SaveConfig(save_interval=1))
+    hook.set_mode(smdebug.modes.TRAIN)
+    for step in range(4):
+        hook.begin_step()
+        hook.save_tensor("PerSampleLoss_output_0", np.array([1.0, 3.0]) / (step + 1), "losses")
+        hook.end_step()
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "vector.html"
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0
+    html = page.read_text()
+    curve = _curve(html, "PerSampleLoss_output_0")
+    assert curve is not None, "no loss curve"
+    assert curve["series"][0]["y"] == [2.0, 1.0, 2 / 3, 0.5] and "mean" in curve["summary"]
+    assert "mean of" in html.split('id="curves"', 1)[1].split("</section>", 1)[0]
+
+    out = tmp_path / "mean_only"
+
+    def configure(hook):
+        hook.get_collection("losses").reduction_config = smdebug.ReductionConfig(reductions=["mean"])
+
+    plugins.reset()
+    train(out, configure=configure)
+    plugins.reset()
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0
+    curve = _curve(page.read_text(), LOSS)
+    assert curve is not None and len(curve["series"][0]["x"]) >= 3, "no curve of the loss's mean"
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and f'aria-label="{LOSS}"' in dom

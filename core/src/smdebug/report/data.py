@@ -141,10 +141,13 @@ def _curves(trial, limits: Limits, notes: list[str], marks: list[dict]) -> list[
         if len(chosen) < len(steps):
             notes.append(f"curve {name}: {len(chosen)} of {len(steps)} saved steps, evenly spaced")
         series: dict[str, dict] = {}
+        summaries: set[str] = set()
         for step in chosen:
-            value = _scalar_value(tensor, step)
+            value, summary = _scalar_value(tensor, step)
             if value is None:
                 continue
+            if summary:
+                summaries.add(summary)
             mode = trial.mode(step)
             line = series.setdefault(mode.name if mode is not None else "GLOBAL", {"x": [], "y": []})
             line["x"].append(step)
@@ -155,19 +158,33 @@ def _curves(trial, limits: Limits, notes: list[str], marks: list[dict]) -> list[
                     "name": name,
                     "series": [{"name": m, **s} for m, s in series.items()],
                     "marks": marks,
+                    "summary": "; ".join(sorted(summaries)),  # how a step's value was made one number
                 }
             )
     return curves
 
 
-def _scalar_value(tensor, step: int):
+def _scalar_value(tensor, step: int) -> tuple:
+    """(the step's value as one number, or None; how it was made one number: "" for a single value). A
+    per-sample loss (Gluon's, torch's reduction="none") is its mean; a tensor saved as reductions only,
+    its mean reduction."""
     try:
         value = tensor.value(step)
     except SMDebugError:
-        return None
-    if value.size != 1 or value.dtype.kind not in "biuf":
-        return None
-    return _finite(float(value.reshape(-1)[0]))
+        try:
+            return _finite(_one(tensor.reduction_value(step, "mean"))), "saved as its mean"
+        except SMDebugError:
+            return None, ""
+    if value.dtype.kind not in "biuf" or value.size == 0:
+        return None, ""
+    if value.size == 1:
+        return _finite(float(value.reshape(-1)[0])), ""
+    with np.errstate(all="ignore"):
+        return _finite(float(value.mean(dtype=np.float64))), f"mean of each step's {value.size} values"
+
+
+def _one(value) -> float:
+    return float(np.asarray(value).reshape(-1)[0])
 
 
 # -- heatmaps -------------------------------------------------------------------------------------------

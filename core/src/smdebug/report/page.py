@@ -175,12 +175,16 @@ def _curves(data: dict) -> str:
         inner = (
             '<div class="curves">'
             + "".join(
-                f'<div class="curve"><h3>{escape(c["name"])}</h3><div id="curve-{i}"></div></div>'
+                f'<div class="curve"><h3>{escape(c["name"])}{_summary(c)}</h3><div id="curve-{i}"></div></div>'
                 for i, c in enumerate(curves)
             )
             + "</div>"
         )
     return f'<section id="curves"><h2>Loss and metrics</h2><p class="help">{PANEL_HELP["curves"]}</p>{inner}</section>'
+
+
+def _summary(curve: dict) -> str:
+    return f' <span class="summary">({escape(curve["summary"])})</span>' if curve.get("summary") else ""
 
 
 def _heatmap_section(key: str, element_id: str, heatmap: dict | None, title: str) -> str:
