@@ -3,6 +3,8 @@ partition per run whose computed values equal the pandas ones."""
 
 from __future__ import annotations
 
+import shutil
+
 import dask.dataframe as dd
 import pandas as pd
 
@@ -31,3 +33,16 @@ def test_reductions_across_a_glob_in_pandas(sweep):
     assert df["run"].nunique() == 4 and list(df.columns)[-1] == "abs_mean"
     vanishing = [r for r, d in sweep["defects"].items() if d == "vanishing" and r.rsplit("-", 1)[1] < "14"]
     assert (df[df.run.isin(vanishing)]["abs_mean"] < 1e-7).any()
+
+
+def test_a_folder_holding_runs_in_pandas(sweep, tmp_path):
+    for name in ("run-00", "run-03"):  # a sweep folder of its own, without the damaged run
+        shutil.copytree(f"{sweep['root']}/{name}", tmp_path / "sweep" / name)
+    df = to_dataframe(str(tmp_path / "sweep"), collection="losses")
+    runs = [str(tmp_path / "sweep" / name) for name in ("run-00", "run-03")]
+    assert list(df.columns[:2]) == ["run", "tensor"] and df["run"].unique().tolist() == runs
+    alone = to_dataframe(runs[1], collection="losses")  # one run: no run column
+    assert "run" not in alone.columns
+    pd.testing.assert_series_equal(
+        df[df.run == runs[1]]["value"].reset_index(drop=True), alone["value"], check_dtype=False
+    )

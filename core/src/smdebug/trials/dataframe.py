@@ -52,11 +52,11 @@ def to_dataframe(
         df = to_dataframe(trial, collection="losses", mode="TRAIN")
         wide = df.pivot_table(index="step", columns="tensor", values="value")
 
-    Many runs: ``source`` a list of runs (paths or Trials) or a glob (``"sweep/lr-*"``) gives one frame
-    with a first column ``run`` (the run's path). With ``dask=True`` (``pip install
-    'smdebug-core[dask]'``) the result is a lazy Dask DataFrame with one partition per run (``source``
-    may then also be a folder or s3:// prefix holding runs), so reductions across a sweep run on a Dask
-    cluster; its columns are those of the first run's frame (pass ``reductions`` to fix them).
+    Many runs: ``source`` a list of runs (paths or Trials), a glob (``"sweep/lr-*"``) or a folder (or
+    s3:// prefix) holding runs gives one frame with a first column ``run`` (the run's path). With
+    ``dask=True`` (``pip install 'smdebug-core[dask]'``) the result is a lazy Dask DataFrame with one
+    partition per run, so reductions across a sweep run on a Dask cluster; its columns are those of the
+    first run's frame (pass ``reductions`` to fix them).
 
     Raises MissingDependencyError (an ImportError) when pandas (or, with ``dask=True``, Dask) is not
     installed.
@@ -72,11 +72,18 @@ def to_dataframe(
         reductions=reductions,
         values=values,
     )
-    many = isinstance(source, (list, tuple)) or (isinstance(source, str) and any(c in source for c in "*?["))
-    if dask or many:
-        from smdebug.layout import find_runs
+    from smdebug.layout import find_runs
 
-        runs = find_runs(source)
+    many = isinstance(source, (list, tuple)) or (isinstance(source, str) and any(c in source for c in "*?["))
+    runs = None
+    if isinstance(source, str) and not (dask or many):
+        try:  # a folder (or prefix) holding runs rather than being one
+            runs = find_runs(source)
+        except SMDebugValueError:  # nothing there yet: a run about to be written, read as one
+            pass
+        many = runs is not None and runs != [source.rstrip("/") or "/"]
+    if dask or many:
+        runs = runs or find_runs(source)
         if dask:
             return _dask_frame(runs, options)
         return pd.concat([_run_frame(run, options) for run in runs], ignore_index=True)
