@@ -292,3 +292,22 @@ def test_bool_strings(text, value):
 def test_bad_bool_string():
     with pytest.raises(ConfigError, match=r"save_shape.*'maybe'"):
         ReductionConfig(save_shape="maybe")
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda: SaveConfig(save_intreval=3),
+            "SaveConfig got an unexpected argument 'save_intreval'; did you mean 'save_interval'?",
+        ),
+        (lambda: SaveConfigMode(save_step=[1]), "did you mean 'save_steps'?"),
+        (lambda: ReductionConfig(reduction=["mean"]), "did you mean 'reductions'?"),
+        (lambda: smdebug.Collection("w", include_regexs=["a"]), "did you mean 'include_regex'?"),
+        (lambda: ReductionConfig(zzz=1), "(it takes reductions, abs_reductions, norms"),
+    ],
+)
+def test_a_mistyped_keyword_names_the_nearest_one(make, message):
+    with pytest.raises(TypeError) as info:
+        make()
+    assert message in str(info.value)

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Iterable
 
-from smdebug.config import ReductionConfig, SaveConfig, edited
+from smdebug.config import ReductionConfig, SaveConfig, edited, named_arguments
 from smdebug.exceptions import SMDebugTypeError
 
 
@@ -63,6 +63,7 @@ def _as_list(value) -> list[str]:
 class Collection:
     """A group of tensors chosen by name or regex, with optional save/reduction configs of its own."""
 
+    @named_arguments
     def __init__(
         self,
         name: str,

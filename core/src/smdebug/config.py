@@ -8,6 +8,8 @@ field and the value.
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import json
 import math
 import numbers
@@ -143,6 +145,23 @@ for _name in (
     setattr(_Steps, _name, _counted(getattr(list, _name)))
 
 
+def named_arguments(init):
+    """A constructor whose mistyped keyword argument is a TypeError naming the nearest one it takes
+    (``SaveConfig(save_intreval=3)``: did you mean 'save_interval'?), where Python names none."""
+    names = [n for n in inspect.signature(init).parameters if n != "self"]
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        for name in kwargs:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f" (it takes {', '.join(names)})"
+                raise TypeError(f"{type(self).__name__} got an unexpected argument {name!r}{hint}")
+        init(self, *args, **kwargs)
+
+    return checked
+
+
 # -- pydantic base: errors surface as ConfigError, assignments are validated too ------------------------
 @contextmanager
 def _config_errors(owner: str):
@@ -181,6 +200,7 @@ class SaveConfigMode(ConfigModel):
     end_step: Optional[int] = None
     save_steps: list[int] = Field(default_factory=list)
 
+    @named_arguments
     def __init__(self, save_interval=None, start_step=None, end_step=None, save_steps=None):
         super().__init__(
             save_interval=save_interval, start_step=start_step, end_step=end_step, save_steps=save_steps
@@ -294,6 +314,7 @@ class SaveConfig:
     mode to the hook.
     """
 
+    @named_arguments
     def __init__(
         self, mode_save_configs=None, save_interval=None, start_step=None, end_step=None, save_steps=None
     ):
@@ -426,6 +447,7 @@ class ReductionConfig(ConfigModel):
     save_raw_tensor: bool = False
     save_shape: bool = False
 
+    @named_arguments
     def __init__(
         self,
         reductions=None,
