@@ -24,6 +24,44 @@ class CustomGradientRule(Rule):
         return False
 
 
+class NeedsEarlierStep(Rule):
+    """Declares, at each step, a gradient at that step and ``back`` steps earlier (req_tensors)."""
+
+    def __init__(self, base_trial, name, regex="False", back="1"):
+        super().__init__(base_trial, "")
+        self.name, self.regex, self.back = name, regex == "True", int(back)
+        self.seen = []
+
+    def set_required_tensors(self, step):
+        self.req_tensors.add(self.name, steps=[step - self.back, step], should_match_regex=self.regex)
+
+    def invoke_at_step(self, step):
+        names = sorted(t.name for t in self.req_tensors.get())
+        self.seen.append([step, [[n, self.req_tensors.get_tensor_steps(n)] for n in names]])
+        return False
+
+
+def required(path):
+    """Which steps a rule declaring required tensors is evaluated at, and with which tensors."""
+    gradient = sorted(create_trial(path).tensor_names(collection="gradients"))[0]
+    out = []
+    for args in [
+        (gradient,),
+        ("gradient/.*", "True"),
+        ("nope",),
+        (gradient, "False", "2"),
+        ("nothing.*", "True"),
+    ]:
+        rule = NeedsEarlierStep(create_trial(path), *args)
+        try:
+            invoke_rule(rule)
+            ended = "returned"
+        except NoMoreData:
+            ended = "NoMoreData"
+        out.append([list(args), rule.seen, ended])
+    return out
+
+
 def outcome(path, threshold, **kwargs):
     rule = CustomGradientRule(create_trial(path), threshold=threshold)
     try:
@@ -56,4 +94,7 @@ CALLS = [
 
 if __name__ == "__main__":
     path, threshold = sys.argv[1], sys.argv[2]
-    print(json.dumps([outcome(path, threshold, **kwargs) for kwargs in CALLS]))
+    if threshold == "required":
+        print(json.dumps(required(path)))
+    else:
+        print(json.dumps([outcome(path, threshold, **kwargs) for kwargs in CALLS]))

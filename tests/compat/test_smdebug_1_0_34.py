@@ -316,6 +316,12 @@ def test_invoke_rule_evaluates_and_ends_as_smdebug_does(smdebug_python, tmp_path
         theirs = json.loads(done.stdout.strip().splitlines()[-1])
         ours = [rule_invocations.outcome(out, threshold, **kwargs) for kwargs in rule_invocations.CALLS]
         assert ours == theirs, _differences(ours, theirs)
+    # a rule declaring required tensors (req_tensors): the same steps, skipped when one is missing
+    done = _run(smdebug_python, HERE / "rule_invocations.py", out, "required")
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert rule_invocations.required(out) == theirs, _differences(rule_invocations.required(out), theirs)
+    assert [step for step, _ in theirs[2][1]] == []  # a tensor the run does not have: every step skipped
+    assert [step for step, _ in theirs[3][1]] == [2, 4, 6, 8]  # step 0 needs step -2
     assert ours[0] == {
         "seen": [0, 2, 4, 6, 8],
         "ended": "NoMoreData",
