@@ -110,6 +110,11 @@ def test_show_reductions_only_tensor(cli, run_dir, trial):
         (("plot", "{run}", LOSS, "-o", "{png}", "--reduction", "median_of_means"), ["unknown reduction"]),
         (("export-tensorboard", "{run}", "{logs}", "--worker", "worker_9"), ["worker 'worker_9'"]),
         (("ls", "{run}", "--regex", "fc1("), ["invalid regex", "missing )"]),
+        (
+            ("ls", "{run}", "--collection", "gradient"),
+            ["collection 'gradient' is not in the run", "gradients"],
+        ),
+        (("plot", "{run}", LOSS, "-o", "{png}", "--mode", "PREDICT"), [f"saved for {LOSS} in mode PREDICT"]),
         (("ls", "{run}", "--collection", "weights", "--regex", "[fc"), ["invalid regex"]),
     ],
 )

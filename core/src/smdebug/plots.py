@@ -169,7 +169,8 @@ def plot(
                 if s.steps
             ]
         if not drawn:
-            raise SMDebugValueError(f"no numeric values saved for {', '.join(patterns)}")
+            where = f" in mode {to_mode(mode).name}" if mode is not None else ""
+            raise SMDebugValueError(f"no numeric values saved for {', '.join(patterns)}{where}")
         panels.append(drawn)
     logs = [log] * len(panels) if isinstance(log, bool) else list(log)
 

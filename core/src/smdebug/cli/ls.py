@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from smdebug.cli._common import compact_steps, open_trial, printable, table
-from smdebug.exceptions import SMDebugError
+from smdebug.exceptions import SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys
 
 
@@ -93,6 +93,9 @@ def _print_capped(by_worker: dict, line, what: str) -> None:
 
 def run(args) -> int:
     trial = open_trial(args.out_dir)
+    if args.collection is not None and args.collection not in trial.collections():
+        names = ", ".join(sorted(trial.collections())) or "none"
+        raise SMDebugValueError(f"collection {args.collection!r} is not in the run (collections: {names})")
     info = describe(trial, args.collection, args.regex)
     if args.json:
         print(json.dumps(info, indent=2))
