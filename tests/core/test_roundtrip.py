@@ -1,6 +1,7 @@
 """A run written with the core alone (BaseHook) reads back through the Trial API with exact values."""
 
 import json
+import logging
 import os
 import time
 
@@ -408,3 +409,25 @@ def test_an_empty_tensor_keeps_its_raw_value_and_skips_reductions_with_one_warni
     assert [r.getMessage() for r in caplog.records if "no reductions of e" in r.getMessage()] == [
         "smdebug: no reductions of e: cannot compute mean of an empty tensor"
     ]
+
+
+def test_a_value_no_event_file_can_hold_is_recorded_unsaved_when_saved_not_lost_in_the_writer(
+    tmp_path, caplog
+):
+    """An int past 64 bits (an object array) or float128: the writer found it only while encoding, and
+    dropped it with a warning at every step and no record in the run."""
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    hook = BaseHook(out_dir=str(tmp_path / "run"), save_config=smdebug.SaveConfig(save_interval=1))
+    for _ in range(3):
+        hook.begin_step()
+        hook.save_tensor("huge", np.array([2**80]))
+        hook.save_tensor("fine", np.ones(2))
+        hook.end_step()
+    with pytest.raises(SMDebugTypeError, match="an int within 64 bits"):
+        hook.save_scalar("huge", 2**80)
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.tensor("fine").steps() == [0, 1, 2]
+    assert "huge" in trial.unsaved_tensors()["worker_0"]
+    assert len([r for r in caplog.records if "huge" in r.getMessage()]) == 1  # warned once, not a step
+    assert not any("could not encode" in r.getMessage() for r in caplog.records)

@@ -208,6 +208,32 @@ def _event(wall_time: float, step: int, what: list) -> bytes:
     return b"".join(_double(1, float(wall_time)) + _int(2, int(step)) + what)
 
 
+def dtype_enum(array: np.ndarray) -> int:
+    """The TensorFlow DataType of a numeric array; SMDebugTypeError when event files have none for it."""
+    enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
+    if enum is None or array.dtype.fields is not None:
+        raise SMDebugTypeError(f"Numpy dtype {array.dtype} is not supported in event files")
+    return enum
+
+
+def _not_a_string(element) -> SMDebugTypeError:
+    return SMDebugTypeError(
+        f"cannot encode a {type(element).__name__} element ({str(element)[:40]}): event files hold numbers "
+        "of numpy's fixed-size dtypes (an int within 64 bits) and strings"
+    )
+
+
+def check_encodable(array: np.ndarray) -> None:
+    """SMDebugTypeError when an event file cannot hold the array (an int past int64, float128, objects):
+    checked as a value is saved, where it is recorded unsaved, not only when the writer encodes it."""
+    if array.dtype.kind == "O":
+        for element in array.reshape(-1):
+            if not isinstance(element, (str, bytes)):
+                raise _not_a_string(element)
+    elif array.dtype.kind not in "US":
+        dtype_enum(array)
+
+
 def _tensor_proto(tag: str, array: np.ndarray) -> list:
     dims = []
     for size in array.shape:  # smdebug names every dim "{tag}_{size}"
@@ -219,12 +245,10 @@ def _tensor_proto(tag: str, array: np.ndarray) -> list:
         strings = []
         for s in array.reshape(-1):
             if not isinstance(s, (str, bytes)):
-                raise SMDebugTypeError(f"Cannot encode a {type(s).__name__} element of a string tensor")
+                raise _not_a_string(s)
             strings += _sub(8, [s.encode("utf-8") if isinstance(s, str) else bytes(s)])
         return shape + strings
-    enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
-    if enum is None or array.dtype.fields is not None:
-        raise SMDebugTypeError(f"Numpy dtype {array.dtype} is not supported in event files")
+    enum = dtype_enum(array)
     content = np.ascontiguousarray(array, dtype=_DTYPES[enum]).reshape(-1).view(np.uint8)
     return _int(1, enum) + shape + (_sub(4, [content]) if content.size else [])
 
@@ -408,9 +432,7 @@ def scalar_records(
     heads = templates.scalars
     for some, array in zip(names, values):
         array = np.asarray(array).reshape(-1)
-        enum = _ENUM_OF.get((array.dtype.kind, array.dtype.itemsize))
-        if enum is None or array.dtype.fields is not None:
-            raise SMDebugTypeError(f"Numpy dtype {array.dtype} is not supported in event files")
+        enum = dtype_enum(array)
         content = array.astype(_DTYPES[enum], copy=False).tobytes()
         for i, name in enumerate(some):
             key = (name, enum, mode, len(tail))

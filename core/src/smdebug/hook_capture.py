@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from smdebug import plugins
+from smdebug import codec, plugins
 from smdebug.collection import Collection
 from smdebug.exceptions import SMDebugTypeError
 from smdebug.hook_helpers import NESTED, leaves
@@ -135,10 +135,12 @@ class HookCapture:
 
     def _to_numpy(self, value: Any) -> np.ndarray:
         if np.isscalar(value) and not isinstance(value, np.generic):  # as smdebug 1.0: a Python scalar
-            return np.array([value])  # is saved with shape (1,)
-        array = plugins.to_numpy(value)
-        if array is None:
-            raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
+            array = np.array([value])  # is saved with shape (1,)
+        else:
+            array = plugins.to_numpy(value)
+            if array is None:
+                raise SMDebugTypeError(f"cannot convert a {type(value).__name__} to a numpy array")
+        codec.check_encodable(array)  # here, where it is recorded unsaved, not only in the writer
         return array
 
     def _write_now(self, name: str, value: Any, colls: list[Collection] | None, wall_time=None) -> None:
