@@ -63,3 +63,26 @@ def test_confusion_fills_in_defaults_for_parameters_left_out(tmp_path):
         evaluate_rule(smdebug.rules.Confusion(trial, "10", "foo", "bar", min_diag="0.0", max_off_diag="0.6"))
         == []
     )
+
+
+def test_similar_across_runs_compares_tensors_saved_as_reductions_only(tmp_path):
+    def reductions_run(name, scale):
+        out = str(tmp_path / name)
+        hook = smdebug.BaseHook(
+            out_dir=out,
+            include_collections=["gradients"],
+            save_config=smdebug.SaveConfig(save_interval=1),
+            reduction_config=smdebug.ReductionConfig(reductions=["mean"], abs_reductions=["max"]),
+        )
+        hook.get_collection("gradients").include("^gradient")
+        for step in range(3):
+            hook.begin_step()
+            hook.save_for_step("gradient/fc.weight", np.full((2, 2), (step + 1) * scale, dtype=np.float32))
+            hook.end_step()
+        hook.close()
+        return out
+
+    base, same, other = reductions_run("base", 1.0), reductions_run("same", 1.0), reductions_run("other", 2.0)
+    assert create_trial(base).tensor("gradient/fc.weight").reduction_values(0)  # no value, reductions only
+    assert fired(create_trial(same), "similar_across_runs", other_trial=base) == []
+    assert fired(create_trial(other), "similar_across_runs", other_trial=base) == [0, 1, 2]

@@ -209,16 +209,26 @@ class SimilarAcrossRuns(BuiltinRule):
 
     def invoke_at_step(self, step):
         for tname in self._names(step, self.collection_names, self.tensor_regex, all_if_empty=True):
-            mine = self._value(tname, step)
-            if mine is None or not self.other_trial.has_tensor(tname):
+            if not self.other_trial.has_tensor(tname):
                 continue
+            mine = self._value(tname, step)
             try:
-                theirs = np.asarray(self.other_trial.tensor(tname).value(step))
+                if mine is not None:
+                    theirs = np.asarray(self.other_trial.tensor(tname).value(step))
+                    differs = mine.shape != theirs.shape or not np.allclose(mine, theirs, equal_nan=True)
+                else:  # saved as reductions only: the reductions both runs saved are compared
+                    differs = self._reductions_differ(tname, step)
             except SMDebugError:
                 continue  # not saved at this step in the other run
-            if mine.shape != theirs.shape or not np.allclose(mine, theirs, equal_nan=True):
+            if differs:
                 return self._hit(f"{tname} differs from {self.other_trial.name} at step {step}")
         return False
+
+    def _reductions_differ(self, tname: str, step: int) -> bool:
+        mine = self.base_trial.tensor(tname).reduction_values(step)
+        theirs = self.other_trial.tensor(tname).reduction_values(step)
+        both = sorted(set(mine) & set(theirs))
+        return any(not np.allclose(mine[k], theirs[k], equal_nan=True) for k in both)
 
 
 class WeightUpdateRatio(BuiltinRule):
