@@ -1,5 +1,6 @@
 """``smdebug rules`` as a user runs it: a real subprocess."""
 
+import json
 import subprocess
 import sys
 
@@ -122,3 +123,20 @@ def test_watch_waits_for_a_run_whose_writer_has_only_claimed_it(tmp_path):
     (run / "writers" / "worker_0.json").write_text("{}")
     done = smdebug_rules(str(run), "--watch", "--timeout", "1")
     assert done.returncode == 2 and "no smdebug run appeared within 1s" in done.stderr, done.stderr
+
+
+def test_several_runs_and_json_with_the_core_alone(runs):
+    """The core installed alone (neither pandas nor Dask): several runs, and --json, still work."""
+    code = (
+        "import sys; sys.modules['pandas'] = sys.modules['distributed'] = None\n"
+        "from smdebug.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    args = [sys.executable, "-c", code, "rules", *runs, "--rule", "vanishing_gradient"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr  # fired on the bad run
+    assert "FIRED" in done.stdout and "1 fired in 1 runs" in done.stdout
+    assert done.stderr.count("\n") == 1 and "Dask is not installed" in done.stderr  # the one hint
+    done = subprocess.run([*args[:4], runs[1], "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)["results"]
+    assert results and {r["status"] for r in results} <= {"ok", "skipped"}

@@ -33,7 +33,7 @@ def run_many(args) -> int:
     try:
         with rules_progress() as progress:
             task = progress.add_task(f"{len(runs)} runs", total=None)
-            df = sweep.evaluate_runs(
+            rows, skipped = sweep.evaluate_rows(
                 runs,
                 rules,
                 client=client,
@@ -50,26 +50,26 @@ def run_many(args) -> int:
         if client is not None:
             client.close()
     if args.json:
-        records = df.to_dict(orient="records")
-        print(json.dumps({"results": records, "skipped_rules": df.attrs.get("skipped", {})}))
+        print(json.dumps({"results": rows, "skipped_rules": skipped}))
     else:
-        _print_table(df, show_all=args.all)
-    if (df["status"] == "fired").any():
+        _print_table(rows, skipped, show_all=args.all)
+    statuses = {row["status"] for row in rows}
+    if "fired" in statuses:
         return EXIT_FIRED
-    return EXIT_ERROR if (df["status"] == "error").any() else 0
+    return EXIT_ERROR if "error" in statuses else 0
 
 
 def _params_text(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items()) or "-"
 
 
-def _print_table(df, show_all: bool = False) -> None:
+def _print_table(rows: list[dict], skipped: dict, show_all: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 200)
-    runs = list(dict.fromkeys(df["run"]))
-    shown = df if show_all else df[df["status"].isin(["fired", "error"])]
+    runs = list(dict.fromkeys(row["run"] for row in rows))
+    shown = rows if show_all else [row for row in rows if row["status"] in ("fired", "error")]
     # runs under one folder are named relative to it
     parent = os.path.commonprefix([r.rsplit("/", 1)[0] + "/" for r in runs]).rsplit("/", 1)[0]
     where = f" in {parent}" if parent and len(runs) > 1 else ""
@@ -83,33 +83,32 @@ def _print_table(df, show_all: bool = False) -> None:
         "skipped": "[dim]skipped[/dim]",
         "ok": "[green]ok[/green]",
     }
-    for row in shown.itertuples(index=False):
-        details = row.error if row.status == "error" else row.reason
-        if row.note:
-            details = f"{details} ({row.note})" if details else row.note
+    for row in shown:
+        details = row["error"] if row["status"] == "error" else row["reason"]
+        if row["note"]:
+            details = f"{details} ({row['note']})" if details else row["note"]
         if where:
             details = details.replace(parent + "/", "")
         table.add_row(
-            str(row.run)[strip:],
-            row.rule if isinstance(row.rule, str) else "-",
-            _params_text(row.parameters),
-            style[row.status],
-            steps_text(row.fired_steps),
-            ", ".join(row.tensors) or "-",
+            str(row["run"])[strip:],
+            row["rule"] if isinstance(row["rule"], str) else "-",
+            _params_text(row["parameters"]),
+            style[row["status"]],
+            steps_text(row["fired_steps"]),
+            ", ".join(row["tensors"]) or "-",
             details,
         )
-    if len(shown):
+    if shown:
         console.print(table)
-    fired = df[df["status"] == "fired"]
-    errors = df[df["status"] == "error"]
-    rules = [r for r in dict.fromkeys(df["rule"]) if r is not None]
+    fired = [row for row in rows if row["status"] == "fired"]
+    errors = [row for row in rows if row["status"] == "error"]
+    rules = [r for r in dict.fromkeys(row["rule"] for row in rows) if r is not None]
     summary = (
-        f"{len(runs)} runs x {len(rules)} rules: {len(fired)} fired in {fired['run'].nunique()} runs, "
-        f"{len(errors)} with errors"
+        f"{len(runs)} runs x {len(rules)} rules: {len(fired)} fired in "
+        f"{len({row['run'] for row in fired})} runs, {len(errors)} with errors"
     )
     if not show_all:
         summary += "; every other (run, rule) is ok or skipped (--all lists them)"
     console.print(summary)
-    skipped = df.attrs.get("skipped", {})
     if skipped:
         console.print(f"skipped (need parameters): {', '.join(skipped)}")

@@ -43,20 +43,7 @@ COLUMNS = ["run", "rule", "parameters", "status", "fired_steps", "tensors", "rea
 STEPS_PER_TASK = 250
 
 
-def evaluate_runs(
-    runs,
-    rules=None,
-    *,
-    client=None,
-    workers: int | None = None,
-    baseline=None,
-    start_step: int = 0,
-    end_step: int | None = None,
-    steps_per_task: int | None = None,
-    timeout: float | None = None,
-    stop_training: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-):
+def evaluate_runs(runs, rules=None, **options):
     """Evaluate ``rules`` over every run of ``runs``; a pandas DataFrame with a row per (run, rule).
 
     - ``runs``: paths, URIs (``s3://...``, any fsspec URI), globs, folders holding runs, or Trials.
@@ -72,6 +59,7 @@ def evaluate_runs(
       step range (default 250); ``timeout``: how long to wait for a new step of a live run (default:
       until it ends); ``stop_training``: the first rule firing on a live run leaves the stop signal.
     - ``progress(done, total)`` is called as tasks finish.
+    (These options are keywords; ``evaluate_rows`` takes the same and needs no pandas.)
 
     Columns: run, rule, parameters (dict), status (fired, ok, error, skipped), fired_steps (list),
     tensors (named in the reasons it fired), reason (of its first firing), error, note. A run that cannot
@@ -80,6 +68,29 @@ def evaluate_runs(
     from smdebug._optional import require
 
     pd = require("pandas", "evaluate_runs' results table")
+    rows, skipped = evaluate_rows(runs, rules, **options)
+    # object columns: a missing rule stays None, lists and dicts stay as they are
+    df = pd.DataFrame(rows, columns=COLUMNS, dtype=object)
+    df.attrs["skipped"] = skipped  # default rules that need parameters -> why
+    return df
+
+
+def evaluate_rows(
+    runs,
+    rules=None,
+    *,
+    client=None,
+    workers: int | None = None,
+    baseline=None,
+    start_step: int = 0,
+    end_step: int | None = None,
+    steps_per_task: int | None = None,
+    timeout: float | None = None,
+    stop_training: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict], dict[str, str]]:
+    """evaluate_runs' table without pandas (what ``smdebug rules`` prints), its options the same: the
+    rows as dicts of the COLUMNS, and the default rules skipped as they need parameters (name -> why)."""
     paths = [r if isinstance(r, str) else _path_of(r) for r in find_runs(runs)]
     specs = rule_specs(rules, with_comparisons=rules is not None or len(paths) > 1)
     if baseline is None:
@@ -111,10 +122,7 @@ def evaluate_runs(
             if cluster is not None:
                 cluster.close()
     skipped: dict[str, str] = {}
-    # object columns: a missing rule stays None, lists and dicts stay as they are
-    df = pd.DataFrame(_rows(paths, specs, baselines, results, skipped), columns=COLUMNS, dtype=object)
-    df.attrs["skipped"] = skipped  # default rules that need parameters -> why
-    return df
+    return _rows(paths, specs, baselines, results, skipped), skipped
 
 
 def _baseline(path: str, paths: list[str]) -> str:
