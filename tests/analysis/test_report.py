@@ -445,3 +445,12 @@ def test_a_per_sample_loss_and_a_loss_saved_as_reductions_get_curves(tmp_path, c
     assert curve is not None and len(curve["series"][0]["x"]) >= 3, "no curve of the loss's mean"
     dom, stderr = chromium(page, tmp_path, "--dump-dom")
     assert script_errors(stderr) == [] and f'aria-label="{LOSS}"' in dom
+
+
+def test_an_output_that_is_a_folder_or_a_negative_timeout_is_a_clear_error(run_dir, tmp_path, cli):
+    result = cli("report", run_dir, "-o", tmp_path, "--no-rules")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "is a folder" in line and ".tmp-" not in line, line
+    result = cli("report", run_dir, "-o", tmp_path / "x.html", "--watch", "--timeout", "-1")
+    assert result.returncode == 2 and "--timeout" in result.stderr and not (tmp_path / "x.html").exists()

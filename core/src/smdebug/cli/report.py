@@ -55,13 +55,15 @@ def run(args) -> int:
     for name in ("interval", "max_points", "max_steps", "max_cells"):
         if getattr(args, name) <= 0:
             raise SMDebugValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.timeout is not None and args.timeout < 0:
+        raise SMDebugValueError(f"--timeout must be >= 0, got {args.timeout}")
+    check_output(args.output)  # before reading the run (or waiting for one that has not started)
     limits = Limits(max_points=args.max_points, max_steps=args.max_steps, max_cells=args.max_cells)
     options = {"reduction": args.reduction, "rules": not args.no_rules, "limits": limits}
     if not args.watch:
         path = write_report(open_trial(args.run), args.output, **options)
         print(f"Report written to {path}")
         return 0
-    check_output(args.output)  # before waiting for a run that may not have started
     trial = _wait_for_run(reach_trial(args.run, missing_ok=True), args)
     last_change, seen = time.monotonic(), None
     while True:

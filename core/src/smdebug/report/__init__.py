@@ -40,6 +40,10 @@ def check_output(output) -> str:
     from smdebug.exceptions import SMDebugValueError
 
     output = os.path.abspath(os.fspath(output))
+    if os.path.isdir(output):
+        raise SMDebugValueError(
+            f"{output} is a folder: give the report's file name (-o {output}/report.html)"
+        )
     if not os.path.isdir(os.path.dirname(output)):
         raise SMDebugValueError(f"{output}: cannot write the report: its folder does not exist")
     return output
