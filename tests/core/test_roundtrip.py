@@ -32,7 +32,7 @@ def every_step():
 def test_every_dtype_round_trips(tmp_path):
     rng = np.random.default_rng(0)
     arrays = {f"t_{d}": (rng.standard_normal((3, 4)) * 50).astype(d) for d in DTYPES}
-    arrays["scalar0d"] = np.float32(3.5)
+    arrays["scalar0d"] = np.array(3.5, dtype=np.float32)  # (a numpy scalar is saved with shape (1,))
     arrays["scalar1"] = np.array([7], dtype=np.int64)
     arrays["empty"] = np.zeros((0, 3), dtype=np.float32)
     arrays["large"] = rng.standard_normal(1_500_000).astype(np.float32)
@@ -199,6 +199,28 @@ def test_save_scalar_and_layout(tmp_path):
     assert os.path.exists(os.path.join(out, "events/000000000000/000000000000_worker_0.tfevents"))
     assert os.path.exists(os.path.join(out, "collections/000000000/worker_0_collections.json"))
     assert create_trial(out).tensor("scalar/lr").value(0).tolist() == pytest.approx([0.1])
+
+
+def test_a_numpy_scalar_is_saved_with_shape_1_as_a_python_one(tmp_path):
+    """smdebug 1.0 saves any scalar a user gives (np.mean's np.float64 included) as a 1-element array:
+    ``value(step)[0]`` works whichever kind of scalar the script had."""
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out)
+    hook.begin_step()
+    hook.save_scalar("mean_acc", np.mean([0.5, 1.0]))
+    hook.save_scalar("f32", np.float32(2.5))
+    hook.save_tensor("count", np.int64(7), "custom")
+    hook.save_tensor("arr0d", np.array(1.5), "custom")  # an array keeps its shape
+    hook.close()
+    trial = create_trial(out)
+    for name, dtype, expected in (
+        ("scalar/mean_acc", np.float64, 0.75),
+        ("scalar/f32", np.float32, 2.5),
+        ("count", np.int64, 7),
+    ):
+        value = trial.tensor(name).value(0)
+        assert value.shape == (1,) and value.dtype == dtype and value[0] == expected, name
+    assert trial.tensor("arr0d").value(0).shape == ()
 
 
 def test_save_scalar_timestamp_is_the_event_wall_time(tmp_path):

@@ -278,7 +278,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         since the epoch) is the event's wall time, now by default."""
         if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, (int, float))):
             raise SMDebugTypeError(f"save_scalar({name!r}): timestamp must be seconds since the epoch")
-        array = np.asarray(self._to_numpy(value))
+        array = np.asarray(self._to_numpy(_user_scalar(value)))
         if array.size != 1:
             raise SMDebugTypeError(f"save_scalar({name!r}): value has {array.size} elements, expected one")
         # a 0-d tensor stays 0-d, as in smdebug 1.0
@@ -295,7 +295,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             coll.add_tensor_name(tensor_name)
             self._include(cname)
             colls.append(coll)
-        self._write_now(tensor_name, tensor_value, colls)
+        self._write_now(tensor_name, _user_scalar(tensor_value), colls)
 
     @classmethod
     def create_from_json_file(cls, json_file_path: str | None = None):
@@ -508,6 +508,12 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             f"<{type(self).__name__} out_dir={self.out_dir!r} step={self.step} mode={self.mode.name} "
             f"include_collections={self.include_collections}>"
         )
+
+
+def _user_scalar(value):
+    """A numpy scalar a script hands save_scalar/save_tensor (np.mean's np.float64): a 1-element array, as
+    smdebug 1.0 saves any scalar given to it (a 0-d array or tensor keeps its shape)."""
+    return np.array([value]) if isinstance(value, np.generic) else value
 
 
 def _rebuild_copy(cls: type[BaseHook], options: HookConfig, collection_manager, state: dict) -> BaseHook:
