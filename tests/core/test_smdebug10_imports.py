@@ -46,3 +46,13 @@ def test_modes_is_the_modes_enum():
     assert modes["EVAL"] is modes.EVAL and modes(3) is modes.PREDICT
     assert modes.GLOBAL in modes and isinstance(modes.TRAIN, modes) and not isinstance("TRAIN", modes)
     assert modes.TRAIN is modes.ModeKeys.TRAIN and modes.to_mode("train") is modes.TRAIN
+
+
+def test_smdebug_core_tensor_holds_step_state_and_tensor():
+    """smdebug 1.0's analysis documentation: has_passed_step "returns smdebug.core.tensor.StepState"."""
+    from smdebug.core.tensor import StepState, Tensor
+    from smdebug.trials.tensor import StepState as ours
+    from smdebug.trials.tensor import Tensor as our_tensor
+
+    assert StepState is ours and Tensor is our_tensor
+    assert {s.name for s in StepState} == {"UNAVAILABLE", "AVAILABLE", "NOT_YET_AVAILABLE"}
