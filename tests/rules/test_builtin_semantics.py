@@ -86,3 +86,22 @@ def test_similar_across_runs_compares_tensors_saved_as_reductions_only(tmp_path)
     assert create_trial(base).tensor("gradient/fc.weight").reduction_values(0)  # no value, reductions only
     assert fired(create_trial(same), "similar_across_runs", other_trial=base) == []
     assert fired(create_trial(other), "similar_across_runs", other_trial=base) == [0, 1, 2]
+
+
+def test_tensor_variance_reads_a_saved_variance_when_only_reductions_were_saved(tmp_path):
+    out = str(tmp_path / "run")
+    hook = smdebug.BaseHook(
+        out_dir=out,
+        include_collections=["weights"],
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(reductions=["variance", "mean"]),
+    )
+    hook.get_collection("weights").include("weight")
+    for spread in (1.0, 100.0):  # variances 1 and 10000
+        hook.begin_step()
+        hook.save_for_step("fc.weight", np.array([-spread, spread], dtype=np.float32))
+        hook.end_step()
+    hook.close()
+    trial = create_trial(out)
+    assert fired(trial, "tensor_variance", collection_names="weights", max_threshold="10") == [1]
+    assert fired(trial, "tensor_variance", collection_names="weights", min_threshold="10") == [0]

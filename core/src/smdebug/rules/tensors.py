@@ -174,14 +174,24 @@ class TensorVariance(BuiltinRule):
     def invoke_at_step(self, step):
         for tname in self._names(step, self.collection_names, self.tensor_regex):
             value = numeric(self._value(tname, step))
-            if value is None:
+            var = float(np.var(value)) if value is not None else self._saved_variance(tname, step)
+            if var is None:
                 continue
-            var = float(np.var(value))
             if self.max_threshold is not None and var > self.max_threshold:
                 return self._hit(f"{tname}: variance {var:.3g} > max_threshold {self.max_threshold:g}")
             if self.min_threshold is not None and var < self.min_threshold:
                 return self._hit(f"{tname}: variance {var:.3g} < min_threshold {self.min_threshold:g}")
         return False
+
+    def _saved_variance(self, tname: str, step: int) -> float | None:
+        """A tensor saved as reductions only: its saved variance (or std squared), None without one."""
+        tensor = self.base_trial.tensor(tname)
+        for reduction, power in (("variance", 1), ("std", 2)):
+            try:
+                return float(tensor.reduction_value(step, reduction)) ** power
+            except (SMDebugError, TypeError, ValueError):
+                continue
+        return None
 
 
 class SimilarAcrossRuns(BuiltinRule):
