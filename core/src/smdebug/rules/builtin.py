@@ -81,15 +81,26 @@ def create_rule(name, base_trial, other_trials=None, action_str: str = "", **par
                     f"{cls.__name__}: unknown parameter {key}={params[key]!r}{hint} "
                     f"(parameters: {', '.join(accepted) or 'none'})"
                 )
-    if other_trials:
-        if "other_trials" in accepted:
-            params.setdefault("other_trials", other_trials)
-        elif "other_trial" in accepted:
-            params.setdefault("other_trial", list(other_trials)[0])
     try:
-        rule = cls(base_trial, **params)
+        rule = construct(cls, base_trial, params, other_trials)
     except TypeError as exc:  # e.g. a missing required parameter of a plugin's rule
         raise SMDebugTypeError(f"{cls.__name__}: {exc}") from None
     if action_str:
         rule.action_str = action_str
     return rule
+
+
+def construct(cls: type[Rule], base_trial, params: dict, other_trials=None) -> Rule:
+    """``cls(base_trial, **params)``, the other trials given to the parameter that takes them; a class
+    written as the walkthrough writes it, ``(base_trial, other_trials, ...)``, gets None without any."""
+    accepted = inspect.signature(cls.__init__).parameters
+    params = dict(params)
+    if other_trials:
+        if "other_trials" in accepted:
+            params.setdefault("other_trials", list(other_trials))
+        elif "other_trial" in accepted:
+            params.setdefault("other_trial", list(other_trials)[0])
+    takes_others = accepted.get("other_trials")
+    if takes_others is not None and takes_others.default is takes_others.empty:
+        params.setdefault("other_trials", None)
+    return cls(base_trial, **params)

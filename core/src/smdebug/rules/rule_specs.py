@@ -41,18 +41,12 @@ class RuleSpec:
     optional: bool = False  # from the default set: skipped (not an error) when it needs parameters
 
     def build(self, trial, other_trials=()):
-        from smdebug.rules.builtin import create_rule
+        from smdebug.rules.builtin import construct, create_rule
 
         params = dict(self.params)
         others = list(other_trials) if self.compares else None
         if isinstance(self.target, type):
-            accepted = _parameters(self.target)
-            if others:
-                if "other_trials" in accepted:
-                    params.setdefault("other_trials", others)
-                elif "other_trial" in accepted:
-                    params.setdefault("other_trial", others[0])
-            return self.target(trial, **params)
+            return construct(self.target, trial, params, others)
         return create_rule(self.target, trial, other_trials=others, **params)
 
 

@@ -12,7 +12,6 @@ data flows from the hook to the rules, never back into the hook's writing.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import weakref
 from dataclasses import dataclass
@@ -112,7 +111,7 @@ class RuleRunner:
         self.firings = FiringsRecord(hook)
 
     def add(self, rule, action=STOP_TRAINING, params=None):
-        from smdebug.rules.builtin import create_rule
+        from smdebug.rules.builtin import construct, create_rule
         from smdebug.rules.rule import Rule
 
         actions = parse_actions(action)
@@ -124,11 +123,7 @@ class RuleRunner:
                 )
             obj = rule
         elif isinstance(rule, type) and issubclass(rule, Rule):
-            # the walkthrough's constructor is (base_trial, other_trials, ...): no other trials here
-            other = inspect.signature(rule.__init__).parameters.get("other_trials")
-            if other is not None and other.default is other.empty:
-                params.setdefault("other_trials", None)
-            obj = rule(self.trial, **params)
+            obj = construct(rule, self.trial, params)
         else:
             obj = create_rule(rule, self.trial, **params)
         self.entries.append(_Entry(obj, actions))
