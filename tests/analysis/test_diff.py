@@ -13,7 +13,7 @@ from smdebug import plugins
 LOSS = "CrossEntropyLoss_output_0"
 
 
-def train(out_dir, steps=16, change_at=None, lr=0.1, shift=0.5):
+def train(out_dir, steps=16, change_at=None, lr=0.1, shift=0.5, eval_every=None):
     """Net on seeded data, every step saved; from step ``change_at`` on the data differs."""
     plugins.reset()
     model, loss_fn, opt = Net(), CrossEntropyLoss(), SGD(lr)
@@ -28,7 +28,12 @@ def train(out_dir, steps=16, change_at=None, lr=0.1, shift=0.5):
         x, y = batch(data, 8)
         if change_at is not None and step >= change_at:
             x = x + np.float32(shift)
+        if eval_every:
+            hook.set_mode(smdebug.modes.TRAIN)
         train_step(hook, model, x, y, loss_fn, opt)
+        if eval_every and step % eval_every == eval_every - 1:  # a validation batch: no update
+            hook.set_mode(smdebug.modes.EVAL)
+            train_step(hook, model, *batch(np.random.default_rng(step), 8), loss_fn)
     hook.close()
     plugins.reset()
     return str(out_dir)
@@ -204,3 +209,23 @@ def test_help_texts_are_plain_text(cli):
         result = cli(command, "--help")
         assert result.returncode == 0 and f"usage: smdebug {command}" in result.stdout
         assert "``" not in result.stdout, result.stdout
+
+
+def test_runs_with_a_different_eval_schedule_are_compared_step_for_step_by_mode(runs, tmp_path, cli):
+    """The same training, one run validating every 5 steps: global step numbers no longer line up, so the
+    runs are compared by mode step (TRAIN step 7 with TRAIN step 7): they agree, and a change of the data
+    at TRAIN step 12 is found there (global step 14 of the run that validated twice before it)."""
+    from smdebug.trials import diff
+
+    with_eval = train(tmp_path / "eval", eval_every=5)
+    plain = train(tmp_path / "plain", eval_every=None)
+    result = cli("diff", plain, with_eval)
+    assert result.returncode == 0, result.stdout
+    df = diff(plain, with_eval)
+    assert set(df["status"]) == {"agrees"}
+    # the three validation steps: saved by one run only, and said so
+    assert {n for n in df["not_compared"] if n} == {"steps saved by one side only: 0 in a, 3 in b"}
+    changed = train(tmp_path / "changed_eval", eval_every=5, change_at=12)
+    df = diff(changed, plain)
+    first = df.attrs["first"]
+    assert (first["step"], first["mode"], first["mode_step"]) == (14, "TRAIN", 12), first

@@ -130,13 +130,14 @@ def compare(
         what = f" (collection {collection!r})" if collection else f" (regex {regex!r})" if regex else ""
         raise SMDebugValueError(f"no tensors to compare{what} in {ta.path} or {tb.path}")
     order = {name: i for i, name in enumerate(saved_order(ta))}
+    keys = _step_keys(ta, tb)
     for name in sorted(set(names_a) | set(names_b), key=lambda n: (order.get(n, len(order)), n)):
         if name not in names_b or name not in names_a:
             side = "a" if name in names_a else "b"
             result.rows.append(TensorDiff(name, NOT_COMPARED, not_compared=f"saved only in {side}"))
             continue
         for wa, wb in pairs:
-            row = _compare_tensor(ta.tensor(name), tb.tensor(name), wa, wb, rtol, atol)
+            row = _compare_tensor(ta.tensor(name), tb.tensor(name), wa, wb, rtol, atol, keys)
             row.workers = wa if wa == wb else f"{wa} vs {wb}"
             result.rows.append(row)
     # the first divergence first, then the later ones by step, then what agrees, then what was not compared
@@ -173,19 +174,39 @@ def saved_order(trial) -> list[str]:
 
 
 # -- one tensor ---------------------------------------------------------------------------------------
-def _compare_tensor(ta, tb, wa: str, wb: str, rtol: float, atol: float) -> TensorDiff:
-    steps_a = {s for s in ta.steps() if wa in ta.workers(s)}
-    steps_b = {s for s in tb.steps() if wb in tb.workers(s)}
-    common = sorted(steps_a & steps_b)
+def _step_keys(ta, tb):
+    """(key of a's steps, key of b's): what pairs a step of one run with a step of the other. By mode step
+    (a TRAIN or GLOBAL step is a training step) when each run names every step once that way, so that runs
+    validating on different schedules still pair training step k with training step k; else by global
+    step."""
+    keys = []
+    for trial in (ta, tb):
+        key = {}
+        for step in trial.steps():
+            mode, mode_step = trial.mode_modestep(step)
+            training = mode not in (ModeKeys.EVAL, ModeKeys.PREDICT)
+            key[step] = ("TRAIN" if training else mode.name, mode_step)
+        keys.append(key if len(set(key.values())) == len(key) else None)
+    if None in keys:
+        return lambda side, step: step
+    return lambda side, step: keys[side].get(step, step)
+
+
+def _compare_tensor(ta, tb, wa: str, wb: str, rtol: float, atol: float, keys=None) -> TensorDiff:
+    keys = keys or (lambda side, step: step)
+    steps_a = {keys(0, s): s for s in ta.steps() if wa in ta.workers(s)}  # pairing key -> global step
+    steps_b = {keys(1, s): s for s in tb.steps() if wb in tb.workers(s)}
+    common = sorted(steps_a.keys() & steps_b.keys(), key=steps_a.get)
     notes = []
-    if steps_a ^ steps_b:
-        only = len(steps_a - steps_b), len(steps_b - steps_a)
+    if steps_a.keys() ^ steps_b.keys():
+        only = len(steps_a.keys() - steps_b.keys()), len(steps_b.keys() - steps_a.keys())
         notes.append(f"steps saved by one side only: {only[0]} in a, {only[1]} in b")
     row = TensorDiff(ta.name, NOT_COMPARED)
     skipped = 0
-    for step in common:
+    for key in common:
+        step, step_b = steps_a[key], steps_b[key]
         try:
-            outcome = _compare_step(ta, tb, step, wa, wb, rtol, atol)
+            outcome = _compare_step(ta, tb, step, step_b, wa, wb, rtol, atol)
         except CorruptTensorRecord as exc:
             notes.append(f"step {step} skipped: {exc}")
             skipped += 1
@@ -201,7 +222,7 @@ def _compare_tensor(ta, tb, wa: str, wb: str, rtol: float, atol: float) -> Tenso
             row.status, row.step, row.compared = DIFFERS, step, compared
             row.mode = mode.name if mode is not None else None
             row.mode_step, row.max_abs_diff, row.a, row.b = mode_step, max_abs, va, vb
-            row.detail = detail
+            row.detail = "; ".join(d for d in (detail, "" if step_b == step else f"b's step {step_b}") if d)
             break
     if row.status != DIFFERS and row.steps_compared:
         row.status = AGREES
@@ -213,14 +234,15 @@ def _compare_tensor(ta, tb, wa: str, wb: str, rtol: float, atol: float) -> Tenso
     return row
 
 
-def _compare_step(ta, tb, step: int, wa: str, wb: str, rtol: float, atol: float):
-    """(compared, diverged, max_abs_diff, a, b, detail), or None when nothing is comparable."""
+def _compare_step(ta, tb, step: int, step_b: int, wa: str, wb: str, rtol: float, atol: float):
+    """(compared, diverged, max_abs_diff, a, b, detail) of a's ``step`` and b's ``step_b``, or None when
+    nothing is comparable."""
     da = ta._worker_data(step, ModeKeys.GLOBAL, wa)
-    db = tb._worker_data(step, ModeKeys.GLOBAL, wb)
+    db = tb._worker_data(step_b, ModeKeys.GLOBAL, wb)
     if da.location is not None and db.location is not None:
         # a sharded tensor (each worker saved its shard) is compared whole, as an unsharded run saves it
         va = ta.value(step, worker=None if ta.trial.placements(ta.name) else wa)
-        vb = tb.value(step, worker=None if tb.trial.placements(tb.name) else wb)
+        vb = tb.value(step_b, worker=None if tb.trial.placements(tb.name) else wb)
         if va.shape != vb.shape:
             return "value", True, None, _summary(va), _summary(vb), f"shapes differ: {va.shape} vs {vb.shape}"
         diverged, max_abs = _close(va, vb, rtol, atol)
@@ -236,7 +258,7 @@ def _compare_step(ta, tb, step: int, wa: str, wb: str, rtol: float, atol: float)
     if not keys:
         return None
     ra = np.array([_scalar(ta.reduction_value(step, n, worker=wa, abs=ab)) for n, ab in keys])
-    rb = np.array([_scalar(tb.reduction_value(step, n, worker=wb, abs=ab)) for n, ab in keys])
+    rb = np.array([_scalar(tb.reduction_value(step_b, n, worker=wb, abs=ab)) for n, ab in keys])
     diverged, max_abs = _close(ra, rb, rtol, atol)
     names = ", ".join(f"abs_{n}" if ab else n for n, ab in keys)
     if diverged:
