@@ -229,3 +229,18 @@ def test_runs_with_a_different_eval_schedule_are_compared_step_for_step_by_mode(
     df = diff(changed, plain)
     first = df.attrs["first"]
     assert (first["step"], first["mode"], first["mode_step"]) == (14, "TRAIN", 12), first
+
+
+def test_a_run_still_being_written_is_said_so(runs, tmp_path, cli):
+    """A run without its end marker (training still running, or killed): the comparison covers the steps
+    it has so far, and says that its later steps are not in it."""
+    import shutil
+
+    live = tmp_path / "live"
+    shutil.copytree(runs["a"], live)
+    (live / "training_job_end.ts").unlink()
+    result = cli("diff", runs["same"], live)
+    assert result.returncode == 0, result.stderr
+    assert "b: training has not ended" in result.stdout, result.stdout
+    data = json.loads(cli("diff", live, runs["same"], "--json").stdout)
+    assert any(n.startswith("a: training has not ended") for n in data["notes"]), data["notes"]

@@ -101,7 +101,7 @@ def run(args) -> int:
         for r in [*not_compared, *partly]:
             print(f"  {r.tensor}: {r.status}: {r.not_compared}")
     for note in result.notes:
-        print(note[:1].upper() + note[1:])
+        print(note)
     if first is None and not args.all:
         print(f"{agreed} tensor(s) agree; --all lists them")
     return EXIT_DIFFER if result.differs else 0

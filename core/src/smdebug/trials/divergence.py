@@ -117,13 +117,19 @@ def compare(
     tb = ta if b is None else b if isinstance(b, Trial) else create_trial(b)
     pairs = _worker_pairs(ta, tb, workers)
     result = DiffResult(ta.path, tb.path, float(rtol), float(atol))
+    for side, trial in [("a", ta)] + ([("b", tb)] if tb is not ta else []):
+        if not trial.training_ended():
+            result.notes.append(
+                f"{side}: training has not ended (a live or interrupted run): compared up to step "
+                f"{trial.steps()[-1] if trial.steps() else '-'}"
+            )
     if workers is None:
         paired = [{wa for wa, _ in pairs}, {wb for _, wb in pairs}]
         for side, trial, done in (("a", ta, paired[0]), ("b", tb, paired[1])):
             alone = [w for w in trial.workers() if w not in done]
             if alone:
                 result.notes.append(
-                    f"worker(s) only in {side}, not compared: {', '.join(alone)} (--workers W1 W2 pairs two)"
+                    f"Worker(s) only in {side}, not compared: {', '.join(alone)} (--workers W1 W2 pairs two)"
                 )
     names_a, names_b = _selected(ta, collection, regex), _selected(tb, collection, regex)
     if not names_a and not names_b:
