@@ -143,6 +143,34 @@ def test_rule_classes_and_rule_configs(sweep):
     assert (by_class.status == "fired").sum() >= (by_name.status == "fired").sum()
 
 
+CUSTOM_RULE = """
+from smdebug.rules.rule import Rule
+
+
+class BigGradient(Rule):
+    def __init__(self, base_trial, threshold="10.0"):
+        super().__init__(base_trial)
+        self.threshold = float(threshold)
+
+    def invoke_at_step(self, step):
+        return any(
+            self.base_trial.tensor(n).reduction_value(step, "mean", abs=True) > self.threshold
+            for n in self.base_trial.tensor_names(collection="gradients")
+        )
+"""
+
+
+def test_a_custom_rule_from_its_source_file_on_the_workers(sweep, client, tmp_path):
+    source = tmp_path / "my_rules.py"
+    source.write_text(CUSTOM_RULE)
+    runs = find_runs(sweep["root"])[:3]
+    spec = (f"{source}:BigGradient", {"threshold": "0"})  # every saved step fires
+    on_workers = evaluate_runs(runs, [spec], client=client)
+    assert list(on_workers.status) == ["fired"] * 3, on_workers.error.tolist()
+    assert on_workers.fired_steps.tolist() == evaluate_runs(runs, [spec]).fired_steps.tolist()
+    assert on_workers.iloc[0].fired_steps == create_trial(runs[0]).steps()
+
+
 def test_a_worker_lost_mid_task_is_retried(sweep, client, tmp_path):
     from sweep_runs import DiesOnceRule
 

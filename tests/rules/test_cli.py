@@ -140,3 +140,53 @@ def test_several_runs_and_json_with_the_core_alone(runs):
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)["results"]
     assert results and {r["status"] for r in results} <= {"ok", "skipped"}
+
+
+WALKTHROUGH_RULE = """
+from smdebug.rules.rule import Rule
+
+
+class CustomGradientRule(Rule):
+    def __init__(self, base_trial, other_trials, threshold=10.0):
+        super().__init__(base_trial, other_trials)
+        self.threshold = float(threshold)
+
+    def invoke_at_step(self, step):
+        for tname in self.base_trial.tensor_names(collection="gradients"):
+            t = self.base_trial.tensor(tname)
+            abs_mean = t.reduction_value(step, "mean", abs=True)
+            if abs_mean > self.threshold:
+                return True
+        return False
+"""
+
+
+def test_a_custom_rule_from_its_source_file(runs, tmp_path):
+    """The walkthrough's custom rule as SageMaker takes it (source file, rule_to_invoke, string
+    rule_parameters): ``--rule FILE.py:CLASS --param k=v``, and the older rule_invoker command line."""
+    source = tmp_path / "rules" / "my_custom_rule.py"
+    source.parent.mkdir()
+    source.write_text(WALKTHROUGH_RULE)
+    spec = f"{source}:CustomGradientRule"
+    done = smdebug_rules(runs[1], "--rule", spec, "--param", "threshold=1e-9")
+    assert done.returncode == 1 and "FIRED" in done.stdout, done.stdout + done.stderr
+    assert smdebug_rules(runs[1], "--rule", spec, "--param", "threshold=20.0").returncode == 0
+    old = subprocess.run(
+        [sys.executable, "-m", "smdebug.rules.rule_invoker", "--trial-dir", runs[1], "--rule-name", spec]
+        + ["--threshold", "1e-9", "--end-step", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert old.returncode == 0 and "CustomGradientRule: fired at steps [0, 1]" in old.stdout, old.stderr
+    # a wrong class or file, or a file that does not import: one line naming it
+    for bad, message in [
+        (f"{source}:Nope", "has no Rule subclass 'Nope' (it has: CustomGradientRule)"),
+        (f"{tmp_path}/none.py:X", "none.py': no such file"),
+    ]:
+        done = smdebug_rules(runs[1], "--rule", bad)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_here\n")
+    done = smdebug_rules(runs[1], "--rule", f"{broken}:R")
+    assert done.returncode == 2 and "failed to import: ModuleNotFoundError" in done.stderr, done.stderr

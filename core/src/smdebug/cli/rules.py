@@ -68,7 +68,11 @@ def add_command(subparsers) -> None:
         help="a run's folder or URI (local, s3://, any fsspec path), a glob, or a folder holding runs",
     )
     parser.add_argument(
-        "--rule", action=_RuleArgs, dest="rules", metavar="NAME", help="a rule to run (repeatable)"
+        "--rule",
+        action=_RuleArgs,
+        dest="rules",
+        metavar="NAME",
+        help="a rule to run (repeatable): a built-in rule's name, or FILE.py:CLASS for a custom rule",
     )
     parser.add_argument(
         "--param", action=_RuleArgs, dest="rules", metavar="K=V", help="a parameter of the preceding --rule"

@@ -7,7 +7,9 @@ hook (``smdebug.defaults``) as plugins contribute theirs (the XGBoost plugin add
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import inspect
+import os
 
 from smdebug.exceptions import SMDebugTypeError, SMDebugValueError
 from smdebug.rules import generic
@@ -28,12 +30,16 @@ def builtin_rules() -> dict[str, type[Rule]]:
 
 
 def find_rule(name: str) -> type[Rule]:
-    """The rule class of a configuration name (``vanishing_gradient``) or class name
-    (``VanishingGradient``); an error listing the known rules otherwise."""
-    rules = builtin_rules()
+    """The rule class of a configuration name (``vanishing_gradient``), a class name
+    (``VanishingGradient``) or a custom rule's source file and class (``rules/my_rule.py:MyRule``, what a
+    SageMaker custom rule names as its ``source`` and ``rule_to_invoke``); an error otherwise."""
     if not isinstance(name, str) or not name.strip():
         raise SMDebugValueError(f"rule name {name!r} is not a rule name")
     key = name.strip()
+    source, _, class_name = key.rpartition(":")
+    if source.endswith(".py"):
+        return rule_from_source(source, class_name)
+    rules = builtin_rules()
     by_key = {}
     for config_name, cls in rules.items():
         for alias in (config_name, cls.__name__):
@@ -45,6 +51,39 @@ def find_rule(name: str) -> type[Rule]:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise SMDebugValueError(f"unknown rule {name!r}{hint} (built-in rules: {', '.join(rules)})")
     return cls
+
+
+def rule_from_source(path: str, class_name: str) -> type[Rule]:
+    """The Rule subclass ``class_name`` of the Python file ``path`` (the file is imported, once)."""
+    if not os.path.isfile(path):
+        raise SMDebugValueError(f"custom rule source {path!r}: no such file")
+    full = os.path.realpath(path)
+    module = _SOURCES.get(full)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(f"{CUSTOM_RULE_MODULE}{len(_SOURCES)}", full)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the user's file: one line naming it and what went wrong
+            raise SMDebugValueError(
+                f"custom rule source {path!r} failed to import: {type(exc).__name__}: {exc}"
+            ) from None
+        _SOURCES[full] = module
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Rule)):
+        found = sorted(
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, Rule) and v is not Rule
+        )
+        raise SMDebugValueError(
+            f"custom rule source {path!r} has no Rule subclass {class_name!r} (it has: {', '.join(found) or 'none'})"
+        )
+    return cls
+
+
+_SOURCES: dict = {}  # realpath -> module: a source file is imported once per process
+CUSTOM_RULE_MODULE = "smdebug_custom_rule_"  # the prefix of such modules' names
 
 
 def rule_parameters(cls: type[Rule]) -> dict[str, object]:

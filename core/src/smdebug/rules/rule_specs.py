@@ -58,7 +58,7 @@ def rule_specs(rules=None, *, with_comparisons: bool = True) -> list[RuleSpec]:
     """RuleSpecs from names (``"vanishing_gradient"``), ``rule_configs`` entries, Rule classes, or pairs
     of one of those and its parameters (``("loss_not_decreasing", {"num_steps": 5})``). None: every
     built-in rule (those needing parameters are then skipped)."""
-    from smdebug.rules.builtin import builtin_rules, find_rule
+    from smdebug.rules.builtin import CUSTOM_RULE_MODULE, builtin_rules, find_rule
     from smdebug.rules.rule import Rule
 
     optional = rules is None
@@ -90,6 +90,8 @@ def rule_specs(rules=None, *, with_comparisons: bool = True) -> list[RuleSpec]:
         else:
             raise SMDebugValueError(f"{item!r} is not a rule (a name, a rule_configs entry or a Rule class)")
         target = item if isinstance(item, type) else label if not isinstance(item, dict) else item
+        if isinstance(item, str) and cls.__module__.startswith(CUSTOM_RULE_MODULE):
+            target = item.strip()  # FILE.py:CLASS: each worker imports the file itself
         independent = getattr(cls, "step_independent", None)
         if independent is None:
             independent = getattr(cls, "name", None) in STEP_INDEPENDENT and cls.__module__.startswith(
