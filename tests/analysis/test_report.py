@@ -454,3 +454,27 @@ def test_an_output_that_is_a_folder_or_a_negative_timeout_is_a_clear_error(run_d
     assert "is a folder" in line and ".tmp-" not in line, line
     result = cli("report", run_dir, "-o", tmp_path / "x.html", "--watch", "--timeout", "-1")
     assert result.returncode == 2 and "--timeout" in result.stderr and not (tmp_path / "x.html").exists()
+
+
+def test_the_number_of_curves_is_bounded_and_said(tmp_path, cli):
+    """A run saving many scalars (one per layer, say): the page draws at most --max-curves of them, losses
+    first, and says how many it left out, so its size stays bounded."""
+    out = tmp_path / "many_scalars"
+    plugins.reset()
+    rng = np.random.default_rng(0)
+    model, loss_fn = Net(), CrossEntropyLoss()
+    hook = NumpyHook(out_dir=str(out), save_config=smdebug.SaveConfig(save_interval=1))
+    for step in range(3):
+        train_step(hook, model, *batch(rng, 8), loss_fn, SGD(0.1))
+        for k in range(30):
+            hook.save_scalar(f"layer{k}_ratio", float(step * k))
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "many.html"
+    assert cli("report", out, "-o", page, "--no-rules", "--max-curves", "5").returncode == 0
+    html = page.read_text()
+    data = json.loads(re.search(r'id="smdebug-data">(.*?)</script>', html, re.S).group(1))
+    assert len(data["curves"]) == 5 and data["curves"][0]["name"] == LOSS
+    assert "5 of 31 curves" in html.split('class="notes"', 1)[1]
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0  # the default draws all 31
+    assert page.read_text().count('<div class="curve">') == 31

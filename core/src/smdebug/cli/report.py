@@ -45,6 +45,7 @@ def add_command(subparsers) -> None:
     limits.add_argument("--max-points", type=int, default=2000, help="saved steps per curve (default 2000)")
     limits.add_argument("--max-steps", type=int, default=400, help="heatmap columns (default 400)")
     limits.add_argument("--max-cells", type=int, default=400_000, help="cells per heatmap (default 400000)")
+    limits.add_argument("--max-curves", type=int, default=100, help="line charts, losses first (default 100)")
     parser.set_defaults(func=run)
 
 
@@ -52,13 +53,18 @@ def run(args) -> int:
     from smdebug.cli._common import open_trial, reach_trial
     from smdebug.report import Limits, check_output, write_report
 
-    for name in ("interval", "max_points", "max_steps", "max_cells"):
+    for name in ("interval", "max_points", "max_steps", "max_cells", "max_curves"):
         if getattr(args, name) <= 0:
             raise SMDebugValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.timeout is not None and args.timeout < 0:
         raise SMDebugValueError(f"--timeout must be >= 0, got {args.timeout}")
     check_output(args.output)  # before reading the run (or waiting for one that has not started)
-    limits = Limits(max_points=args.max_points, max_steps=args.max_steps, max_cells=args.max_cells)
+    limits = Limits(
+        max_points=args.max_points,
+        max_steps=args.max_steps,
+        max_cells=args.max_cells,
+        max_curves=args.max_curves,
+    )
     options = {"reduction": args.reduction, "rules": not args.no_rules, "limits": limits}
     if not args.watch:
         path = write_report(open_trial(args.run), args.output, **options)

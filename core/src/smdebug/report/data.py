@@ -2,7 +2,8 @@
 small whatever the run's size.
 
 Scaling: a curve keeps at most ``max_points`` saved steps, a heatmap at most ``max_steps`` columns and
-``max_cells`` cells (every layer is a row; with many layers there are fewer columns), each cell two bytes.
+``max_cells`` cells (every layer is a row; with many layers there are fewer columns), each cell two bytes;
+at most ``max_curves`` curves are drawn.
 Steps are chosen evenly spaced among those saved, and only those are read: a 1000-layer, 100,000-step
 run gives a page of a few MB, and the page says what it left out.
 """
@@ -32,6 +33,7 @@ class Limits:
     max_steps: int = 400  # heatmap columns
     max_cells: int = 400_000  # heatmap cells (layers x columns)
     max_tensors: int = 2000  # rows of the tensor table
+    max_curves: int = 100  # line charts (losses first, then metrics and scalars)
 
 
 def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: Limits | None = None) -> dict:
@@ -133,6 +135,9 @@ def _curves(trial, limits: Limits, notes: list[str], marks: list[dict]) -> list[
     for collection in SCALAR_COLLECTIONS:
         names += [n for n in trial.tensor_names(collection=collection) if n not in names]
     names += [n for n in trial.tensor_names(regex="^scalar/") if n not in names]
+    if len(names) > limits.max_curves:
+        notes.append(f"curves: {limits.max_curves} of {len(names)} curves drawn (losses first)")
+        names = names[: limits.max_curves]
     curves = []
     for name in names:
         tensor = trial.tensor(name)
