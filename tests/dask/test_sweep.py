@@ -4,6 +4,12 @@ one error row and the others complete; the same on moto's S3 server."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from conftest import N_RUNS
@@ -11,6 +17,8 @@ from conftest import N_RUNS
 from smdebug.rules import create_rule, evaluate_rule
 from smdebug.rules.sweep import evaluate_runs, find_runs
 from smdebug.trials import create_trial
+
+HERE = Path(__file__).parent
 
 # the rule each planted defect must fire, and rules a healthy run must not fire
 DEFECT_RULE = {
@@ -181,3 +189,40 @@ def test_a_worker_lost_mid_task_is_retried(sweep, client, tmp_path):
     assert (tmp_path / "killed").exists()  # a worker died during a task
     pd.testing.assert_frame_equal(parallel, serial)
     assert (serial.status == "fired").sum() >= 1
+
+
+def test_a_sweep_stopped_by_an_error_leaves_nothing_running_on_the_cluster(sweep, client, tmp_path):
+    """The cluster may be the user's: when the sweep ends early (an error, Ctrl-C), its queued tasks
+    are cancelled and a task following a live run stops following it."""
+    live = tmp_path / "live"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [sys.executable, str(HERE / "sweep_runs.py"), str(live), "none", "900", "0.1"]
+    writer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (live / "index").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+        def progress(done, total):
+            if done >= 10:  # the live run is being followed by now, the finished run's tasks go on
+                raise RuntimeError("stopped by the user")
+
+        finished = sweep["root"] + "/run-00"  # 24 tasks of one step each
+        with pytest.raises(RuntimeError, match="stopped by the user"):
+            evaluate_runs(
+                [str(live), finished],
+                ["vanishing_gradient"],
+                client=client,
+                steps_per_task=1,
+                progress=progress,
+            )
+        deadline = time.monotonic() + 15
+        while any(client.processing().values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(client.processing().values()), client.processing()
+        assert writer.poll() is None  # the run is still being written: its task would have followed it
+    finally:
+        writer.kill()

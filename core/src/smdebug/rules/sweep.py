@@ -58,7 +58,8 @@ def evaluate_runs(runs, rules=None, **options):
     - ``start_step``/``end_step``: the steps start <= step < end; ``steps_per_task``: the size of a
       step range (default 250); ``timeout``: how long to wait for a new step of a live run (default:
       until it ends); ``stop_training``: the first rule firing on a live run leaves the stop signal.
-    - ``progress(done, total)`` is called as tasks finish.
+    - ``progress(done, total)`` is called as tasks finish. A call that ends early (an error, Ctrl-C)
+      cancels its tasks on the cluster, those following live runs included.
     (These options are keywords; ``evaluate_rows`` takes the same and needs no pandas.)
 
     Columns: run, rule, parameters (dict), status (fired, ok, error, skipped), fired_steps (list),
@@ -112,9 +113,17 @@ def evaluate_rows(
         client, owned = local_client(workers)
     elif isinstance(client, str):
         client, owned = connect(client), True
+    sweep_id = uuid.uuid4().hex
     try:
         executor = DaskExecutor(client) if client is not None else SerialExecutor()
-        results = _run_tasks(executor, paths, specs, baselines, per_task, settings, progress)
+        try:
+            results = _run_tasks(executor, sweep_id, paths, specs, baselines, per_task, settings, progress)
+        except BaseException:  # an error, or Ctrl-C: nothing of the sweep goes on without it
+            try:
+                executor.cancel(sweep_id)
+            except Exception as exc:  # (a lost scheduler): the error that stopped the sweep matters more
+                logger.warning("smdebug: the sweep's tasks could not be cancelled: %s", exc)
+            raise
     finally:
         if owned:
             cluster = getattr(client, "cluster", None)
@@ -149,8 +158,7 @@ def _path_of(trial) -> str:
     return path
 
 
-def _run_tasks(executor, paths, specs, baselines, per_task, settings, progress) -> dict:
-    sweep_id = uuid.uuid4().hex
+def _run_tasks(executor, sweep_id, paths, specs, baselines, per_task, settings, progress) -> dict:
     job = (specs, baselines, per_task, settings)
     plans: dict[int, dict] = {}
     results: dict[tuple, dict] = {}

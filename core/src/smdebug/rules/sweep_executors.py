@@ -9,6 +9,7 @@ import warnings
 
 from smdebug.exceptions import SMDebugValueError
 from smdebug.rules.sweep_tasks import (
+    cancel_event_name,
     describe_error,
     error_result,
     evaluate_batch,
@@ -41,6 +42,9 @@ class SerialExecutor:
         self._done.clear()
         forget_trials()
 
+    def cancel(self, sweep_id) -> None:
+        forget_trials()
+
 
 class DaskExecutor:
     """Each run's rule tasks are submitted as soon as its plan is known, with the plan's priority: the
@@ -50,11 +54,12 @@ class DaskExecutor:
     def __init__(self, client):
         self.client = client
         self.futures = {}
+        self.plans = {}
 
     def map_plans(self, sweep_id, paths, job):
         from distributed import as_completed
 
-        futures = {
+        futures = self.plans = {
             self.client.submit(plan_and_evaluate, sweep_id, i, paths, job, pure=False, priority=-i): i
             for i in range(len(paths))
         }
@@ -87,6 +92,14 @@ class DaskExecutor:
             for key, result in done:
                 finished()
                 yield key, result
+
+    def cancel(self, sweep_id) -> None:
+        """Leave nothing of the sweep running on the cluster (it may be the user's): its queued tasks are
+        cancelled, and those following live runs are told to end."""
+        from distributed import Event
+
+        Event(cancel_event_name(sweep_id), client=self.client).set()
+        self.client.cancel([*self.plans, *self.futures])
 
 
 def dask_available() -> bool:

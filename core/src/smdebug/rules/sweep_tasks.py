@@ -5,6 +5,7 @@ run's tasks batched by step range. Each worker thread keeps the trials its tasks
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -121,7 +122,8 @@ def evaluate_task(
 
     try:
         with np.errstate(all="ignore"):  # a run's NaNs are what rules look for, not a warning
-            _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, out)
+            cancelled = _cancel_check(sweep_id) if live else None
+            _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, out, cancelled)
     except NoMoreData:
         pass
     except Exception as exc:  # one broken rule does not stop the others
@@ -132,9 +134,9 @@ def evaluate_task(
     return out
 
 
-def _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, out) -> None:
+def _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, out, cancelled) -> None:
     if live:
-        _follow(trial, rule, invoke, start_step, end_step, timeout, out)
+        _follow(trial, rule, invoke, start_step, end_step, timeout, out, cancelled)
         return
     for step in steps:
         if not invoke(step):
@@ -142,7 +144,46 @@ def _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, o
             return
 
 
-def _follow(trial, rule, invoke, start_step, end_step, timeout, out) -> None:
+CANCEL_CHECK_SECONDS = 2.0  # how often a Dask task following a live run asks whether its sweep was cancelled
+
+
+def cancel_event_name(sweep_id: str) -> str:
+    """The Dask Event a cancelled sweep sets, so that its tasks following live runs end."""
+    return f"smdebug-sweep-cancelled-{sweep_id}"
+
+
+def _cancel_check(sweep_id: str):
+    """On a Dask worker, a function saying whether the sweep was cancelled; None elsewhere (a sweep in
+    this process ends with its caller)."""
+    try:
+        from distributed import Event, get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return None
+    return Event(cancel_event_name(sweep_id)).is_set
+
+
+def _wait_for_step(trial, step: int, timeout: float | None, cancelled) -> bool:
+    """trial.wait_for_steps([step], timeout=timeout), asking ``cancelled()`` (when given) every
+    CANCEL_CHECK_SECONDS; False when the sweep was cancelled meanwhile."""
+    if cancelled is None:
+        trial.wait_for_steps([step], timeout=timeout)
+        return True
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = CANCEL_CHECK_SECONDS if deadline is None else max(deadline - time.monotonic(), 0)
+        try:
+            trial.wait_for_steps([step], timeout=min(left, CANCEL_CHECK_SECONDS))
+            return True
+        except TimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+        if cancelled():  # asked only while waiting: a step already there costs no round trip
+            return False
+
+
+def _follow(trial, rule, invoke, start_step, end_step, timeout, out, cancelled) -> None:
     from smdebug.rules.stalled import StalledTrainingRule
 
     stalled = isinstance(rule, StalledTrainingRule)
@@ -152,7 +193,9 @@ def _follow(trial, rule, invoke, start_step, end_step, timeout, out) -> None:
         try:
             if stalled and not invoke(step):  # it waits for the step itself, with its own time limit
                 return
-            trial.wait_for_steps([step], timeout=timeout)
+            if not _wait_for_step(trial, step, timeout, cancelled):
+                out["note"] = "the sweep was cancelled"
+                return
             if not stalled and not invoke(step):
                 return
         except StepUnavailable:
