@@ -120,13 +120,15 @@ def test_a_baseline_spelled_otherwise_is_still_that_run(sweep, monkeypatch):
         ({"steps_per_task": -3}, "steps_per_task must be at least 1, got -3"),
         ({"workers": 0}, "workers must be at least 1, got 0"),
         ({"start_step": 5, "end_step": 5}, "end_step 5 leaves no step to evaluate (start_step 5)"),
+        ({"runs": []}, "no runs given"),
     ],
 )
 def test_options_that_would_evaluate_nothing_are_errors(sweep, options, message):
     from smdebug.exceptions import SMDebugValueError
 
+    options = {"runs": sweep["root"] + "/run-0[0-2]", **options}
     with pytest.raises(SMDebugValueError) as caught:
-        evaluate_runs(sweep["root"] + "/run-0[0-2]", ["similar_across_runs"], **options)
+        evaluate_runs(rules=["similar_across_runs"], **options)
     assert str(caught.value) == message
 
 

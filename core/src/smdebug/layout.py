@@ -326,5 +326,6 @@ def find_runs(runs) -> list[str]:
             if path not in found and (not any(c in root for c in "*?[") or is_run(fs, match)):
                 found.append(path)
     if not found:
-        raise SMDebugValueError(f"no smdebug run found in {', '.join(map(str, runs))}")
+        where = ", ".join(map(str, runs))
+        raise SMDebugValueError(f"no smdebug run found in {where}" if where else "no runs given")
     return found
