@@ -1,8 +1,10 @@
 """``smdebug rules`` as a user runs it: a real subprocess."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import numpy_runs
 import pytest
@@ -190,3 +192,16 @@ def test_a_custom_rule_from_its_source_file(runs, tmp_path):
     broken.write_text("import no_such_module_here\n")
     done = smdebug_rules(runs[1], "--rule", f"{broken}:R")
     assert done.returncode == 2 and "failed to import: ModuleNotFoundError" in done.stderr, done.stderr
+
+
+def test_watch_gives_up_after_timeout_on_an_interrupted_run_with_every_rule(tmp_path):
+    """An interrupted run (no end-of-job marker, no new step) with every built-in rule: stalled_training_rule
+    waited for the next step up to its 1800 s threshold, so --timeout never applied."""
+    run = tmp_path / "run"
+    numpy_runs.vanishing_gradient(str(run), bad=False)
+    os.remove(run / "training_job_end.ts")
+    began = time.monotonic()
+    done = smdebug_rules(str(run), "--watch", "--timeout", "2")
+    assert time.monotonic() - began < 60, done.stdout
+    assert "stopped watching: no new step for 2s" in done.stdout, done.stdout + done.stderr
+    assert "stalled_training_rule" in done.stdout and "error" not in row(done.stdout, "stalled_training_rule")

@@ -241,7 +241,7 @@ def _invoke(state: _State, step: int, on_fire=None) -> None:
             on_fire(state, step)
     except _SKIPPABLE:
         pass
-    except NoMoreData:
+    except (NoMoreData, TimeoutError):  # the run ended, or --watch's --timeout passed
         raise
     except Exception as exc:  # one broken rule does not stop the others
         state.error = f"{type(exc).__name__}: {exc}"
@@ -287,6 +287,9 @@ def _watch(trial, active, args, progress) -> str:
         signalled.append(state.name)
 
     trial.refresh_interval = 0.2
+    for state in active:  # a stall rule waits for each step up to its threshold: --timeout is the limit
+        if isinstance(state.rule, StalledTrainingRule):
+            state.rule.max_wait = args.timeout
     task = progress.add_task("steps (watching)", total=None)
     step = args.start_step
     done = 0

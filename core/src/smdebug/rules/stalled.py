@@ -25,15 +25,20 @@ class StalledTrainingRule(BuiltinRule):
         self.stop_training_on_fire = p.to_bool(r, "stop_training_on_fire", stop_training_on_fire)
         self.training_job_name_prefix = training_job_name_prefix
         self._last_progress: float | None = None
+        # a caller's own limit on one wait (``smdebug rules --watch --timeout``): TimeoutError past it
+        self.max_wait: float | None = None
 
     def invoke(self, step):
         now = time.monotonic()
         if self._last_progress is None:
             self._last_progress = now
         remaining = max(self.threshold - (now - self._last_progress), 0.0)
+        limit = remaining if self.max_wait is None else min(remaining, self.max_wait)
         try:
-            self.base_trial.wait_for_steps([step], timeout=remaining)
+            self.base_trial.wait_for_steps([step], timeout=limit)
         except TimeoutError:
+            if limit < remaining:
+                raise  # the caller's limit came first: no stall yet
             waited = time.monotonic() - self._last_progress
             self._last_progress = time.monotonic()  # fire once per stall period
             self.reason = f"no new data for {waited:.0f}s (threshold {self.threshold:g}s)"
