@@ -121,3 +121,22 @@ def test_cli_missing_s3_run_is_one_line(cli, bucket):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "no such file or directory" in result.stderr
+
+
+def test_report_and_diff_of_runs_on_s3_and_a_report_written_to_s3(cli, bucket, s3_run, tmp_path):
+    """smdebug report and diff read runs on S3 (moto), and -o may be an S3 URI too, as export-tensorboard's
+    LOGDIR may."""
+    page = tmp_path / "s3.html"
+    result = cli("report", s3_run, "-o", page)
+    assert result.returncode == 0, result.stderr
+    assert LOSS in page.read_text() and s3_run in page.read_text()
+    plugins.reset()
+    train("s3://analysis-bucket/run_again")
+    plugins.reset()
+    result = cli("diff", s3_run, "s3://analysis-bucket/run_again", "--regex", "Net_|Loss")
+    assert result.returncode == 0 and "agree" in result.stdout, result.stdout + result.stderr
+    result = cli("report", s3_run, "-o", "s3://analysis-bucket/pages/report.html", "--no-rules")
+    assert result.returncode == 0, result.stderr
+    assert "s3://analysis-bucket/pages/report.html" in result.stdout
+    html = bucket.cat_file("analysis-bucket/pages/report.html").decode()
+    assert html.startswith("<!DOCTYPE html>") and LOSS in html

@@ -22,7 +22,10 @@ def add_command(subparsers) -> None:
     )
     parser.add_argument("run", metavar="RUN", help="a run's folder or URI (local, s3://, any fsspec path)")
     parser.add_argument(
-        "-o", "--output", default="report.html", help="the HTML file to write (default report.html)"
+        "-o",
+        "--output",
+        default="report.html",
+        help="the HTML file to write, a local path or any fsspec URI (default report.html)",
     )
     parser.add_argument(
         "--reduction",

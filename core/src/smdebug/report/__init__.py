@@ -36,10 +36,16 @@ def build_report(
 
 
 def check_output(output) -> str:
-    """``output`` as an absolute path, once its folder is known to exist (else a one-line error)."""
+    """``output`` as an absolute path, once its folder is known to exist (else a one-line error); a URI
+    (``s3://bucket/report.html``, any fsspec one) as it is."""
     from smdebug.exceptions import SMDebugValueError
+    from smdebug.store import Store
 
-    output = os.path.abspath(os.fspath(output))
+    output = os.fspath(output)
+    if not Store.is_plain_local(output):
+        Store(output.rpartition("/")[0])  # its filesystem's package is there (s3fs), before any work
+        return output
+    output = os.path.abspath(output.removeprefix("file://"))
     if os.path.isdir(output):
         raise SMDebugValueError(
             f"{output} is a folder: give the report's file name (-o {output}/report.html)"
@@ -50,9 +56,16 @@ def check_output(output) -> str:
 
 
 def write_report(trial, output: str, **kwargs) -> str:
-    """Write the page to the local file ``output`` (replaced whole, so a browser never reads half a page)."""
+    """Write the page to the local file or fsspec URI ``output``, replaced whole, so that a browser never
+    reads half a page."""
+    from smdebug.store import Store
+
     output = check_output(output)
     page = build_report(trial, **kwargs)
+    if not Store.is_plain_local(output):  # a URI: written whole through fsspec, as the runs are read
+        folder, _, name = output.rpartition("/")
+        Store(folder).write_bytes(name, page.encode("utf-8"))
+        return output
     tmp = f"{output}.tmp-{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
