@@ -105,3 +105,23 @@ def test_tensor_variance_reads_a_saved_variance_when_only_reductions_were_saved(
     trial = create_trial(out)
     assert fired(trial, "tensor_variance", collection_names="weights", max_threshold="10") == [1]
     assert fired(trial, "tensor_variance", collection_names="weights", min_threshold="10") == [0]
+
+
+def test_all_zero_on_a_tensor_saved_as_reductions_only(tmp_path):
+    out = str(tmp_path / "run")
+    hook = smdebug.BaseHook(
+        out_dir=out,
+        include_collections=["biases"],
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(abs_reductions=["max"]),
+    )
+    hook.get_collection("biases").include("bias")
+    for value in (0.0, 0.5):  # all zeros, then not
+        hook.begin_step()
+        hook.save_for_step("fc.bias", np.full(4, value, dtype=np.float32))
+        hook.end_step()
+    hook.close()
+    trial = create_trial(out)
+    assert fired(trial, "all_zero", collection_names="biases") == [0]
+    # a share of zeros below 100% needs the values: no verdict from the reductions
+    assert fired(trial, "all_zero", collection_names="biases", threshold="50") == [0]

@@ -104,12 +104,28 @@ class AllZero(BuiltinRule):
     def invoke_at_step(self, step):
         for tname in self._names(step, self.collection_names, self.tensor_regex):
             value = self._value(tname, step)
-            if value is None or value.size == 0:
+            if value is None:
+                percent = self._percent_from_reductions(tname, step)
+                if percent is None:
+                    continue
+            elif value.size == 0:
                 continue
-            percent = 100.0 * np.count_nonzero(value == 0) / value.size
+            else:
+                percent = 100.0 * np.count_nonzero(value == 0) / value.size
             if percent >= self.threshold:
                 return self._hit(f"{tname}: {percent:.1f}% of its elements are zero")
         return False
+
+    def _percent_from_reductions(self, tname: str, step: int) -> float | None:
+        """A tensor saved as reductions only: 100 when its saved max |x| (or max and min) is 0, None when
+        they cannot tell (another share of zeros needs the values)."""
+        saved = self.base_trial.tensor(tname).reduction_values(step)
+        extremes = [saved.get(k) for k in (("max", True), ("max", False), ("min", False))]
+        if extremes[0] is not None:
+            return 100.0 if float(extremes[0]) == 0 else None
+        if extremes[1] is not None and extremes[2] is not None:
+            return 100.0 if float(extremes[1]) == 0 == float(extremes[2]) else None
+        return None
 
 
 class UnchangedTensor(BuiltinRule):
