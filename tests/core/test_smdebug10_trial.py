@@ -202,3 +202,30 @@ def test_create_trial_takes_a_path_object_and_strips_spaces(finished):
     from pathlib import Path
 
     assert create_trial(Path(finished)).steps() == create_trial(f"  {finished} ").steps() == [0, 2, 4, 6, 10]
+
+
+def test_steps_with_mode_none_are_the_steps_of_every_mode(finished):
+    """smdebug 1.0's analysis documentation: ``trial.steps(mode=None)``, "if this is not passed, returns
+    steps for all modes"; the tensor's and the other readers' mode arguments take None the same way."""
+    trial = create_trial(finished)
+    assert trial.steps(mode=None) == trial.steps() == [0, 2, 4, 6, 10]
+    w = trial.tensor("w")
+    assert w.steps(mode=None) == w.steps()
+    assert w.value(4, mode=None).tolist() == [4.0, 4.0]  # global step 4
+    assert trial.tensor_names(step=10, mode=None) == ["loss", "w"]
+    assert trial.has_passed_step(6, mode=None) == StepState.AVAILABLE
+
+
+def test_a_reduction_value_is_a_numpy_value_stored_or_computed(tmp_path):
+    """reduction_value "returns numpy.ndarray ... as a 1x1 numpy array": ``.item()``, ``.shape`` and
+    ``.dtype`` work whether the reduction was saved or is computed from the saved tensor."""
+    run = Run(tmp_path / "run")
+    run.writer.write_tensor(0, ModeKeys.TRAIN, 0, "smdebug/reductions/max/w", np.array(3.0, np.float32))
+    run.step(0, w=np.array([1.0, -3.0], np.float32), v=np.array([1.0, -3.0], np.float32))
+    run.end()
+    trial = create_trial(run.path)
+    stored = trial.tensor("w").reduction_value(0, "max")
+    computed = trial.tensor("v").reduction_value(0, "max", abs=True)
+    for value, expected in ((stored, 3.0), (computed, 3.0)):
+        assert value.item() == expected and value.shape == () and value.dtype.kind == "f"
+        assert f"{value:.1f}" == "3.0" and float(value) == expected

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from smdebug.trials.trial import Trial
 
 
+def read_mode(mode) -> ModeKeys:
+    """A reader's mode argument: None means every mode (GLOBAL), as smdebug 1.0's documentation has
+    ``trial.steps(mode=None)``."""
+    return ModeKeys.GLOBAL if mode is None else to_mode(mode)
+
+
 class StepState(Enum):
     """Whether a step of a run can be read (Trial.has_passed_step)."""
 
@@ -117,7 +123,7 @@ class Tensor:
         """Steps at which this tensor was saved (mode steps when a mode is given)."""
         trial = self.trial
         trial.maybe_refresh()
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         if mode == ModeKeys.GLOBAL and (show_incomplete_steps or trial.loaded_all_steps):
             if self._sorted_steps is None:
                 self._sorted_steps = sorted(self._steps)
@@ -141,7 +147,7 @@ class Tensor:
 
     def _step(self, step_num: int, mode) -> dict[str, _StepData]:
         """Per-worker data of a step, refreshing a live trial once; the smdebug exceptions otherwise."""
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         trial = self.trial
         for attempt in (0, 1):
             g = step_num if mode is ModeKeys.GLOBAL else trial.lookup_global_step(mode, step_num)
@@ -178,7 +184,7 @@ class Tensor:
                 return full
         data = self._worker_data(step_num, mode, worker)
         if data.event_file is None:
-            raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
+            raise TensorUnavailableForStep(self.name, step_num, read_mode(mode), bool(data.reductions))
         return self.trial.read_value(data, self.name, step_num, mode)
 
     def _assembled(self, step_num: int, mode) -> np.ndarray | None:
@@ -197,7 +203,7 @@ class Tensor:
                 raise CorruptTensorRecord(
                     self.name,
                     step_num,
-                    to_mode(mode),
+                    read_mode(mode),
                     f"{worker}'s shard has shape {part.shape}, not {local}",
                 )
             if full is None:
@@ -207,7 +213,7 @@ class Tensor:
             full[where] = part
             covered[where] = True
         if not covered.all():  # a worker's shard is missing (include_workers="one" saves gathered values)
-            raise TensorUnavailableForStep(self.name, step_num, to_mode(mode))
+            raise TensorUnavailableForStep(self.name, step_num, read_mode(mode))
         return full
 
     def values(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
@@ -231,7 +237,7 @@ class Tensor:
             return tuple(self._fetch(data.location, step_num, mode).shape)
         from smdebug.exceptions import ShapeUnavailableForStep
 
-        raise ShapeUnavailableForStep(self.name, step_num, to_mode(mode))
+        raise ShapeUnavailableForStep(self.name, step_num, read_mode(mode))
 
     def reduction_value(
         self, step_num: int, reduction_name: str, mode=ModeKeys.GLOBAL, worker=None, abs=False
@@ -243,15 +249,16 @@ class Tensor:
             stored = self._fetch(loc, step_num, mode, (self.name, reduction_name, bool(abs)))
             return stored.reshape(-1)[0] if stored.size == 1 else stored
         if data.location is None:
-            raise TensorUnavailableForStep(self.name, step_num, to_mode(mode), bool(data.reductions))
-        return numpy_reduction(self.value(step_num, mode, worker), reduction_name, abs)
+            raise TensorUnavailableForStep(self.name, step_num, read_mode(mode), bool(data.reductions))
+        # a numpy value, as a stored one is (smdebug 1.0 returns numpy arrays: .item() works on either)
+        return np.float64(numpy_reduction(self.value(step_num, mode, worker), reduction_name, abs))
 
     def reduction_values(self, step_num: int, mode=ModeKeys.GLOBAL, worker=None) -> dict:
         data = self._worker_data(step_num, mode, worker)
         return {key: self.reduction_value(step_num, key[0], mode, worker, key[1]) for key in data.reductions}
 
     def _fetch(self, loc: Location | _StepData, step_num: int, mode, key=None) -> np.ndarray:
-        return self.trial.read_value(loc, self.name, step_num, to_mode(mode), key)
+        return self.trial.read_value(loc, self.name, step_num, read_mode(mode), key)
 
 
 def _natural(name: str):

@@ -26,7 +26,7 @@ from smdebug.exceptions import (
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import parse_reduction_tensor_name
 from smdebug.trials.fetch import RecordFetcher
-from smdebug.trials.tensor import Location, StepState, Tensor, _StepData
+from smdebug.trials.tensor import Location, StepState, Tensor, _StepData, read_mode
 
 logger = logging.getLogger("smdebug")
 
@@ -320,7 +320,7 @@ class Trial:
             if value is not None:
                 return value
         # not the usual dense record, or a damaged one: the full decoder, which says what is wrong
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         payload = self.read_record(loc, tname, step, mode)
         where = f"{self.path}/{loc.event_file}: record at offset {loc.start}"
         try:
@@ -405,7 +405,7 @@ class Trial:
 
     def saved_steps(self, mode=ModeKeys.GLOBAL) -> list[int]:
         """Every step loaded so far (mode steps when a mode is given), finished by all workers or not."""
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         if mode == ModeKeys.GLOBAL:
             return sorted(self._step_mode)
         return sorted(self._mode_to_global[mode])
@@ -422,7 +422,7 @@ class Trial:
     def steps(self, mode=ModeKeys.GLOBAL, show_incomplete_steps: bool = False) -> list[int]:
         """Saved steps (mode steps when a mode is given) that every worker has finished."""
         self.maybe_refresh()
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         return [
             s
             for s in self.saved_steps(mode)
@@ -435,7 +435,7 @@ class Trial:
 
     def global_step(self, mode, mode_step: int) -> int:
         """The global step of a mode step (the step itself for GLOBAL); StepUnavailable when unsaved."""
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         if mode == ModeKeys.GLOBAL:
             return mode_step
         if mode_step not in self._mode_to_global[mode]:
@@ -462,7 +462,7 @@ class Trial:
 
     def has_passed_step(self, step: int, mode=ModeKeys.GLOBAL) -> StepState:
         self.maybe_refresh()
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         all_steps = self.saved_steps(mode)
         i = bisect_left(all_steps, step)
         if i < len(all_steps):
@@ -479,7 +479,7 @@ class Trial:
         self, required_steps: Iterable[int], mode=ModeKeys.GLOBAL, timeout: float | None = None
     ) -> None:
         """Block until every step is available; StepUnavailable / NoMoreData when it never will be."""
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         deadline = None if timeout is None else time.monotonic() + timeout
         for step in required_steps:
             delay = 0.05
@@ -517,7 +517,7 @@ class Trial:
                 "intersect two calls for tensors matching both"
             )
         self.maybe_refresh()
-        mode = to_mode(mode)
+        mode = read_mode(mode)
         if step is None:
             names = (
                 set(self._tensors)
