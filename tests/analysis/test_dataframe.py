@@ -1,6 +1,7 @@
 """smdebug.trials.to_dataframe: a run, or one tensor, as a tidy pandas DataFrame."""
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -73,6 +74,7 @@ def test_tensor_and_path_sources(trial, run_dir):
     from_tensor = to_dataframe(trial.tensor(LOSS))
     from_path = to_dataframe(run_dir, LOSS)
     pd.testing.assert_frame_equal(from_tensor, from_path)
+    pd.testing.assert_frame_equal(to_dataframe(Path(run_dir), LOSS), from_path)  # as create_trial takes
     wide = from_path.pivot_table(index="step", columns="tensor", values="value")
     assert list(wide.index) == trial.tensor(LOSS).steps()
 

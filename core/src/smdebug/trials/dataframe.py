@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import numpy as np
@@ -62,6 +63,8 @@ def to_dataframe(
     installed.
     """
     pd = require("pandas", "smdebug's DataFrame export")
+    if isinstance(source, os.PathLike):  # a pathlib.Path, as create_trial takes
+        source = os.fspath(source)
     options = dict(
         tensor_names=tensor_names,
         collection=collection,
