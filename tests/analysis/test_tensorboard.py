@@ -136,6 +136,14 @@ def test_export_of_a_saved_run_matches_the_hook(run_dir, trial, tb, tmp_path):
     )
 
 
+def test_export_takes_pathlib_paths(run_dir, tb, tmp_path):
+    counts = export_tensorboard(Path(run_dir), tmp_path / "logs")  # as create_trial takes them
+    assert counts == export_tensorboard(run_dir, str(tmp_path / "again"))
+    assert [
+        s for s, _ in tb(tmp_path / "logs" / "TRAIN")["scalars"]["CrossEntropyLoss_output_0"]
+    ] == TRAIN_SAVED
+
+
 def test_export_again_replaces_rather_than_duplicates(run_dir, tb, tmp_path):
     export_tensorboard(run_dir, str(tmp_path / "logs"))
     export_tensorboard(run_dir, str(tmp_path / "logs"))

@@ -266,8 +266,9 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
     """
     from smdebug.trials import create_trial
 
-    if isinstance(trial, str):
-        trial = create_trial(trial)
+    if isinstance(trial, (str, os.PathLike)):
+        trial = create_trial(os.fspath(trial))
+    logdir = os.fspath(logdir)  # a pathlib.Path too
     collections = list(trial.collections().values())
     colls_of: dict[str, list[Collection]] = {}
     counts = {"scalars": 0, "histograms": 0, "damaged": 0}
