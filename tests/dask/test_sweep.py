@@ -110,6 +110,8 @@ def test_a_baseline_spelled_otherwise_is_still_that_run(sweep, monkeypatch):
     df = evaluate_runs(runs[:3], ["similar_across_runs"], baseline="run-01/")  # relative, trailing slash
     assert list(df.status) == ["fired", "skipped", "fired"]  # run-01 is not compared with itself
     assert "differs from run-01" in df.iloc[0].reason
+    as_path = evaluate_runs([Path(r) for r in runs[:3]], ["similar_across_runs"], baseline=Path("run-01"))
+    pd.testing.assert_frame_equal(as_path, df)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ The parts: ``rule_specs`` (what to evaluate), ``sweep_tasks`` (what a worker run
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Callable
 
@@ -152,6 +153,8 @@ def _baseline(path: str, paths: list[str]) -> str:
 
 
 def _path_of(trial) -> str:
+    if isinstance(trial, os.PathLike):  # a pathlib.Path
+        return os.fspath(trial)
     path = getattr(trial, "path", None)
     if not isinstance(path, str):
         raise SMDebugValueError(f"{trial!r} is neither a run's path nor a Trial")
