@@ -125,6 +125,28 @@ def test_functional_loss_example(out_dir):
     assert trial.tensor("loss_output_0").value(4) == pytest.approx(losses[4])
 
 
+def test_record_tensor_value_of_the_loss_alone(out_dir):
+    """smdebug 1.0's PyTorch page, step 3: "If using a loss which is a subclass of nn.functional, call
+    hook.record_tensor_value(loss) after each training step": the loss alone is saved under the name its
+    full example gives it, "loss"."""
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=2))
+    net = Model()
+    optimizer = optim.Adam(net.parameters(), lr=0.01)
+    hook.register_module(net)
+    losses = []
+    for inputs, labels in loader():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(inputs), labels)
+        hook.record_tensor_value(loss)
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor_names(collection="losses") == ["loss_output_0"]
+    assert trial.tensor("loss_output_0").value(2) == pytest.approx(losses[2])
+
+
 def test_get_hook_and_hook_submodule():
     import smdebug.pytorch.hook
 

@@ -181,8 +181,11 @@ class Hook(BaseHook):
                 )
         self.get_collection(CollectionKeys.LOSSES).add_module_tensors(loss_module)
 
-    def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
-        """Save a value computed outside modules (``F.cross_entropy``) as ``<tensor_name>_output_<i>``."""
+    def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor | None = None) -> None:
+        """Save a value computed outside modules (``F.cross_entropy``) as ``<tensor_name>_output_<i>``;
+        ``record_tensor_value(loss)``, as smdebug 1.0's PyTorch page writes it, names it "loss"."""
+        if tensor_value is None and isinstance(tensor_name, torch.Tensor):
+            tensor_name, tensor_value = "loss", tensor_name
         if not isinstance(tensor_value, torch.Tensor):
             raise SMDebugTypeError(
                 f"record_tensor_value expects a torch.Tensor, got {type(tensor_value).__name__}"
