@@ -244,3 +244,15 @@ def test_a_run_still_being_written_is_said_so(runs, tmp_path, cli):
     assert "b: training has not ended" in result.stdout, result.stdout
     data = json.loads(cli("diff", live, runs["same"], "--json").stdout)
     assert any(n.startswith("a: training has not ended") for n in data["notes"]), data["notes"]
+
+
+def test_validation_phases_pair_by_the_training_step_they_follow(tmp_path):
+    """One run validates every 5 training steps, the other every 10, on the same validation batches: each
+    validation of the second pairs with the first's validation after the same training step (not with
+    its first and second validations), so the two agree."""
+    from smdebug.trials import diff
+
+    often, rarely = train(tmp_path / "often", eval_every=5), train(tmp_path / "rarely", eval_every=10)
+    df = diff(often, rarely).set_index("tensor")
+    assert df.loc[LOSS, "status"] == "agrees", df.loc[LOSS].to_dict()
+    assert df.loc[LOSS, "steps_compared"] == 16 + 1  # every training step and the one shared validation

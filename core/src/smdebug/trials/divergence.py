@@ -181,17 +181,22 @@ def saved_order(trial) -> list[str]:
 
 # -- one tensor ---------------------------------------------------------------------------------------
 def _step_keys(ta, tb):
-    """(key of a's steps, key of b's): what pairs a step of one run with a step of the other. By mode step
-    (a TRAIN or GLOBAL step is a training step) when each run names every step once that way, so that runs
-    validating on different schedules still pair training step k with training step k; else by global
-    step."""
+    """(side, global step) -> what pairs a step of run a with a step of run b. A training step (TRAIN or
+    GLOBAL) by its mode step, a validation (EVAL, PREDICT) step by the training step it follows and its
+    place in that validation phase: runs that validate on other schedules still pair training step k with
+    training step k, and the validations after it. By global step when that does not name each step once."""
     keys = []
     for trial in (ta, tb):
-        key = {}
+        key, trained, phase = {}, -1, (None, 0)
         for step in trial.steps():
             mode, mode_step = trial.mode_modestep(step)
-            training = mode not in (ModeKeys.EVAL, ModeKeys.PREDICT)
-            key[step] = ("TRAIN" if training else mode.name, mode_step)
+            if mode in (ModeKeys.EVAL, ModeKeys.PREDICT):
+                if phase[0] != (mode, trained):  # a new validation phase: the first of its steps
+                    phase = ((mode, trained), mode_step)
+                key[step] = (mode.name, trained, mode_step - phase[1])
+            else:
+                trained = mode_step
+                key[step] = ("TRAIN", mode_step)
         keys.append(key if len(set(key.values())) == len(key) else None)
     if None in keys:
         return lambda side, step: step
