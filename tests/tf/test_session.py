@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from test_compat import _describe
 
 from smdebug import modes
@@ -221,6 +222,54 @@ def test_a_plain_session_saves_nothing_and_the_hook_says_why(tmp_path):
     proc = _run([sys.executable, str(script), str(tmp_path / "run")])
     assert "SessionHook of" in proc.stderr and "saw no session" in proc.stderr
     assert "MonitoredTrainingSession (hooks=[hook])" in proc.stderr
+
+
+SUMMARIES = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    import smdebug.tensorflow as smd
+
+    tf.compat.v1.disable_eager_execution()
+    hook = smd.SessionHook(
+        out_dir=sys.argv[1], export_tensorboard=True, save_config=smd.SaveConfig(save_interval=2),
+        include_collections=["tensorflow_summaries"],
+    )
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    w = tf.compat.v1.get_variable("dense/kernel", [3, 1])
+    hidden = tf.matmul(x, w)
+    loss = tf.reduce_mean(hidden ** 2)
+    tf.compat.v1.summary.scalar("my_loss", loss)
+    tf.compat.v1.summary.histogram("my_hidden", hidden)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    losses = []
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook], save_summaries_steps=None) as sess:
+        for _ in range(4):
+            losses.append(float(sess.run([train_op, loss], feed_dict={x: np.ones((5, 3), np.float32)})[1]))
+    hook.close()
+    print(json.dumps(losses))
+    """
+)
+
+
+def test_tensorflow_summaries_go_to_tensorboard_at_the_save_steps(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SUMMARIES)
+    out = tmp_path / "run"
+    losses = json.loads(_run([sys.executable, str(script), str(out)]).stdout.strip().splitlines()[-1])
+    scalars, histograms = {}, {}
+    for path in (out / "tensorboard" / "GLOBAL").glob("*.tfevents"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                if value.tag == "my_loss":
+                    scalars[event.step] = value.simple_value
+                elif value.tag == "my_hidden":
+                    histograms[event.step] = value.histo.num
+    # the graph's own summaries, as TensorFlow computed them in the step's run call, at the saved steps
+    assert scalars == {0: np.float32(losses[0]), 2: np.float32(losses[2])}
+    assert histograms == {0: 5, 2: 5}
+    assert not (out / "index").exists()  # written to TensorBoard only, as smdebug 1.0 does
 
 
 def test_smdebug_1_0_34_reads_a_graph_mode_run_as_we_do(graph_run):

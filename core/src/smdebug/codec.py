@@ -548,6 +548,11 @@ def encode_scalar_event(tag: str, value: float, step: int, wall_time: float) -> 
     return _event(wall_time, step, _sub(5, _sub(1, _text(1, _clean_tag(tag)) + simple)))
 
 
+def encode_summary_event(summary: bytes, step: int, wall_time: float) -> bytes:
+    """Serialized Event holding a Summary serialized already (what TensorFlow's summary ops compute)."""
+    return _event(wall_time, step, _sub(5, [bytes(summary)]))
+
+
 def _tf_default_bins() -> np.ndarray:
     # TensorFlow's default histogram edges: 0 and +-1e-12 * 1.1**k up to 1e20, grown by repeated
     # multiplication (not powers) so that every edge has the same bits as smdebug's.

@@ -297,6 +297,16 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             colls.append(coll)
         self._write_now(tensor_name, _user_scalar(tensor_value), colls)
 
+    def write_summary(self, summary: bytes) -> bool:
+        """A serialized TensorBoard Summary (a framework's own summary op computed it) for the current step,
+        written to the hook's TensorBoard run as it is; False when the hook exports none (neither
+        export_tensorboard nor tensorboard_dir)."""
+        if self.tensorboard_dir is None or self.dry_run:
+            return False
+        from smdebug import tensorboard
+
+        return tensorboard.summary_given(self, summary, self.step, self.mode)
+
     @classmethod
     def create_from_json_file(cls, json_file_path: str | None = None):
         """Build a hook from the SageMaker JSON configuration (None when there is none)."""

@@ -107,6 +107,10 @@ class SummaryWriter:
         self._add(codec.encode_histogram_event(tag, values, int(step), wall_time or time.time()), step)
         return True
 
+    def add_summary(self, summary: bytes, step: int, wall_time: float | None = None) -> None:
+        """Add a serialized Summary as it is (TensorFlow's own summary ops)."""
+        self._add(codec.encode_summary_event(summary, int(step), wall_time or time.time()), step)
+
     def _add(self, event: bytes, step: int) -> None:
         if not self._pending and not self.store.is_local and self._handle is None:
             self._first_step = max(int(step), 0)  # the next object is named after its first step
@@ -187,6 +191,8 @@ class _HookExporter:
                         writer = self.writers[mode] = SummaryWriter(self.dir, mode, self.worker, step)
                     if kind == "scalar":
                         writer.add_scalar(tag, value, step, wall_time)
+                    elif kind == "summary":
+                        writer.add_summary(value, step, wall_time)
                     else:
                         writer.add_histogram(tag, value, step, wall_time)
             except SMDebugError as exc:  # a value that cannot be summarised: skip it, keep exporting
@@ -236,6 +242,16 @@ def tensor_saved(hook, name, value, step, mode):
             exporter.put((kind, to_mode(mode), tag, value, int(step), wall_time))
     except Exception as exc:  # never break training
         logger.warning("smdebug: TensorBoard summary of %s skipped: %s: %s", name, type(exc).__name__, exc)
+
+
+def summary_given(hook, summary: bytes, step: int, mode) -> bool:
+    """A serialized Summary for the hook's TensorBoard run (BaseHook.write_summary); False when the hook
+    exports no TensorBoard summaries."""
+    exporter = _exporter(hook)
+    if exporter is None:
+        return False
+    exporter.put(("summary", to_mode(mode), "", bytes(summary), int(step), time.time()))
+    return True
 
 
 def step_end(hook):

@@ -44,12 +44,14 @@ class GraphState:
         self.fetched: list[str] = []  # the names this step's run call fetches
         self.health = None  # with health=True: {"train": vector, "other": vector (no gradients)}, names
         self.health_fetched = False
+        self.summaries: set[str] = set()  # names of the graph's summary ops the hook fetches
 
 
 class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
     # graph tensors are found by what they are (variables, the optimizer's gradients, the graph's
     # losses, what collections were given), not by the forms of names that Keras 3 runs use
     builtin_patterns = {}
+    builtin_collections = (*TFHook.builtin_collections, CollectionKeys.TENSORFLOW_SUMMARIES)
     reduction_names_keep_index = True  # smdebug 1.0's TF form: smdebug/reductions/mean/dense/kernel:0
 
     def setup(self) -> None:
@@ -157,6 +159,7 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
             losses = tf.compat.v1.losses.get_losses()
             self.include_names(CollectionKeys.LOSSES, [t.name for t in losses])
             found.update((t.name, t) for t in losses)
+            found.update(self.summary_tensors(graph))
             with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/added"):
                 for coll in self.get_collections().values():
                     for name, obj in getattr(coll, "graph_objects", {}).items():
@@ -180,6 +183,28 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
                     self.health_tensors(variables, found, records, losses)
         state.graph = graph
         state.reach = tfgraph.Reach(graph)
+
+    def summary_tensors(self, graph) -> list:
+        """With tensorflow_summaries included: (name, op output) of the graph's summaries
+        (``tf.compat.v1.summary.scalar``, ...), which go to the hook's TensorBoard run as TensorFlow
+        serialized them (smdebug 1.0 writes them there only)."""
+        if CollectionKeys.TENSORFLOW_SUMMARIES not in self.include_collections:
+            return []
+        if self.tensorboard_dir is None:
+            self.warn_once(
+                "summaries",
+                "smdebug: the tensorflow_summaries collection is written to TensorBoard only: give the hook "
+                "export_tensorboard=True or a tensorboard_dir",
+            )
+            return []
+        summaries = [
+            (t.name, t)
+            for t in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
+            if isinstance(t, tf.Tensor) and t.graph is graph and t.dtype == tf.string
+        ]
+        self.include_names(CollectionKeys.TENSORFLOW_SUMMARIES, [n for n, _ in summaries])
+        self.graph_state.summaries = {n for n, _ in summaries}
+        return summaries
 
     def health_tensors(self, variables, found: dict, records, losses) -> None:
         """With health: the ops computing every step's statistics of the trainable variables (before a
@@ -268,6 +293,9 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
         return out
 
     def save_fetched(self, name: str, entry: Fetchable, got: dict) -> None:
+        if name in self.graph_state.summaries:
+            self.write_summary(got["raw"])
+            return
         host = got.get("raw")
         host = None if host is None else np.asarray(host)
         if entry.host:
