@@ -7,7 +7,7 @@ import tensorflow as tf
 from tfmodels import WeightsBefore, make_model, reference_gradients
 
 import smdebug.tensorflow as smd
-from smdebug.exceptions import TensorUnavailableForStep
+from smdebug.exceptions import SMDebugTypeError, TensorUnavailableForStep
 from smdebug.trials import create_trial
 
 EVERYTHING = ["weights", "biases", "gradients", "losses", "metrics", "outputs", "layers", "inputs"]
@@ -242,6 +242,22 @@ def test_save_scalar_save_tensor_and_add_to_collection(out_dir, data):
     np.testing.assert_array_equal(trial.tensor("twice").value(1), [2.0, 4.0])
     assert float(trial.tensor("scalar/lr").value(trial.tensor("scalar/lr").steps()[-1])) == 0.5
     assert "not_saved_yet" in hook.get_collection("custom").tensor_names
+
+
+def test_save_scalar_of_a_tensor_without_a_value_is_a_clear_error(out_dir):
+    hook = smd.KerasHook(out_dir=out_dir)
+
+    @tf.function(autograph=False)  # (autograph would wrap the error in its own)
+    def step(v):
+        hook.save_scalar("traced", v * 2)  # a symbolic tensor while the function is traced
+        return v
+
+    with pytest.raises(SMDebugTypeError) as raised:
+        step(tf.constant(1.0))
+    assert "save_scalar('traced')" in str(raised.value) and "symbolic" in str(raised.value)
+    hook.save_scalar("eager", tf.constant(2.0))  # with a value: saved
+    hook.close()
+    assert create_trial(out_dir).tensor_names() == ["scalar/eager"]
 
 
 def test_json_configuration(tmp_path, data):

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys
+from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys, SMDebugTypeError
 from smdebug_tf import capture
 from smdebug_tf.collection import BUILTIN_PATTERNS, Collection, exact
 from smdebug_tf.packing import unpack
@@ -721,12 +721,25 @@ class TFHook(BaseHook):
         """Save a scalar at the current step (before the first step: into the first step);
         ``sm_metric=True`` also lists it in sm_metrics (which is only ever written locally)."""
         if isinstance(value, (tf.Tensor, tf.Variable)):
+            self.check_concrete(name, value)
             value = value.numpy()
         if self.defer(self.save_scalar, name, value, sm_metric, timestamp):
             return
         super().save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
         if sm_metric:
             self.add_to_collection(CollectionKeys.SM_METRICS, f"scalar/{name}")
+
+    @staticmethod
+    def check_concrete(name: str, value) -> None:
+        """A clear error for a scalar without a value: a TF 1.x graph's tensor (outside a session run) or
+        one being traced in a tf.function."""
+        symbolic = isinstance(value, tf.Tensor) and not hasattr(value, "numpy")
+        if symbolic or (isinstance(value, tf.Variable) and not tf.executing_eagerly()):
+            raise SMDebugTypeError(
+                f"save_scalar({name!r}): {value.name} is a symbolic tensor, which has no value outside a session "
+                "run (or in a tf.function being traced): save the value the run returned, or add the tensor "
+                "to a collection (hook.add_to_collection) to save it at that collection's steps"
+            )
 
     def add_to_collection(self, collection_name, variable) -> None:
         """Add a tensor name, or a TF variable / named tensor (or a list of them), to a collection."""
