@@ -61,6 +61,16 @@ def test_bfloat16_like_values_saved_readably(tmp_path):
     assert create_trial(str(tmp_path / "run")).tensor("x").value(0).tolist() == [1.5, -2.0]
 
 
+def test_out_dir_and_tensorboard_dir_may_be_paths(tmp_path):
+    hook = BaseHook(out_dir=tmp_path / "run", export_tensorboard=True, tensorboard_dir=tmp_path / "tb")
+    assert (hook.out_dir, hook.options.tensorboard_dir) == (str(tmp_path / "run"), str(tmp_path / "tb"))
+    hook.begin_step()
+    hook.save_tensor("loss", np.float32(1.5))
+    hook.close()
+    assert create_trial(tmp_path / "run").tensor("loss").value(0) == 1.5
+    assert os.listdir(tmp_path / "tb")
+
+
 def test_many_steps_and_modes(tmp_path):
     out = str(tmp_path / "run")
     hook = BaseHook(out_dir=out, save_config=every_step(), include_collections=["weights"])

@@ -13,6 +13,7 @@ import inspect
 import json
 import math
 import numbers
+import os
 import re
 from contextlib import contextmanager
 from typing import Any, ClassVar, Literal, Optional
@@ -641,6 +642,9 @@ class HookConfig(ConfigModel):
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise TypeError(f"a hook got an unexpected argument {name!r}{hint}")
             values[name] = value
+        for name in ("out_dir", "tensorboard_dir"):  # a pathlib.Path, as create_trial takes one
+            if isinstance(values.get(name), os.PathLike):
+                values[name] = os.fspath(values[name])
         if not values.get("out_dir") or not isinstance(values.get("out_dir"), str):
             raise ConfigError(f"out_dir: a path or URI is required, got {values.get('out_dir')!r}")
         for name in ("include_regex", "include_collections"):
