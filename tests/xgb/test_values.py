@@ -260,7 +260,9 @@ def test_second_training_continues_the_steps(out_dir, binary):
     assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][1])
 
 
-def test_reductions_apply_to_numeric_tensors(out_dir, binary):
+def test_the_hooks_reduction_config_is_ignored_with_a_warning(out_dir, binary, caplog_smdebug):
+    """smdebug 1.0's XGBoost page: reduction_config is "Not supported in XGBoost and will be ignored":
+    tensors are saved whole, and one warning says so."""
     dtrain, dvalid = binary[:2]
     hook = smd.Hook(
         out_dir,
@@ -271,13 +273,31 @@ def test_reductions_apply_to_numeric_tensors(out_dir, binary):
     )
     booster, _ = train(hook, dtrain, dvalid, rounds=2)
     trial = smd.create_trial(out_dir)
-    predictions = booster.predict(dvalid)
+    np.testing.assert_allclose(trial.tensor("predictions").value(1), booster.predict(dvalid), rtol=1e-6)
+    assert trial.tensor("predictions").reduction_values(1) == {}
+    assert trial.tensor("trees/Gain").value(1).max() > 0
+    assert trial.tensor("validation-logloss").value(1).shape == (1,)
+    warnings = [r.getMessage() for r in caplog_smdebug.records if r.levelno == logging.WARNING]
+    assert sum("reduction_config" in m and "ignored" in m for m in warnings) == 1
+
+
+def test_a_collections_own_reduction_config_applies_to_its_numeric_tensors(out_dir, binary):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["predictions", "trees"],
+        validation_data=dvalid,
+    )
+    for name in ("predictions", "trees"):
+        hook.get_collection(name).reduction_config = smd.ReductionConfig(reductions=["mean", "max"])
+    booster, _ = train(hook, dtrain, dvalid, rounds=2)
+    trial = smd.create_trial(out_dir)
     assert trial.tensor("predictions").reduction_value(1, "mean") == pytest.approx(
-        predictions.mean(), rel=1e-6
+        booster.predict(dvalid).mean(), rel=1e-6
     )
     assert trial.tensor("trees/Gain").reduction_value(1, "max") > 0
     assert trial.tensor("trees/Feature").value(1).dtype.kind == "U"  # text stays whole
-    assert trial.tensor("validation-logloss").value(1).shape == (1,)  # metrics stay raw
 
 
 def test_missing_data_and_linear_booster_warn_once_and_go_on(out_dir, binary, caplog_smdebug):

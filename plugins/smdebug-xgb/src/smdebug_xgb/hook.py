@@ -25,7 +25,15 @@ import numpy as np
 import xgboost as xgb
 from pydantic import field_validator
 
-from smdebug.plugin import BaseHook, CollectionKeys, ConfigError, HookConfig, ModeKeys, SaveConfig
+from smdebug.plugin import (
+    BaseHook,
+    CollectionKeys,
+    ConfigError,
+    HookConfig,
+    ModeKeys,
+    ReductionConfig,
+    SaveConfig,
+)
 from smdebug_xgb.collection import (
     AVERAGE_SHAP_PREFIX,
     BIAS,
@@ -80,6 +88,14 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self.hyperparameters = options.hyperparameters or None
         self.train_data = load_data("train_data", options.train_data)
         self.validation_data = load_data("validation_data", options.validation_data)
+        if options.reduction_config is not None:
+            # smdebug 1.0's XGBoost page: "Not supported in XGBoost and will be ignored" (a collection's
+            # own reduction_config still applies)
+            if not self.is_copy:
+                logger.warning(
+                    "smdebug: reduction_config is ignored by the XGBoost hook: tensors are saved whole"
+                )
+            self.reduction_config = ReductionConfig(save_raw_tensor=True)
         # rounds seen by this hook, so a second training continues the steps (a restarted job: after the
         # checkpointed step)
         self._rounds_done = self.step + 1
