@@ -205,3 +205,19 @@ def test_watch_gives_up_after_timeout_on_an_interrupted_run_with_every_rule(tmp_
     assert time.monotonic() - began < 60, done.stdout
     assert "stopped watching: no new step for 2s" in done.stdout, done.stdout + done.stderr
     assert "stalled_training_rule" in done.stdout and "error" not in row(done.stdout, "stalled_training_rule")
+
+
+def test_many_runs_with_an_interrupted_one_give_up_after_timeout_with_the_stall_rule(tmp_path):
+    """Over several runs, a live (here interrupted) run is followed until no new step comes for --timeout:
+    stalled_training_rule waited up to its 1800 s threshold instead."""
+    for name in ("a", "b"):
+        numpy_runs.vanishing_gradient(str(tmp_path / "sweep" / name), bad=False)
+    os.remove(tmp_path / "sweep" / "a" / "training_job_end.ts")
+    began = time.monotonic()
+    done = smdebug_rules(
+        str(tmp_path / "sweep"), "--rule", "stalled_training_rule", "--timeout", "2", "--json"
+    )
+    assert time.monotonic() - began < 60 and done.returncode == 0, done.stdout + done.stderr
+    rows = {r["run"].rsplit("/", 1)[-1]: r for r in json.loads(done.stdout)["results"]}
+    assert rows["a"]["note"] == "stopped following the run: no new step for 2s", rows
+    assert rows["b"]["status"] == "ok" and not rows["a"]["error"]

@@ -187,6 +187,8 @@ def _follow(trial, rule, invoke, start_step, end_step, timeout, out, cancelled) 
     from smdebug.rules.stalled import StalledTrainingRule
 
     stalled = isinstance(rule, StalledTrainingRule)
+    if stalled:  # it waits for each step up to its threshold: the timeout is the limit of one wait
+        rule.max_wait = timeout
     trial.refresh_interval = 0.2
     step = start_step
     while end_step is None or step < end_step:
