@@ -232,3 +232,17 @@ def test_smdebug_run_refuses_a_misspelt_localpath_it_would_otherwise_fill_in(cli
     result = cli("run", "--config", config, "--", "python", "-c", "pass", cwd=tmp_path)
     one_line_error(result, "LocalPth: unknown key", "did you mean 'LocalPath'?")
     assert not (tmp_path / "smdebug-runs").exists()
+
+
+def test_why_on_a_damaged_health_record_says_so_once_instead_of_advising_health_true(cli, run_dir, tmp_path):
+    """It said 'it holds no health record (train with health=True ...)', after warning twice."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / "health").mkdir()
+    (run / "health" / "worker_0.json").write_text('{"worker": "worker_0", "first_nonfin')
+    result = cli("why", run)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "health=True" not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and "worker_0.json is not readable" in lines[0], result.stderr
+    assert lines[1].startswith("smdebug why: error: the run's health record is damaged")

@@ -6,7 +6,7 @@ import json
 import math
 
 from smdebug.cli._common import compact_steps, open_trial
-from smdebug.exceptions import SMDebugError
+from smdebug.exceptions import CorruptRunError, SMDebugError
 
 _WHERE = {
     "input": "in the input batch ({tensor})",
@@ -33,8 +33,13 @@ def add_command(subparsers) -> None:
 
 def explain(trial) -> str:
     """The paragraph ``smdebug why`` prints."""
-    records = trial.health_records()
-    first = trial.first_nonfinite()
+    from smdebug.health import HEALTH_DIR, first_nonfinite
+
+    records = trial.health_records()  # (read once: a damaged record is warned of once)
+    first = first_nonfinite(records)
+    if not records and trial.store.list(HEALTH_DIR):
+        damaged = ", ".join(f"{trial.path}/{p}" for p in trial.store.list(HEALTH_DIR))
+        raise CorruptRunError(f"the run's health record is damaged, nothing can be said: {damaged}")
     if not records:
         return (
             f"Nothing was found in {trial.path}: it holds no health record (train with health=True, or "
