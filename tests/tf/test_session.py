@@ -194,6 +194,49 @@ def test_zero_code_change_monitored_training_session(tmp_path):
     ]
 
 
+GET_HOOK = textwrap.dedent(
+    """
+    import numpy as np
+    import tensorflow as tf
+    import smdebug.tensorflow as smd
+
+    tf.compat.v1.disable_eager_execution()
+    hook = smd.get_hook(hook_type="session", create_if_not_exists=True)  # smdebug 1.0's TF 1.x form
+    assert isinstance(hook, smd.SessionHook), hook
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    w = tf.compat.v1.get_variable("dense/kernel", [3, 1])
+    loss = tf.reduce_mean(tf.matmul(x, w) ** 2)
+    train_op = hook.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(loss)
+    hook.set_mode(smd.modes.TRAIN)
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        for _ in range(3):
+            sess.run(train_op, feed_dict={x: np.ones((4, 3), np.float32)})
+    """
+)
+
+
+def test_get_hook_of_kind_session_under_a_hook_configuration(tmp_path):
+    # the configuration activates a hook on import: get_hook gives that one, now a SessionHook (a second
+    # hook of the same configuration would find its out_dir taken)
+    script = tmp_path / "train.py"
+    script.write_text(GET_HOOK)
+    out = str(tmp_path / "run")
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "LocalPath": out,
+                "HookParameters": {"save_interval": "1"},
+                "CollectionConfigurations": [{"CollectionName": "weights"}],
+            }
+        )
+    )
+    _run([sys.executable, str(script)], {"SMDEBUG_CONFIG_FILE_PATH": str(config)}, cwd=tmp_path)
+    trial = create_trial(out)
+    assert trial.steps(mode=TRAIN) == [0, 1, 2]
+    assert trial.tensor_names(collection="weights") == [KERNEL]
+
+
 PLAIN_SESSION = textwrap.dedent(
     """
     import sys

@@ -114,6 +114,17 @@ def as_session_hook(hook, hooks):
     return hook
 
 
+def session_hook_asked() -> None:
+    """``smd.get_hook(hook_type="session")``: the activated hook, if no step used it yet, becomes the
+    SessionHook asked for (as a MonitoredTrainingSession makes it), so no second hook of the same
+    configuration is made (it would find the run's out_dir taken)."""
+    from smdebug.plugin import get_hook
+
+    hook = _state["hook"]
+    if hook is not None and hook is get_hook() and not hook.closed and hook.step < 0:
+        as_session_hook(hook, [])
+
+
 def _initializing(module) -> bool:
     spec = getattr(module, "__spec__", None)
     return bool(getattr(spec, "_initializing", False))
