@@ -34,9 +34,11 @@ def test_thread_writer_close_records_its_backlog(tmp_path, caplog):
         )
         writer.end_step(step)
     started = time.monotonic()
-    failed = writer.close(timeout=1.0, end_of_job=True)
+    # (2 s: close keeps a quarter of it for the record of unsaved steps, which under a load of 7 on
+    # 2 cores 1 s's quarter did not always leave the publisher)
+    failed = writer.close(timeout=2.0, end_of_job=True)
     took = time.monotonic() - started
-    assert took < 1.0 + 0.5, took
+    assert took < 2.0 + 0.5, took
 
     trial = create_trial(out)
     written, unsaved = set(trial.steps()), set(trial.unsaved_steps)
