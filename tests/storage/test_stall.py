@@ -17,6 +17,7 @@ import pytest
 from conftest import start_training
 
 import smdebug
+from smdebug.exceptions import SMDebugValueError
 from smdebug.hook import BaseHook
 from smdebug.trials import create_trial
 
@@ -243,3 +244,19 @@ def test_endpoint_killed_under_real_training(s3_server, s3_uri):
     assert saved[: len(seen)] == seen  # nothing saved before the outage is lost
     assert sorted(saved + unsaved) == list(range(60)) and not set(saved) & set(unsaved)
     assert not trial.training_ended()
+
+
+def test_a_trial_on_a_hanging_endpoint_is_one_clear_error_in_bounded_time(hanging_endpoint, monkeypatch):
+    """create_trial waited on the storage client's retries (over two minutes here); the CLI had its own
+    probe, the Python API none."""
+    monkeypatch.setenv("SMDEBUG_CLI_REACH_TIMEOUT", "2")
+    began = time.perf_counter()
+    with pytest.raises(SMDebugValueError, match=r"s3://smdebug-hang/run: cannot read the run: .*2 s"):
+        create_trial("s3://smdebug-hang/run")
+    assert time.perf_counter() - began < 2 + CHECK_SLACK
+
+
+def test_a_trial_on_a_stopped_endpoint_is_one_clear_error(s3_server, s3_uri):
+    s3_server.stop()
+    with pytest.raises(SMDebugValueError, match="cannot read the run: EndpointConnectionError"):
+        create_trial(s3_uri)

@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -31,6 +32,8 @@ SPOOL_BYTES = 8 * 1024 * 1024
 SINGLE_PUT_BYTES = 64 * 1024 * 1024
 READ_BATCH = 64  # concurrent requests of one batched read
 READ_ATTEMPTS = 4  # a remote read that fails (other than "not found") is tried this many times
+# How long a reader (a remote Trial, the CLI) waits for a remote store's first answer (seconds).
+REACH_TIMEOUT_ENV = "SMDEBUG_CLI_REACH_TIMEOUT"
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID")
 _SECRET_OPTIONS = (
     "secret",
@@ -326,6 +329,24 @@ class Store:
         folder = os.path.dirname(path)
         if os.path.isdir(folder) and not self._is_inside(folder):
             raise OSError(f"{folder} leads out of the output location (a symbolic link); not written")
+
+    def probe(self, timeout: float) -> BaseException | None:
+        """List the root once, off the calling thread and waiting at most ``timeout`` seconds: None when
+        the store answered, else what it raised (FileNotFoundError: no such folder), or TimeoutError
+        when it did not answer in time (an endpoint that hangs; the listing goes on in the background)."""
+        outcome: list = []
+
+        def listing():
+            try:
+                self.fs.ls(self.root, detail=False)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=listing, name="smdebug-store-probe", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        return outcome[0] if outcome else TimeoutError(f"no answer within {timeout:g} s")
 
     def exists(self, relpath: str) -> bool:
         path = self.path(relpath)

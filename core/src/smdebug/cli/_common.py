@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import difflib
 import os
-import threading
 
 from smdebug.exceptions import SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys, to_mode
+from smdebug.store import REACH_TIMEOUT_ENV
 
 # How long the CLI waits for a remote store's first answer before saying it is unreachable (seconds).
 EXIT_FIRED = 1  # `smdebug rules`: a rule fired
 EXIT_ERROR = 2  # `smdebug rules`: a rule or a run could not be evaluated
-REACH_TIMEOUT = float(os.environ.get("SMDEBUG_CLI_REACH_TIMEOUT", "20"))
+REACH_TIMEOUT = float(os.environ.get(REACH_TIMEOUT_ENV, "20"))
 
 
 def open_trial(path: str):
@@ -47,20 +47,9 @@ def reach_trial(path: str, missing_ok: bool = False):
 def _probe(store, missing_ok: bool = False) -> None:
     """List the run's folder once, off the main thread and with a deadline: an unreachable endpoint or
     missing credentials become one clear error instead of minutes of retries and a traceback."""
-    outcome: list = []
-
-    def probe():
-        try:
-            outcome.append(store.fs.ls(store.root, detail=False))
-        except BaseException as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=probe, name="smdebug-cli-probe", daemon=True)
-    thread.start()
-    thread.join(REACH_TIMEOUT)
-    if not outcome:
+    result = store.probe(REACH_TIMEOUT)
+    if isinstance(result, TimeoutError):
         raise SMDebugValueError(f"{store.uri}: cannot read the run: no answer within {REACH_TIMEOUT:g} s")
-    result = outcome[0]
     if isinstance(result, FileNotFoundError):
         if missing_ok:
             return

@@ -108,6 +108,8 @@ class Trial:
         self.last_index_token: str | None = None  # the index file of the last complete step (as 1.0)
         open_runs.flush(self.path)  # a hook of this process writing the run: every step it saved so far
         self.store = plugins.open_store(self.path)
+        if not self.store.is_local:
+            self._reach()
         self._tensors: dict[str, Tensor] = {}
         self._loaded_index: set[str] = set()
         self._workers: set[str] = set()
@@ -136,6 +138,17 @@ class Trial:
         self.refresh()
         if not (missing_ok or self._step_mode or self._collection_files) and self.store.is_local:
             self._say_empty()
+
+    def _reach(self) -> None:
+        """A remote store that does not answer (an endpoint that hangs or is down, no credentials) is one
+        SMDebugValueError naming the URI and the cause, within SMDEBUG_CLI_REACH_TIMEOUT seconds (20),
+        not minutes of the storage client's retries."""
+        from smdebug.store import REACH_TIMEOUT_ENV
+
+        timeout = float(os.environ.get(REACH_TIMEOUT_ENV, "20"))
+        problem = self.store.probe(timeout)
+        if problem is not None and not isinstance(problem, FileNotFoundError):  # (a run not written yet)
+            raise SMDebugValueError(f"{self.store.uri}: cannot read the run: {self.store.describe(problem)}")
 
     def _say_empty(self) -> None:
         """One line when a local trial opens on nothing: most often a mistyped path (a run written
