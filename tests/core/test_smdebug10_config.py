@@ -78,3 +78,32 @@ def test_from_json_of_an_empty_configuration_gives_the_defaults(empty):
 def test_from_json_of_bad_json_is_one_clear_error():
     with pytest.raises(ConfigError, match="SaveConfig.from_json: invalid JSON"):
         SaveConfig.from_json("{save_interval: 3")
+
+
+# -- a hook's collections read the hook's save configuration (reference: Creating or retrieving a Collection) --
+def test_a_hooks_collections_read_its_save_config_until_given_their_own(tmp_path):
+    """The reference: a collection get_collection creates "uses the reduction configuration and save
+    configuration passed to the hook"; the built-in ones too, before training as after."""
+    from smdebug.collection import Collection
+    from smdebug.hook import BaseHook
+
+    hook = BaseHook(
+        out_dir=str(tmp_path / "run"),
+        save_config=SaveConfig(
+            mode_save_configs={ModeKeys.EVAL: SaveConfigMode(save_interval=3)}, save_interval=7
+        ),
+    )
+    for coll in (hook.get_collection("losses"), hook.get_collection("brand_new")):
+        assert coll.save_config.get_save_config(ModeKeys.TRAIN).save_interval == 7, coll.name
+        assert coll.save_config.get_save_config(ModeKeys.EVAL).save_interval == 3, coll.name
+    added = Collection("added", include_regex=["x"])
+    added.save_config = SaveConfig(mode_save_configs={ModeKeys.TRAIN: SaveConfigMode(save_steps=[2])})
+    hook.add_collection(added)
+    assert added.save_config.get_save_config(ModeKeys.TRAIN).save_steps == [2]  # its own
+    assert added.save_config.get_save_config(ModeKeys.EVAL).save_interval == 3  # the hook's
+    # the reference's way to stop a default collection still works, before and after training starts
+    hook.get_collection("losses").save_config.end_step = 0
+    hook.begin_step()
+    assert not hook.has_due_collection("losses")
+    hook.end_step()
+    hook.close()

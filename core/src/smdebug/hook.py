@@ -176,6 +176,8 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             self._include(CollectionKeys.ALL)
         for name, settings in options.collections.items():
             settings.apply_to(self.get_collection(name))
+        for coll in self.collection_manager.collections.values():
+            coll.save_config.merge_default_save_config(self.save_config)
 
         self.mode = ModeKeys.GLOBAL
         self.step = -1  # the first begin_step makes it 0
@@ -247,7 +249,10 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
 
     # -- common hook API (reference: Common Hook API) ----------------------------------------------
     def get_collection(self, name: str, create: bool = True) -> Collection:
+        new = name not in self.collection_manager.collections
         coll = self.collection_manager.get(name, create=create, cls=self.collection_class)
+        if new and coll is not None:  # the reference: a new collection uses the hook's save configuration
+            coll.save_config.merge_default_save_config(self.save_config)
         self._forget_matches()
         return coll
 
@@ -257,6 +262,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
     def add_collection(self, collection: Collection) -> None:
         if not isinstance(collection, Collection):
             raise SMDebugTypeError(f"add_collection expects a Collection, got {type(collection).__name__}")
+        collection.save_config.merge_default_save_config(self.save_config)  # for the modes it leaves unset
         self.collection_manager.add(collection)
         self._forget_matches()
 
