@@ -229,3 +229,17 @@ def test_a_reduction_value_is_a_numpy_value_stored_or_computed(tmp_path):
     for value, expected in ((stored, 3.0), (computed, 3.0)):
         assert value.item() == expected and value.shape == () and value.dtype.kind == "f"
         assert f"{value:.1f}" == "3.0" and float(value) == expected
+
+
+def test_a_finished_run_that_saved_nothing_is_missing_collection_files(tmp_path):
+    """smdebug 1.0's analysis documentation: MissingCollectionFiles "is raised when no data was saved by
+    the training job" (its end is marked, and no collections or index file was ever written)."""
+    from smdebug.exceptions import MissingCollectionFiles
+
+    empty = tmp_path / "ended"
+    empty.mkdir()
+    (empty / layout.END_OF_JOB_FILE).write_bytes(b"")
+    with pytest.raises(MissingCollectionFiles):
+        create_trial(str(empty))
+    not_yet = tmp_path / "not_yet"  # a run not written yet (or still starting): a trial that waits for it
+    assert create_trial(str(not_yet), missing_ok=True).steps() == []

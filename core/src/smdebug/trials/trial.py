@@ -18,6 +18,7 @@ from smdebug.collection import Collection, CollectionManager
 from smdebug.exceptions import (
     CorruptRunError,
     CorruptTensorRecord,
+    MissingCollectionFiles,
     NoMoreData,
     SMDebugValueError,
     StepUnavailable,
@@ -136,6 +137,8 @@ class Trial:
         self.loaded_all_steps = False
         self._last_refresh = 0.0
         self.refresh()
+        if self.loaded_all_steps and not (self._collection_files or self._loaded_index):
+            raise MissingCollectionFiles()  # the job ended having saved nothing (as smdebug 1.0)
         if not (missing_ok or self._step_mode or self._collection_files) and self.store.is_local:
             self._say_empty()
 
