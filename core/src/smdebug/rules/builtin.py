@@ -53,6 +53,10 @@ def find_rule(name: str) -> type[Rule]:
     return cls
 
 
+_SOURCES: dict = {}  # realpath -> module: a source file is imported once per process
+CUSTOM_RULE_MODULE = "smdebug_custom_rule_"  # the prefix of such modules' names
+
+
 def rule_from_source(path: str, class_name: str) -> type[Rule]:
     """The Rule subclass ``class_name`` of the Python file ``path`` (the file is imported, once)."""
     if not os.path.isfile(path):
@@ -80,10 +84,6 @@ def rule_from_source(path: str, class_name: str) -> type[Rule]:
             f"custom rule source {path!r} has no Rule subclass {class_name!r} (it has: {', '.join(found) or 'none'})"
         )
     return cls
-
-
-_SOURCES: dict = {}  # realpath -> module: a source file is imported once per process
-CUSTOM_RULE_MODULE = "smdebug_custom_rule_"  # the prefix of such modules' names
 
 
 def rule_parameters(cls: type[Rule]) -> dict[str, object]:
