@@ -169,6 +169,43 @@ def test_get_hook_returns_the_active_hook(tmp_path):
     )
 
 
+def test_spawned_workers_and_subprocesses_do_not_fail(tmp_path):
+    """Processes the activated script starts inherit its configuration: a spawned DataLoader worker and a
+    subprocess that import torch must run (they exited with 2, "out_dir already holds a run", and the
+    DataLoader raised) while the script's own process writes the run."""
+    out = tmp_path / "run"
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import subprocess, sys, torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            if __name__ == "__main__":
+                torch.set_num_threads(1)
+                data = TensorDataset(torch.randn(8, 4), torch.randn(8, 1))
+                model, loss_fn = torch.nn.Linear(4, 1), torch.nn.MSELoss()
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in DataLoader(data, batch_size=4, num_workers=1, multiprocessing_context="spawn"):
+                    opt.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    opt.step()
+                child = subprocess.run([sys.executable, "-c", "import torch"])
+                print("child", child.returncode)
+            """
+        )
+    )
+    done = subprocess.run(
+        [SMDEBUG_CLI, "run", "--out-dir", str(out), "--collections", "losses", "--save-interval", "1",
+         "--", "python", str(script)],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "child 0" in done.stdout, done.stderr
+    assert "bad hook configuration" not in done.stderr
+    assert create_trial(str(out)).steps() == [0, 1]
+
+
 @pytest.mark.parametrize("switch", [{"SMDEBUG_DISABLE": "1"}, {"USE_SMDEBUG": "0"}])
 def test_disable_switches(tmp_path, switch):
     out = tmp_path / "run"

@@ -29,6 +29,9 @@ USE_ENV = "USE_SMDEBUG"  # smdebug 1.0's switch: USE_SMDEBUG=0 turns it off
 # The same names as smdebug.json_config, repeated so that the startup check imports nothing heavy.
 CONFIG_FILE_PATH_ENV = "SMDEBUG_CONFIG_FILE_PATH"
 DEFAULT_CONFIG_PATH = "/opt/ml/input/config/debughookconfig.json"
+# set by a process once it activated: the processes it starts (spawned DataLoader workers, a script's own
+# subprocesses) inherit it with the configuration, and must not fail where their parent writes
+ACTIVATED_PID_ENV = "SMDEBUG_ACTIVATED_PID"
 
 # the spellings of distutils' strtobool, which smdebug 1.0 used for USE_SMDEBUG
 _TRUE = ("1", "true", "t", "yes", "y", "on")
@@ -107,7 +110,7 @@ def activate(framework, module) -> Any:
             return _activated[framework.alias]
         _activated[framework.alias] = None
     name = getattr(module, "__name__", "?")
-    from smdebug.exceptions import ConfigError
+    from smdebug.exceptions import ConfigError, OutDirExistsError
 
     try:
         problem = framework.version_problem()
@@ -117,15 +120,20 @@ def activate(framework, module) -> Any:
         from smdebug import plugins
 
         hook = plugins.activate(framework, module)
-    except ConfigError as exc:
-        # smdebug was asked for and its configuration is wrong: stop, as `smdebug run --config` does,
-        # rather than train for hours without it
-        print(
-            f"smdebug: bad hook configuration: {exc} (fix it, or unset {CONFIG_FILE_PATH_ENV} to train "
-            "without smdebug)",
-            file=sys.stderr,
+    except OutDirExistsError as exc:
+        if not _started_by_activated_process():
+            _bad_configuration(exc)
+        # a process the activated one started (a spawned DataLoader worker, a subprocess of the script)
+        # under the same worker name: its parent writes that run, and this process must not fail
+        logger.info(
+            "smdebug: not activating %s in this subprocess of process %s, which writes the run: %s",
+            framework.alias,
+            os.environ.get(ACTIVATED_PID_ENV),
+            exc,
         )
-        raise SystemExit(2) from None
+        return None
+    except ConfigError as exc:
+        _bad_configuration(exc)
     except Exception as exc:
         logger.warning(
             "smdebug: activating %s on import of %s failed, the script runs without smdebug: %s: %s",
@@ -149,7 +157,25 @@ def activate(framework, module) -> Any:
         getattr(hook, "out_dir", "?"),
     )
     _activated[framework.alias] = hook
+    os.environ[ACTIVATED_PID_ENV] = str(os.getpid())
     return hook
+
+
+def _started_by_activated_process() -> bool:
+    """Whether another process activated with this environment and started this one."""
+    pid = os.environ.get(ACTIVATED_PID_ENV, "")
+    return pid.isdigit() and int(pid) != os.getpid()
+
+
+def _bad_configuration(exc: Exception):
+    """smdebug was asked for and its configuration is wrong: stop, as `smdebug run --config` does, rather
+    than train for hours without it."""
+    print(
+        f"smdebug: bad hook configuration: {exc} (fix it, or unset {CONFIG_FILE_PATH_ENV} to train "
+        "without smdebug)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 
 def activated() -> dict[str, Any]:
