@@ -693,3 +693,58 @@ def test_layer_wanted_asks_the_included_collections_with_a_layers_first_tensor_n
     hook.get_collection("acts").include("^fc_input_0$")
     assert hook.collections_version != version and hook.layer_wanted("fc")
     hook.close()
+
+
+class Garbage:
+    """Answers every capture and reduction hook first, with the wrong kind of value."""
+
+    @hookimpl(tryfirst=True)
+    def smdebug_to_numpy(self, value):
+        return "not an array"
+
+    @hookimpl(tryfirst=True)
+    def smdebug_reduce(self, value, reduction, abs):
+        return "not a number"
+
+    @hookimpl(tryfirst=True)
+    def smdebug_reductions(self, values, reductions):
+        return [1]  # one result, whatever the number of values
+
+    @hookimpl(tryfirst=True)
+    def smdebug_to_host(self, results):
+        return ["x"]
+
+
+def test_a_plugin_returning_garbage_is_skipped_and_reported_once(tmp_path, caplog):
+    """A wrong answer is no answer: the next implementation answers, every raw value and reduction is
+    saved (a string from smdebug_reduce lost the reduction, a short list from smdebug_reductions lost
+    the step's reductions), and one line per hook names the plugin."""
+    plugins.get_plugin_manager().register(Garbage(), name="garbage")
+    out = str(tmp_path / "run")
+    hook = BaseHook(
+        out_dir=out,
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(
+            reductions=["max", "mean"], abs_reductions=["max"], save_raw_tensor=True
+        ),
+        include_regex=["^w", "^v"],
+    )
+    values = [np.array([1.0, -4.0]), np.array([2.0, -3.0, 7.0])]
+    for step in range(2):
+        hook.begin_step()
+        with hook.together():
+            hook.save_for_step("w", values[0] * (step + 1))
+            hook.save_for_step("v", values[1] * (step + 1))
+        hook.end_step()
+    hook.close()
+    trial = create_trial(out)
+    for step in range(2):
+        for name, value in zip(("w", "v"), values):
+            value = value * (step + 1)
+            assert trial.tensor(name).value(step).tolist() == value.tolist()
+            assert trial.tensor(name).reduction_value(step, "max") == value.max()
+            assert trial.tensor(name).reduction_value(step, "mean") == pytest.approx(value.mean())
+            assert trial.tensor(name).reduction_value(step, "max", abs=True) == np.abs(value).max()
+    logged = [r.getMessage() for r in caplog.records if "'garbage'" in r.getMessage()]
+    assert len(logged) == len(set(logged)) and logged, logged
+    assert any("smdebug_to_numpy" in m and "returned str, not a numpy array" in m for m in logged), logged

@@ -5,6 +5,7 @@ else by a plain loop over a cached list of the implementations (the per-step pat
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,51 @@ logger = logging.getLogger("smdebug")
 CallList = list[tuple[str, Callable, tuple[str, ...]]]
 # a cached call list's value for a hook that pluggy calls (truthy: someone may be listening)
 _THROUGH_PLUGGY: Any = "through pluggy"
+
+
+def _array(result: Any, kwargs: dict[str, Any]) -> str | None:
+    import numpy as np
+
+    return None if isinstance(result, np.ndarray) else "a numpy array"
+
+
+def _scalar(result: Any, kwargs: dict[str, Any]) -> str | None:
+    import numpy as np
+
+    if isinstance(result, (numbers.Real, np.generic)) or (
+        isinstance(result, np.ndarray) and result.size == 1
+    ):
+        return None
+    return "a float or a numpy scalar"
+
+
+def _per_value(result: Any, kwargs: dict[str, Any]) -> str | None:
+    if isinstance(result, (list, tuple)) and len(result) == len(kwargs["values"]):
+        return None
+    return f"a list of {len(kwargs['values'])} results, one per value"
+
+
+def _per_result(result: Any, kwargs: dict[str, Any]) -> str | None:
+    import numpy as np
+
+    count = len(kwargs["results"])
+    if isinstance(result, np.ndarray):
+        ok = result.ndim == 2 and len(result) == count
+    else:
+        ok = isinstance(result, (list, tuple)) and len(result) == count
+        ok = ok and all(isinstance(row, np.ndarray) for row in result)
+    return None if ok else f"{count} numpy arrays, one per result"
+
+
+# What a plugin's firstresult answer must be (else it is reported once and the next implementation asked):
+# a wrong answer must not cost the user a saved tensor
+_EXPECTED: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
+    "smdebug_to_numpy": _array,
+    "smdebug_host_view": _array,
+    "smdebug_reduce": _scalar,
+    "smdebug_reductions": _per_value,
+    "smdebug_to_host": _per_result,
+}
 
 
 class PluginCalls:
@@ -75,6 +121,13 @@ class PluginCalls:
                 self._report(plugin_name, spec, exc)
                 continue
             if result is not None:
+                if plugin_name not in self.defaults and (check := _EXPECTED.get(spec)) is not None:
+                    expected = check(result, kwargs)
+                    if expected is not None:
+                        self._report(
+                            plugin_name, spec, TypeError(f"returned {type(result).__name__}, not {expected}")
+                        )
+                        continue
                 return result
         return None
 
