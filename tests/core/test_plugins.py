@@ -748,3 +748,32 @@ def test_a_plugin_returning_garbage_is_skipped_and_reported_once(tmp_path, caplo
     logged = [r.getMessage() for r in caplog.records if "'garbage'" in r.getMessage()]
     assert len(logged) == len(set(logged)) and logged, logged
     assert any("smdebug_to_numpy" in m and "returned str, not a numpy array" in m for m in logged), logged
+
+
+class GarbageRules:
+    @hookimpl
+    def smdebug_rules(self):
+        return ["not", "a", "dict"]
+
+
+class NotARuleClass:
+    @hookimpl
+    def smdebug_rules(self):
+        return {"forty_two": 42}
+
+
+def test_rules_of_the_wrong_kind_are_skipped_and_reported_once(caplog):
+    """A plugin whose smdebug_rules returns no dict made every rule lookup raise AttributeError (the CLI's
+    `smdebug rules` included); one that maps a name to no class was dropped without a word."""
+    from smdebug.rules.builtin import builtin_rules
+
+    pm = plugins.get_plugin_manager()
+    pm.register(GarbageRules(), name="garbage-rules")
+    pm.register(NotARuleClass(), name="not-a-class")
+    for _ in range(2):
+        rules = builtin_rules()
+    assert "always_fires" in rules and "vanishing_gradient" in rules and "forty_two" not in rules
+    logged = [r.getMessage() for r in caplog.records if "smdebug_rules" in r.getMessage()]
+    assert len(logged) == 2, logged
+    assert any("'garbage-rules'" in m and "returned list" in m for m in logged), logged
+    assert any("'not-a-class'" in m and "returned dict" in m for m in logged), logged

@@ -295,7 +295,15 @@ class PluginCalls:
         """Built-in rules of the core and every plugin, by name (the first to contribute a name keeps
         it)."""
         found: dict[str, type] = {}
-        for contributed in self._each("smdebug_rules", {}):
-            for name, cls in (contributed or {}).items():
+        for plugin_name, contributed in self._each_plugin("smdebug_rules", {}):
+            if contributed is None:
+                continue
+            if not isinstance(contributed, dict) or not all(
+                isinstance(c, type) for c in contributed.values()
+            ):
+                what = f"returned {type(contributed).__name__}, not a dict of rule names to rule classes"
+                self._report(plugin_name, "smdebug_rules", TypeError(what))
+                continue
+            for name, cls in contributed.items():
                 found.setdefault(name, cls)
         return found
