@@ -777,3 +777,22 @@ def test_rules_of_the_wrong_kind_are_skipped_and_reported_once(caplog):
     assert len(logged) == 2, logged
     assert any("'garbage-rules'" in m and "returned list" in m for m in logged), logged
     assert any("'not-a-class'" in m and "returned dict" in m for m in logged), logged
+
+
+class DictFramework:
+    @hookimpl
+    def smdebug_framework(self):
+        return {"alias": "dictfw", "import_names": ["dictfw"]}
+
+
+def test_a_framework_declaration_of_the_wrong_kind_is_reported_once(caplog):
+    """A plugin declaring its framework as a dict (not Framework) was ignored without a word: its
+    activation and alias never worked and nothing said why."""
+    plugins.get_plugin_manager().register(DictFramework(), name="dict-framework")
+    for _ in range(2):
+        assert "dictfw" not in plugins.frameworks() and "dummy" in plugins.frameworks()
+    logged = [r.getMessage() for r in caplog.records if "'dict-framework'" in r.getMessage()]
+    assert logged == [
+        "smdebug: plugin 'dict-framework' failed in smdebug_framework and is skipped: TypeError: returned dict, "
+        "not a smdebug.plugin.Framework"
+    ], logged

@@ -190,6 +190,9 @@ class PluginCalls:
         found: dict[str, Framework] = {}
         for plugin_name, fw in self._each_plugin("smdebug_framework", {}):
             if not isinstance(fw, Framework):
+                if fw is not None:
+                    what = f"returned {type(fw).__name__}, not a smdebug.plugin.Framework"
+                    self._report(plugin_name, "smdebug_framework", TypeError(what))
                 continue
             owner = self._declared_by.setdefault(fw.alias, plugin_name)
             if owner != plugin_name:
