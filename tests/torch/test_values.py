@@ -498,6 +498,54 @@ def test_torch_compile(out_dir, caplog):
 
 
 @pytest.mark.timeout(300)
+def test_model_compiled_fullgraph_after_registering_trains_with_one_warning(tmp_path, caplog):
+    """A model registered and then compiled whole (torch.compile(model, fullgraph=True), or in place with
+    model.compile(fullgraph=True)): the hook's callbacks are traced into the graph, where they cannot run.
+    Training goes on, as without a hook, with one warning saying to register the compiled module."""
+    torch.compiler.reset()  # graphs compiled by earlier tests (with graph breaks) would be reused
+    criterion = nn.CrossEntropyLoss()
+    losses = {}
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        for how in ("wrapper", "in place"):
+            hook = smd.Hook(
+                out_dir=str(tmp_path / how.replace(" ", "_")), save_config=smd.SaveConfig(save_interval=1)
+            )
+            torch.manual_seed(0)
+            model = MLP()
+            hook.register_module(model)
+            if how == "wrapper":
+                compiled = torch.compile(model, fullgraph=True)
+            else:
+                model.compile(fullgraph=True)
+                compiled = model
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(2):
+                opt.zero_grad()
+                x, y = data(step)
+                loss = criterion(compiled(x), y)
+                loss.backward()
+                opt.step()
+                losses[how, step] = loss.item()
+            hook.close()
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(2):  # the same training without a hook
+        opt.zero_grad()
+        x, y = data(step)
+        loss = criterion(model(x), y)
+        loss.backward()
+        opt.step()
+        assert losses["wrapper", step] == losses["in place", step] == pytest.approx(loss.item(), rel=1e-5)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert (
+        len(warnings) == 1
+        and "fullgraph=True" in warnings[0]
+        and "register the compiled module" in warnings[0]
+    )
+
+
+@pytest.mark.timeout(300)
 def test_torch_compile_fullgraph_saves_weights_gradients_losses_with_one_warning(out_dir, caplog):
     hook = smd.Hook(
         out_dir=out_dir,

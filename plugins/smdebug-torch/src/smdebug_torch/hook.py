@@ -547,6 +547,33 @@ def _prepare_for_compile() -> None:
         _eager.append(disable(_run))
 
 
+def _whole_graph() -> bool:
+    """Whether dynamo is tracing a graph compiled whole (fullgraph=True, error_on_graph_break), where a
+    callback cannot break the graph to run eagerly: it is then left out of the graph, with one warning.
+    Dynamo runs this while tracing and keeps its result as a constant of the graph."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+        whole = bool(getattr(tx, "one_graph", False) or getattr(tx, "error_on_graph_break", False))
+    except Exception:  # another torch: break the graph as usual
+        return False
+    if whole and not _warned_whole_graph:
+        _warned_whole_graph.append(True)
+        logger.warning(
+            "smdebug: a registered module runs inside a graph compiled with fullgraph=True, where the "
+            "hook's callbacks cannot run: nothing of it is saved; register the compiled module instead "
+            "(hook.register_module(torch.compile(model, fullgraph=True))), not a model compiled after "
+            "it was registered or compiled in place (model.compile(fullgraph=True))"
+        )
+    return whole
+
+
+# What torch.compiler.assume_constant_result(_whole_graph) sets, without importing torch._dynamo (a second)
+_whole_graph._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_warned_whole_graph: list = []  # the warning above: once per process
+
+
 def _inert_callback():
     return _inert
 
@@ -572,8 +599,11 @@ class _Callback:
 
     def __call__(self, *args):
         # only while dynamo traces (it is imported then, so _eager is set): eager calls stay cheap
-        if _eager and _is_compiling():
-            return _eager[0](self, args)
+        if (_eager or "torch._dynamo" in sys.modules) and _is_compiling():
+            if _whole_graph():  # no graph break possible: nothing of the callback runs
+                return None
+            if _eager:
+                return _eager[0](self, args)
         return self._fn(*self._args, *args)
 
     def __reduce__(self):
