@@ -2,6 +2,8 @@
 
 import dataclasses
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -543,6 +545,40 @@ def test_model_compiled_fullgraph_after_registering_trains_with_one_warning(tmp_
         and "fullgraph=True" in warnings[0]
         and "register the compiled module" in warnings[0]
     )
+
+
+REGISTERED_THEN_COMPILED = """
+import sys, torch
+from torch import nn
+import smdebug.pytorch as smd
+assert "torch._dynamo" not in sys.modules
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+hook = smd.Hook(out_dir=sys.argv[1], save_config=smd.SaveConfig(save_interval=1),
+                include_collections=["weights", "gradients"])
+hook.register_module(model)
+compiled = torch.compile(model)  # after registering: dynamo is imported only now
+grads = []
+for step in range(2):
+    model.zero_grad()
+    compiled(torch.randn(5, 6)).sum().backward()
+    grads.append(model[0].weight.grad.numpy().copy())
+hook.close()
+trial = smd.create_trial(sys.argv[1])
+assert trial.steps() == [0, 1], trial.steps()
+assert (trial.tensor("gradient/Sequential_0.weight").value(1) == grads[1]).all()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_model_registered_then_compiled_saves_without_warnings(out_dir):
+    """torch.compile(model) after hook.register_module(model), in a script that had not imported dynamo:
+    the callbacks run eagerly between the graphs, and dynamo does not trace into the hook first (it
+    warned about the builtins it met there: 'Dynamo does not know how to trace the builtin time.time')."""
+    done = subprocess.run(
+        [sys.executable, "-c", REGISTERED_THEN_COMPILED, out_dir], capture_output=True, text=True, timeout=280
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr and "smdebug" not in done.stderr, done.stderr
 
 
 @pytest.mark.timeout(300)

@@ -598,12 +598,12 @@ class _Callback:
         _prepare_for_compile()
 
     def __call__(self, *args):
-        # only while dynamo traces (it is imported then, so _eager is set): eager calls stay cheap
+        # only while dynamo traces (it is imported then): eager calls stay cheap
         if (_eager or "torch._dynamo" in sys.modules) and _is_compiling():
             if _whole_graph():  # no graph break possible: nothing of the callback runs
                 return None
-            if _eager:
-                return _eager[0](self, args)
+            _prepare_for_compile()  # traced before any eager call made the runner: this breaks the graph
+            return _eager[0](self, args)
         return self._fn(*self._args, *args)
 
     def __reduce__(self):
