@@ -520,3 +520,23 @@ def test_a_forward_pass_that_fails_still_counts_as_a_step(out_dir):
     assert trial.steps() == [0, 1, 2, 3]
     assert trial.tensor(LOSS).steps() == [0, 1, 3]
     np.testing.assert_array_equal(trial.tensor("dense0_weight").value(3), run.seen[2]["dense0_weight"])
+
+
+@pytest.mark.parametrize("hybridize", [False, True])
+def test_a_collection_of_the_models_own_tensors_gives_no_hybridized_warning(tmp_path, caplog, hybridize):
+    """Only the model's own input and output asked for (add_block_tensors on the model): no layer is
+    lost, so no warning about layers inside a hybridized block, hybridized or not."""
+    net, loss_fn = make_net(hybridize=hybridize)
+    out_dir = str(tmp_path / "own")
+    hook = smd.Hook(
+        out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["io", "losses"]
+    )
+    hook.get_collection("io").add_block_tensors(net, inputs=True, outputs=True)
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        Run(hook, net, loss_fn).train(batches(2))
+        hook.close()
+    assert not [r for r in caplog.records if "hybridized block" in r.getMessage()]
+    names = set(create_trial(out_dir).tensor_names())
+    assert {"hybridsequential0_input_0", "hybridsequential0_output_0", LOSS} <= names

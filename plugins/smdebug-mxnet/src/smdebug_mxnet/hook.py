@@ -317,7 +317,8 @@ class Hook(BaseHook):
         their blocks had the hook's forward hook (registered, and wanted by a collection)."""
         if id(block) in self.taps.by_block or not self.layers_wanted():
             return
-        if self.children_of(block):
+        # (a collection of the model's own inputs/outputs only loses nothing)
+        if any(self.layer_wanted(child.name) for child in self.children_of(block)):
             self.warn_once(
                 f"hybridized:{block.name}",
                 "smdebug: the inputs/outputs of the layers inside hybridized block %s cannot be saved: "
