@@ -206,6 +206,24 @@ def test_spawned_workers_and_subprocesses_do_not_fail(tmp_path):
     assert create_trial(str(out)).steps() == [0, 1]
 
 
+def test_smdebug_run_torchrun_saves_the_ranks_run(tmp_path):
+    """torchrun imports torch too: its hook claimed worker_0 first, so rank 0 saved nothing (and the
+    launcher's exit removed the run). The launcher is skipped; the rank writes the run."""
+    out = tmp_path / "run"
+    script = _script(tmp_path)
+    done = subprocess.run(
+        [SMDEBUG_CLI, "run", "--out-dir", str(out), "--collections", "weights", "losses", "--save-interval", "1",
+         "--", "python", "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", "29531",
+         str(script)],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "another writer of worker_0" not in done.stderr, done.stderr
+    trial = create_trial(str(out))
+    assert trial.steps() == [0, 1, 2, 3] and trial.workers() == ["worker_0"]
+    assert "Net_fc1.weight" in trial.tensor_names(collection="weights")
+
+
 @pytest.mark.parametrize("switch", [{"SMDEBUG_DISABLE": "1"}, {"USE_SMDEBUG": "0"}])
 def test_disable_switches(tmp_path, switch):
     out = tmp_path / "run"

@@ -144,8 +144,8 @@ def activate(framework, module) -> Any:
         )
         return None
     if hook is None:
-        logger.warning(
-            "smdebug: no installed plugin activated %s on import of %s (its plugin has no activation)",
+        logger.info(  # a process the plugin skips (torch's launcher); the plugin says why
+            "smdebug: %s not activated on import of %s: its plugin's smdebug_activate returned no hook",
             framework.alias,
             name,
         )

@@ -15,6 +15,8 @@ hook decides what is saved and the global module hooks are removed.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import weakref
 
 import torch
@@ -27,9 +29,25 @@ logger = logging.getLogger("smdebug")
 
 _LOSS_BASE = getattr(torch.nn.modules.loss, "_Loss", torch.nn.Module)
 
+# torch's launchers import torch but train nothing: a hook there would claim worker_0 before rank 0 could
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def is_launcher() -> bool:
+    """Whether this process is torchrun or ``python -m torch.distributed.run`` (``launch``): torch is
+    imported while ``-m`` looks the module up, before ``sys.argv[0]`` names it, so the command line decides."""
+    argv = getattr(sys, "orig_argv", None) or sys.argv
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun":
+        return True
+    return any(a == "-m" and b in _LAUNCHER_MODULES for a, b in zip(argv, argv[1:]))
+
 
 def activate(json_config_path: str | None = None) -> Hook | None:
-    """A hook from the configuration, capturing models and losses without registration calls."""
+    """A hook from the configuration, capturing models and losses without registration calls; none in
+    torch's launcher, whose ranks (the processes it starts) each activate."""
+    if is_launcher():
+        logger.info("smdebug: not activating torch in its launcher %s: its ranks save the run", sys.argv[0])
+        return None
     hook = Hook.create_from_json_file(json_config_path)
     if hook is not None:
         AutoRegistration(hook).install()
