@@ -199,37 +199,32 @@ def _heatmap_section(key: str, element_id: str, heatmap: dict | None, title: str
     return f'<section id="{key}"><h2>{title}</h2><p class="help">{PANEL_HELP[key]}</p>{inner}</section>'
 
 
+def _per_worker(entries: dict, entry, sep: str, counted: bool = False) -> str:
+    """A list item per worker: (with ``counted``, how many steps, then) its first 50 entries, each
+    ``entry(key, value)``, joined by ``sep``."""
+    return "".join(
+        f"<li>{escape(w)}: "
+        + (f"{len(some)} step(s): " if counted else "")
+        + escape(sep.join(entry(k, v) for k, v in list(some.items())[:50]))
+        + "</li>"
+        for w, some in entries.items()
+    )
+
+
 def _contents(data: dict) -> str:
     unsaved = data["unsaved"]
     if unsaved:
-        lost = "".join(
-            f"<li>{escape(w)}: {len(steps)} step(s): "
-            + escape(", ".join(f"{s} ({why})" for s, why in list(steps.items())[:50]))
-            + "</li>"
-            for w, steps in unsaved.items()
-        )
-        lost = f"<p><b>Unsaved steps</b></p><ul>{lost}</ul>"
+        items = _per_worker(unsaved, lambda s, why: f"{s} ({why})", ", ", counted=True)
+        lost = f"<p><b>Unsaved steps</b></p><ul>{items}</ul>"
     else:
         lost = "<p>Unsaved steps: none recorded.</p>"
     damaged = data.get("damaged") or {}
     if damaged:
-        items = "".join(
-            f"<li>{escape(w)}: {len(steps)} step(s): "
-            + escape("; ".join(f"{s}: {why}" for s, why in list(steps.items())[:50]))
-            + "</li>"
-            for w, steps in damaged.items()
-        )
+        items = _per_worker(damaged, lambda s, why: f"{s}: {why}", "; ", counted=True)
         lost += f"<p><b>Damaged steps</b> (skipped: what they hold could not be read)</p><ul>{items}</ul>"
     missing = data.get("unsaved_tensors") or {}
     if missing:
-        items = "".join(
-            f"<li>{escape(w)}: "
-            + escape(
-                "; ".join(f"{n} from step {t['step']} ({t['reason']})" for n, t in list(names.items())[:50])
-            )
-            + "</li>"
-            for w, names in missing.items()
-        )
+        items = _per_worker(missing, lambda n, t: f"{n} from step {t['step']} ({t['reason']})", "; ")
         lost += f"<p><b>Unsaved tensors</b> (the rest of their steps was saved)</p><ul>{items}</ul>"
     collections = "".join(
         f"<tr><td class='mono'>{escape(c)}</td><td>{n}</td></tr>" for c, n in data["collections"].items()
