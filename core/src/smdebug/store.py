@@ -46,6 +46,11 @@ _SECRET_OPTIONS = (
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
+def reach_timeout() -> float:
+    """The seconds a reader waits for a remote store's first answer: $SMDEBUG_CLI_REACH_TIMEOUT, else 20."""
+    return float(os.environ.get(REACH_TIMEOUT_ENV, "20"))
+
+
 class Store:
     """Reads and writes the files of one run under ``root``."""
 

@@ -7,12 +7,12 @@ import os
 
 from smdebug.exceptions import SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys, to_mode
-from smdebug.store import REACH_TIMEOUT_ENV
+from smdebug.store import reach_timeout
 
 # How long the CLI waits for a remote store's first answer before saying it is unreachable (seconds).
 EXIT_FIRED = 1  # `smdebug rules`: a rule fired
 EXIT_ERROR = 2  # `smdebug rules`: a rule or a run could not be evaluated
-REACH_TIMEOUT = float(os.environ.get(REACH_TIMEOUT_ENV, "20"))
+REACH_TIMEOUT = reach_timeout()
 
 
 def open_trial(path: str):
