@@ -37,8 +37,9 @@ def explain(trial) -> str:
 
     records = trial.health_records()  # (read once: a damaged record is warned of once)
     first = first_nonfinite(records)
-    if not records and trial.store.list(HEALTH_DIR):
-        damaged = ", ".join(f"{trial.path}/{p}" for p in trial.store.list(HEALTH_DIR))
+    unread = [] if records else trial.store.list(HEALTH_DIR)  # record files, none of them readable
+    if unread:
+        damaged = ", ".join(f"{trial.path}/{p}" for p in unread)
         raise CorruptRunError(f"the run's health record is damaged, nothing can be said: {damaged}")
     if not records:
         return (
