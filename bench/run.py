@@ -29,10 +29,14 @@ from pathlib import Path
 
 import frameworks  # the TensorFlow and MXNet rows (bench/frameworks.py)
 
+from smdebug.exceptions import did_you_mean
+
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads.py"
 OURS, REF = "ours", "smdebug 1.0.34"
 MiB = 1024 * 1024
+# the rows --only selects
+ROWS = ("overhead", "many", "fsdp", "health", "local", "s3", "import", "memory", "sweep", "tf", "mxnet")
 
 # Targets of issue #15 (issue #8's were 1.3 and 1.15 for raw and reductions, 5x for the local read).
 TARGET_RATIO = {"default": 1.01, "raw": 1.15, "reductions": 1.05}
@@ -182,7 +186,7 @@ def bench_read(pythons, rounds, path, env=None, subset=None) -> dict:
             res["total_s"] = res["open_s"] + per_value * res["values_total"]  # extrapolated if a subset
             out[impl].append(res)
             log(
-                f"read {path[:5]:<5} {impl:<15} open {res['open_s']:.3f} s, {res['values_read']} values "
+                f"read {'s3' if path.startswith('s3://') else 'local':<5} {impl:<15} open {res['open_s']:.3f} s, {res['values_read']} values "
                 f"in {res['read_s']:.3f} s -> total {res['total_s']:.2f} s"
             )
     return out
@@ -725,13 +729,24 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smdebug-python", required=True, help="python of the venv with smdebug 1.0.34")
     ap.add_argument("--baseline-python", required=True, help="python of a venv with torch alone")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each row, medians over them (3)")
     ap.add_argument("--quick", action="store_true", help="few rounds and small sizes, to try the benchmark")
-    ap.add_argument("--only", default="overhead,many,fsdp,health,local,s3,import,memory,sweep,tf,mxnet")
-    ap.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    ap.add_argument(
+        "--only",
+        default=",".join(ROWS),
+        help=f"the rows to run, comma-separated (all): {', '.join(ROWS)}; a partial run is appended to --output",
+    )
+    ap.add_argument("--output", default=str(HERE / "RESULTS.md"), help="the markdown file (bench/RESULTS.md)")
     frameworks.add_arguments(ap)
     args = ap.parse_args(argv)
-    only = set(args.only.split(","))
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
+    # a misspelt row would run nothing and append an empty table to the results
+    if not only:
+        ap.error(f"--only: no row named (rows: {', '.join(ROWS)})")
+    for name in sorted(only - set(ROWS)):
+        ap.error(f"--only: unknown row {name!r}{did_you_mean(name, ROWS)} (rows: {', '.join(ROWS)})")
+    if args.rounds < 1:
+        ap.error(f"--rounds: {args.rounds} is not a positive number of rounds")
     if args.quick:
         args.rounds = min(args.rounds, 1)
     args.steps = 60 if args.quick else 300
@@ -741,9 +756,7 @@ def main(argv=None) -> int:
     s3_subset = (
         1 if args.quick else 3
     )  # smdebug 1.0.34 reads ~4 values/s from S3: a fixed subset, extrapolated
-    posargs = (["--quick"] if args.quick else []) + (
-        [f"--only={args.only}"] if only != set(ap.get_default("only").split(",")) else []
-    )
+    posargs = (["--quick"] if args.quick else []) + ([f"--only={args.only}"] if only != set(ROWS) else [])
     args.argv = ["--", *posargs] if posargs else []
 
     pythons = {OURS: sys.executable, REF: args.smdebug_python}
@@ -808,7 +821,7 @@ def main(argv=None) -> int:
     print()
     print(text)
     out = Path(args.output)
-    if only != set(ap.get_default("only").split(",")) and out.exists():
+    if only != set(ROWS) and out.exists():
         # a partial run adds its rows below the last full table rather than replacing it
         out.write_text(out.read_text().rstrip() + "\n\n---\n\n" + text)
         log(f"appended to {out}")
