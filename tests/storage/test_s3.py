@@ -89,3 +89,14 @@ def test_endpoint_from_storage_options(s3_server, s3_uri, monkeypatch):
     expected = write_run(s3_uri, steps=2, tensors=2)
     trial = create_trial(s3_uri)
     np.testing.assert_array_equal(trial.tensor("layer1/weight").value(1), expected[("layer1/weight", 1)])
+
+
+def test_doubled_slashes_in_an_s3_path_name_the_same_run(s3_uri):
+    """``s3://bucket/a//run`` (a prefix joined with a trailing slash) is written where it is read back: S3
+    cannot list a key with an empty folder name, so a run written under one could never be read."""
+    doubled = s3_uri.replace("/run", "//run/")
+    expected = write_run(doubled, steps=3, tensors=2)
+    for uri in (doubled, s3_uri):
+        trial = create_trial(uri)
+        assert trial.steps() == [0, 1, 2] and trial.training_ended()
+        np.testing.assert_array_equal(trial.tensor("layer1/weight").value(2), expected[("layer1/weight", 2)])

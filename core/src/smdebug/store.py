@@ -44,6 +44,7 @@ _SECRET_OPTIONS = (
     "aws_access_key_id",
 )
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_DOUBLED_SLASHES = re.compile(r"/{2,}")
 
 
 def reach_timeout() -> float:
@@ -92,8 +93,11 @@ class Store:
             path = fs._strip_protocol(root)
         self.uri = redact(root)
         self._fs = fs
-        self.root = path.rstrip("/") or "/"
         self.is_local = "file" in _protocols(fs)
+        if not self.is_local:
+            # an object store cannot list a key with an empty folder name (``bucket/a//run``): one slash
+            path = _DOUBLED_SLASHES.sub("/", path)
+        self.root = path.rstrip("/") or "/"
         self._secrets = _secrets_of(fs)
         self._inside = {}
         self._root_real = None
