@@ -80,6 +80,16 @@ def test_show_one_step_of_one_mode_prints_the_value(cli, run_dir, trial):
     np.testing.assert_allclose(numbers, value.reshape(-1), rtol=1e-6)
 
 
+def test_show_prints_a_matrix_with_its_rows_aligned(cli, run_dir, trial):
+    weight = next(n for n in trial.tensor_names(collection="weights") if trial.tensor(n).value(0).ndim == 2)
+    result = cli("show", run_dir, weight, "--step", "0", "--full")
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.split("dtype: float32\n", 1)[1].rstrip("\n").splitlines()
+    with np.printoptions(threshold=np.inf, floatmode="unique"):
+        rows = np.array2string(trial.tensor(weight).value(0)).splitlines()
+    assert printed == ["  " + row for row in rows]  # indented as the lines above it, rows aligned
+
+
 def test_show_eval_mode_step(cli, run_dir, trial):
     result = cli("show", run_dir, LOSS, "--step", "0", "--mode", "EVAL")
     assert result.returncode == 0, result.stderr

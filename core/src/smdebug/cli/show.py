@@ -107,5 +107,5 @@ def _show_step(trial, tensor, step: int, mode: ModeKeys, worker, full: bool) -> 
     print(f"  shape: {value.shape}  dtype: {value.dtype}")
     options = {"threshold": np.inf, "floatmode": "unique"} if full else {}  # every element, exactly
     with np.printoptions(**options):
-        print(np.array2string(value, prefix="  ") if value.ndim else repr(value.item()))
+        print("  " + (np.array2string(value, prefix="  ") if value.ndim else repr(value.item())))
     return 0
