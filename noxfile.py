@@ -231,6 +231,9 @@ def _framework_bench_args(session: nox.Session) -> list[str]:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against the real smdebug 1.0.34; prints the table and writes bench/RESULTS.md."""
+    if {"-h", "--help"} & set(session.posargs):  # the driver's help needs none of the venvs below
+        session.run(sys.executable, str(ROOT / "bench" / "run.py"), "--help", external=True)
+        return
     ours = [str(ROOT / "core"), str(ROOT / "plugins/smdebug-torch")]
     # + Dask and pandas: the sweep row (smdebug-core[dask])
     session.install(

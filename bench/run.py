@@ -29,8 +29,6 @@ from pathlib import Path
 
 import frameworks  # the TensorFlow and MXNet rows (bench/frameworks.py)
 
-from smdebug.exceptions import did_you_mean
-
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads.py"
 OURS, REF = "ours", "smdebug 1.0.34"
@@ -744,6 +742,8 @@ def main(argv=None) -> int:
     if not only:
         ap.error(f"--only: no row named (rows: {', '.join(ROWS)})")
     for name in sorted(only - set(ROWS)):
+        from smdebug.exceptions import did_you_mean  # here: --help runs in any python
+
         ap.error(f"--only: unknown row {name!r}{did_you_mean(name, ROWS)} (rows: {', '.join(ROWS)})")
     if args.rounds < 1:
         ap.error(f"--rounds: {args.rounds} is not a positive number of rounds")
