@@ -220,7 +220,13 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             from smdebug.health import HealthMonitor
 
             self.health = HealthMonitor(self, options.health_steps, options.health_loss_factor)
-        self.setup()
+        try:
+            self.setup()
+        except BaseException:
+            # a plugin refused its arguments: the out_dir stays free for the corrected hook
+            if getattr(self, "_out_dir_check", None) is not None:
+                self._out_dir_check.release_if_unused()
+            raise
         _active_hook = self  # closed at interpreter exit once it writes (_get_writer)
         logger.info("smdebug: saving to %s", redact(self.out_dir))
 
