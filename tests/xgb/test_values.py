@@ -310,9 +310,39 @@ def test_missing_data_and_linear_booster_warn_once_and_go_on(out_dir, binary, ca
     assert sum("validation_data" in m for m in messages) == 1
     assert sum("train_data" in m for m in messages) == 1
     assert sum("gblinear" in m for m in messages) == 2  # feature importance and trees
-    names = smd.create_trial(out_dir).tensor_names()
+    trial = smd.create_trial(out_dir)
+    names = trial.tensor_names()
     assert "validation-logloss" in names and "hyperparameters/booster" in names
     assert not any(n.startswith(("trees/", "feature_importance/", "predictions")) for n in names)
+    # what was asked for and could not be saved is recorded in the run, with why
+    unsaved = trial.unsaved_tensors()["worker_0"]
+    assert "validation_data" in unsaved["predictions"]["reason"] and "labels" in unsaved
+    assert "train_data" in unsaved["average_shap/f0"]["reason"] and "full_shap/f4" in unsaved
+
+
+def test_data_the_booster_refuses_costs_its_tensors_only_said_in_one_line(out_dir, binary, caplog_smdebug):
+    dtrain, dvalid, X, y, Xv, yv = binary
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=ALL_XGB,
+        train_data=xgb.DMatrix(X[:, :3], label=y),  # two columns short
+        validation_data=xgb.DMatrix(Xv[:, :1], label=yv),  # xgboost would predict on it without a word
+    )
+    train(hook, dtrain, dvalid, rounds=2)
+    hook.close()
+    messages = [r.getMessage() for r in caplog_smdebug.records if r.levelno == logging.WARNING]
+    for data, columns in (("train_data", 3), ("validation_data", 1)):
+        said = [m for m in messages if data in m]
+        assert len(said) == 1 and f"has {columns} columns, the booster 5 features" in said[0], messages
+        assert "\n" not in said[0]
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1] and trial.has_tensor("labels") and trial.has_tensor("trees/Node")
+    assert not trial.tensor_names(regex="shap|predictions")
+    unsaved = trial.unsaved_tensors()["worker_0"]
+    assert (
+        "3 columns" in unsaved["full_shap/f0"]["reason"] and "1 columns" in unsaved["predictions"]["reason"]
+    )
 
 
 def test_data_from_files(out_dir, tmp_path, binary):
@@ -351,9 +381,15 @@ def test_data_from_files(out_dir, tmp_path, binary):
         ({"include_workers": "some"}, "include_workers"),
     ],
 )
-def test_bad_arguments_fail_at_creation(out_dir, kwargs, message):
+def test_bad_arguments_fail_at_creation(out_dir, binary, kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         smd.Hook(out_dir, **kwargs)
+    # the refused hook left nothing behind: the user corrects the argument and goes on in the same out_dir
+    assert not os.path.exists(out_dir)
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))
+    train(hook, *binary[:2], rounds=1)
+    hook.close()
+    assert smd.create_trial(out_dir).steps() == [0]
 
 
 def test_dry_run_writes_nothing(out_dir, binary):

@@ -201,12 +201,14 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         if not due:
             return
         if self.validation_data is None:
-            self.warn_once(
-                "validation", "smdebug: to save predictions and labels, give the hook validation_data="
-            )
+            self._cannot_save("validation", due, "no validation_data was given to the hook")
             return
         if PREDICTIONS in due:
-            self.save_for_step(PREDICTIONS, model.predict(self.validation_data))
+            predictions = self._predict(
+                model, self.validation_data, [PREDICTIONS], "predict on validation_data"
+            )
+            if predictions is not None:
+                self.save_for_step(PREDICTIONS, predictions)
         if LABELS in due:
             self.save_for_step(LABELS, self.validation_data.get_label())
 
@@ -243,10 +245,17 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         average = [i for i, f in enumerate(features) if self.is_due(AVERAGE_SHAP_PREFIX + f)]
         if not (full or average):
             return
+        names = [FULL_SHAP_PREFIX + features[i] for i in full] + [
+            AVERAGE_SHAP_PREFIX + features[i] for i in average
+        ]
         if self.train_data is None:
-            self.warn_once("train_data", "smdebug: to save SHAP values, give the hook train_data=")
+            self._cannot_save("train_data", names, "no train_data was given to the hook (SHAP values)")
             return
-        contributions = model.predict(self.train_data, pred_contribs=True)
+        contributions = self._predict(
+            model, self.train_data, names, "compute SHAP values on train_data", pred_contribs=True
+        )
+        if contributions is None:
+            return
         for i in full:  # as smdebug 1.0: each feature's tensor holds the whole matrix
             self.save_for_step(FULL_SHAP_PREFIX + features[i], contributions)
         if average:
@@ -257,6 +266,30 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
                 self.save_for_step(AVERAGE_SHAP_PREFIX + features[i], magnitudes[i : i + 1])
 
     # -- saving ---------------------------------------------------------------------------------------
+    def _cannot_save(self, key: str, names, reason: str) -> None:
+        """Say once why these due tensors are not saved, and record it in the run (``smdebug ls``)."""
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self.warn_once(key, "smdebug: %s not saved: %s", shown, reason)
+        for name in names:
+            self.record_unsaved_tensor(name, reason)
+
+    def _predict(self, model, data, names, what: str, **kwargs):
+        """``model.predict(data)``, or None when xgboost refuses the data (another width, other feature
+        names): then these tensors are not saved, said in one line (xgboost's message runs on with its
+        native stack trace)."""
+        argument = "train_data" if data is self.train_data else "validation_data"
+        columns, features = data.num_col(), model.num_features()
+        if columns != features:  # xgboost refuses fewer columns for SHAP, and predicts on them silently
+            reason = f"{argument} has {columns} columns, the booster {features} features"
+            self._cannot_save(f"width:{argument}", names, reason)
+            return None
+        try:
+            return model.predict(data, **kwargs)
+        except (xgb.core.XGBoostError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            self._cannot_save(f"predict:{what}", names, f"could not {what}: {type(exc).__name__}: {first}")
+            return None
+
     def _any_due_prefix(self, prefix: str) -> bool:
         """Whether a tensor of this prefix may be due: its collection, or any due collection with
         patterns of the user's (the default and all collections, custom ones)."""
