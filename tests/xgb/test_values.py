@@ -260,6 +260,19 @@ def test_second_training_continues_the_steps(out_dir, binary):
     assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][1])
 
 
+def test_training_with_a_closed_hook_says_its_rounds_are_not_saved(out_dir, binary, caplog_smdebug):
+    dtrain, dvalid = binary[:2]
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))
+    train(hook, dtrain, dvalid, rounds=2)
+    hook.close()
+    assert not any(r.levelno == logging.WARNING for r in caplog_smdebug.records)
+    for _ in range(2):
+        train(hook, dtrain, dvalid, rounds=2)
+    said = [r.getMessage() for r in caplog_smdebug.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "closed" in said[0] and "not saved" in said[0], said
+    assert smd.create_trial(out_dir).steps() == [0, 1]
+
+
 def test_the_hooks_reduction_config_is_ignored_with_a_warning(out_dir, binary, caplog_smdebug):
     """smdebug 1.0's XGBoost page: reduction_config is "Not supported in XGBoost and will be ignored":
     tensors are saved whole, and one warning says so."""

@@ -119,6 +119,13 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         # Rounds are steps 0, 1, ... as in smdebug 1.0 (a save_scalar made before training joins step 0);
         # a second training with this hook goes on after the first one's rounds. In TRAIN (or another)
         # mode, the mode's steps start at its own count, whatever GLOBAL steps came before.
+        if self.closed:
+            self.warn_once(
+                "closed",
+                "smdebug: the hook was closed (its run at %s is finished): the rounds of this training "
+                "are not saved; give it a new hook to save them",
+                self.out_dir,
+            )
         if self.mode == ModeKeys.GLOBAL:
             self._round_offset = self._mode_offset = self._rounds_done
         else:
