@@ -249,6 +249,26 @@ def test_scikit_learn_estimators(out_dir, estimator):
     assert smd.get_hook() is hook
 
 
+def test_grid_search_in_parallel_says_its_workers_rounds_are_not_saved(out_dir, capfd):
+    """GridSearchCV(n_jobs=2) pickles the hook into joblib's worker processes, each outside distributed
+    training, each one worker_0: they wrote over each other's steps without a word."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = make_data()
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))
+    estimator = xgb.XGBClassifier(n_estimators=3, n_jobs=1, callbacks=[hook])
+    search = GridSearchCV(estimator, {"max_depth": [1, 2]}, cv=2, n_jobs=2)
+    search.fit(X, y, eval_set=[(X, y)], verbose=False)
+    hook.close()
+    stderr = capfd.readouterr().err
+    assert "copied into another process" in stderr and "not saved" in stderr, stderr
+    # what the run holds is the refit of the best model, in this process, alone
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2] and trial.workers() == ["worker_0"]
+    history = search.best_estimator_.evals_result()["validation_0"]["logloss"]
+    assert [trial.tensor("validation_0-logloss").value(s)[0] for s in range(3)] == pytest.approx(history)
+
+
 def test_second_training_continues_the_steps(out_dir, binary):
     dtrain, dvalid = binary[:2]
     hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1))

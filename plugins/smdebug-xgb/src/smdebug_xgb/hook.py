@@ -101,6 +101,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self._rounds_done = self.step + 1
         self._round_offset = self._mode_offset = 0
         self._training: _Training | None = None
+        self._stray = False  # a copy training outside distributed training: it saves nothing
 
     @classmethod
     def hook_from_config(cls, json_config_path: str | None = None):
@@ -126,6 +127,17 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
                 "are not saved; give it a new hook to save them",
                 self.out_dir,
             )
+        if self.is_copy and not self.closed and not xgb.collective.is_distributed():
+            # pickled into a process of its own outside XGBoost's collective (joblib, multiprocessing:
+            # GridSearchCV(n_jobs=2)): every such copy is worker_0 and would write over the others' steps
+            self._stray = True
+            self.warn_once(
+                "stray",
+                "smdebug: the hook was copied into another process (joblib or multiprocessing, e.g. "
+                "n_jobs > 1) outside distributed training: the rounds trained here are not saved to %s; "
+                "train in the hook's own process (n_jobs=1) to save them",
+                self.out_dir,
+            )
         if self.mode == ModeKeys.GLOBAL:
             self._round_offset = self._mode_offset = self._rounds_done
         else:
@@ -135,7 +147,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return model
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
-        if self.closed:
+        if self.closed or self._stray:
             return False
         with self.guard("save a boosting round"):
             self._save_round(model, epoch, evals_log)
