@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from smdebug.env import env_number
 from smdebug.exceptions import CorruptRunError
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ _DOUBLED_SLASHES = re.compile(r"/{2,}")
 
 def reach_timeout() -> float:
     """The seconds a reader waits for a remote store's first answer: $SMDEBUG_CLI_REACH_TIMEOUT, else 20."""
-    return float(os.environ.get(REACH_TIMEOUT_ENV, "20"))
+    return env_number(REACH_TIMEOUT_ENV, 20.0, positive=True)
 
 
 class Store:

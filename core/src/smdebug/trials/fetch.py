@@ -14,6 +14,7 @@ import threading
 from bisect import bisect_left
 from collections import OrderedDict
 
+from smdebug.env import env_number
 from smdebug.exceptions import CorruptRunError
 from smdebug.store import read_at
 
@@ -24,8 +25,7 @@ WHOLE_FILE_BYTES = 4 * 1024 * 1024  # event files up to this size are fetched wh
 
 
 def cache_bytes_from_env() -> int:
-    raw = os.environ.get("SMDEBUG_READ_CACHE_BYTES")
-    return int(raw) if raw else DEFAULT_CACHE_BYTES
+    return env_number("SMDEBUG_READ_CACHE_BYTES", DEFAULT_CACHE_BYTES, integer=True)
 
 
 class EventFile:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from smdebug.env import env_number
+
 DEFAULT_MAX_QUEUE_BYTES = 256 * 1024 * 1024
 DEFAULT_CLOSE_TIMEOUT = 60.0  # seconds close() keeps retrying a failing store before giving up
 DEFAULT_CHECK_TIMEOUT = 5.0  # seconds a new hook waits for the out_dir check before training goes on
@@ -54,18 +56,15 @@ def cache_bytes(max_queue_bytes: int) -> int:
 
 
 def max_queue_bytes_from_env() -> int:
-    raw = os.environ.get("SMDEBUG_MAX_QUEUE_BYTES")
-    return int(raw) if raw else DEFAULT_MAX_QUEUE_BYTES
+    return env_number("SMDEBUG_MAX_QUEUE_BYTES", DEFAULT_MAX_QUEUE_BYTES, integer=True, positive=True)
 
 
 def close_timeout_from_env() -> float:
-    raw = os.environ.get("SMDEBUG_CLOSE_TIMEOUT")
-    return float(raw) if raw else DEFAULT_CLOSE_TIMEOUT
+    return env_number("SMDEBUG_CLOSE_TIMEOUT", DEFAULT_CLOSE_TIMEOUT)
 
 
 def check_timeout_from_env() -> float:
-    raw = os.environ.get("SMDEBUG_CHECK_TIMEOUT")
-    return float(raw) if raw else DEFAULT_CHECK_TIMEOUT
+    return env_number("SMDEBUG_CHECK_TIMEOUT", DEFAULT_CHECK_TIMEOUT)
 
 
 def writer_process_allowed() -> bool:
