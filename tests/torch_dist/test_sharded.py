@@ -211,3 +211,17 @@ def test_classic_fsdp_trains_with_one_clear_warning(runs, scenario):
     assert trial.steps() == [0, 1]
     (weight,) = trial.tensor_names(regex=r"fc1\.weight$")
     assert trial.tensor(weight).steps() == [0, 1]
+
+
+def test_the_median_of_a_sharded_tensor_is_the_full_tensors_whichever_worker_is_asked(runs):
+    """The median is not stored for a shard (no exact partial form): the Trial computes it from the
+    assembled tensor, for a given worker too, as every stored reduction of a sharded tensor is the full
+    tensor's (it was the median of that worker's shard)."""
+    trial, reference = _trials(runs, "fsdp_mlp", "mlp")
+    for name in ("MLP_fc1.weight", "gradient/MLP_fc1.weight"):
+        full = reference.tensor(name).value(1)
+        for worker in (None, "worker_0", "worker_1"):
+            for absolute in (False, True):
+                expected = np.median(np.abs(full) if absolute else full)
+                got = trial.tensor(name).reduction_value(1, "median", worker=worker, abs=absolute)
+                assert got == pytest.approx(expected, rel=1e-5), (name, worker, absolute)

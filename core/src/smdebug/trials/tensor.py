@@ -250,7 +250,10 @@ class Tensor:
             return stored.reshape(-1)[0] if stored.size == 1 else stored
         if data.location is None:
             raise TensorUnavailableForStep(self.name, step_num, read_mode(mode), bool(data.reductions))
-        # a numpy value, as a stored one is (smdebug 1.0 returns numpy arrays: .item() works on either)
+        # a numpy value, as a stored one is (smdebug 1.0 returns numpy arrays: .item() works on either);
+        # of a sharded tensor, the full tensor's, as its stored reductions are whichever worker is asked
+        if worker is not None and self.trial.placements(self.name):
+            worker = None
         return np.float64(numpy_reduction(self.value(step_num, mode, worker), reduction_name, abs))
 
     def reduction_values(self, step_num: int, mode=ModeKeys.GLOBAL, worker=None) -> dict:
