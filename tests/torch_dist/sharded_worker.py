@@ -147,15 +147,17 @@ def lazy_mlp(rank, out_dir):
     h.close()
 
 
-def classic_fsdp(rank, out_dir, inner=False):
+def classic_fsdp(rank, out_dir, inner=False, orig_params=True):
     """Classic FullyShardedDataParallel: training goes on, one warning says what is saved (the wrapper
-    registered, or the model inside it, registered before it was wrapped)."""
+    registered, or the model inside it, registered before it was wrapped). Without use_orig_params the
+    flat parameter's gradient is saved: each step's own one (this rank's, before FSDP reduces it) is
+    recorded to <run>.expected_<rank>.json."""
     import logging
 
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     seen = []
-    handler = logging.Handler()
+    handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: seen.append(record.getMessage())
     logging.getLogger("smdebug").addHandler(handler)
     try:
@@ -163,10 +165,27 @@ def classic_fsdp(rank, out_dir, inner=False):
         h = hook(out_dir, include_workers="all")
         if inner:
             h.register_module(model)
-        model = FullyShardedDataParallel(model, use_orig_params=True, device_id=torch.device("cpu"))
+        wrapped = FullyShardedDataParallel(model, use_orig_params=orig_params, device_id=torch.device("cpu"))
         if not inner:
-            h.register_module(model)
-        train(model, h, lambda step: batch("mlp", rank, step), steps=2)
+            h.register_module(wrapped)
+        if orig_params:
+            train(wrapped, h, lambda step: batch("mlp", rank, step), steps=2)
+        else:
+            criterion = nn.CrossEntropyLoss()
+            opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
+            expected = []
+            for step in range(2):
+                x, y = batch("mlp", rank, step)
+                with FullyShardedDataParallel.summon_full_params(wrapped):
+                    local = copy.deepcopy(wrapped.module)
+                nn.CrossEntropyLoss()(local(x), y).backward()
+                expected.append(torch.cat([p.grad.reshape(-1) for p in local.parameters()]).tolist())
+                opt.zero_grad()
+                criterion(wrapped(x), y).backward()
+                opt.step()
+            h.close()
+            with open(f"{out_dir}.expected_{rank}.json", "w") as f:
+                json.dump(expected, f)
     finally:
         logging.getLogger("smdebug").removeHandler(handler)
     with open(f"{out_dir}.warnings_{rank}.json", "w") as f:
@@ -188,6 +207,7 @@ SCENARIOS = {
     "lazy_mlp": lazy_mlp,
     "classic_fsdp": classic_fsdp,
     "classic_fsdp_inner": lambda rank, d: classic_fsdp(rank, d, inner=True),
+    "classic_fsdp_flat_inner": lambda rank, d: classic_fsdp(rank, d, inner=True, orig_params=False),
 }
 
 

@@ -198,19 +198,36 @@ def test_a_lazy_models_gradients_are_saved_from_step_0_on_every_rank(runs):
             np.testing.assert_allclose(saved, grad, rtol=1e-5, atol=1e-7, err_msg=f"rank {rank} {name}")
 
 
-@pytest.mark.parametrize("scenario", ["classic_fsdp", "classic_fsdp_inner"])
+@pytest.mark.parametrize("scenario", ["classic_fsdp", "classic_fsdp_inner", "classic_fsdp_flat_inner"])
 def test_classic_fsdp_trains_with_one_clear_warning(runs, scenario):
+    """The one warning (no other: a rank's empty views of the parameters it holds no part of warned
+    'cannot compute min of an empty tensor') names the mode; without use_orig_params, a model registered
+    before it was wrapped got no warning at all."""
     out_dir = os.path.join(runs, scenario)
+    flat = scenario == "classic_fsdp_flat_inner"
     for rank in range(2):
         with open(f"{out_dir}.warnings_{rank}.json") as f:
             seen = json.load(f)
-        warnings = [w for w in seen if "classic" in w]
-        assert len(warnings) == 1 and "fully_shard" in warnings[0], warnings
-        assert not [w for w in seen if "could not" in w], seen
+        assert len(seen) == 1, seen
+        assert "classic" in seen[0] and "fully_shard" in seen[0], seen
+        assert f"use_orig_params={not flat}" in seen[0], seen
     trial = smd.create_trial(out_dir)
     assert trial.steps() == [0, 1]
+    if flat:  # the flat parameter's gradient: each rank's own, before FSDP reduces it
+        (grad,) = trial.tensor_names(regex="_flat_param$")
+        assert not trial.tensor_names(regex=r"fc1\.weight$")
+        for rank in range(2):
+            with open(f"{out_dir}.expected_{rank}.json") as f:
+                expected = json.load(f)
+            for step, value in enumerate(expected):
+                saved = trial.tensor(grad).value(step, worker=f"worker_{rank}")
+                np.testing.assert_allclose(saved, value, rtol=1e-5, atol=1e-7)
+        return
     (weight,) = trial.tensor_names(regex=r"fc1\.weight$")
     assert trial.tensor(weight).steps() == [0, 1]
+    for name in trial.tensor_names(regex="weight|bias"):  # only what a rank holds: no empty views
+        for worker in trial.tensor(name).workers(0):
+            assert trial.tensor(name).value(0, worker=worker).size > 0, (name, worker)
 
 
 def test_the_median_of_a_sharded_tensor_is_the_full_tensors_whichever_worker_is_asked(runs):

@@ -116,8 +116,9 @@ class Hook(BaseHook):
             logger.warning("smdebug: %s is already registered with this hook", module._get_name())
             return
         model_name = sharded.class_name(module)
-        if sharded.uses_classic_fsdp(module):
-            self._warn_classic_fsdp(model_name)
+        orig_params = sharded.classic_fsdp(module)
+        if orig_params is not None:
+            self._warn_classic_fsdp(model_name, flat=not orig_params)
         if fullgraph:
             # No callback can run inside a graph compiled whole: steps start on the compiled wrapper.
             logger.warning(
@@ -143,14 +144,22 @@ class Hook(BaseHook):
         if self._armed:
             self._armed_handles.append(starter.register_forward_hook(self._on_output_of_model))
 
-    def _warn_classic_fsdp(self, model_name: str) -> None:
+    def _warn_classic_fsdp(self, model_name: str, flat: bool) -> None:
+        what = (
+            "(use_orig_params=False): its parameters are one flat parameter per wrapper; weights and "
+            "biases are not saved, the flat parameter's gradient is, as this rank computed it before FSDP "
+            "reduces it (gradient/<name>_flat_param)"
+            if flat
+            else "(use_orig_params=True): its parameters are saved as this rank's views of its flat "
+            "parameter (whole when the wrapped model was registered, this rank's part of its flat shard, "
+            "flattened, when the wrapper was), their gradients are not saved"
+        )
         self.warn_once(
             f"classic_fsdp:{model_name}",
-            "smdebug: %s holds a classic FullyShardedDataParallel: its parameters are saved as this "
-            "rank's views of its flat parameter (whole when the wrapped model was registered, this rank's "
-            "flat shard when the wrapper was), their gradients are not saved; use "
-            "torch.distributed.fsdp.fully_shard (FSDP2) for sharded capture",
+            "smdebug: %s holds a classic FullyShardedDataParallel %s; use torch.distributed.fsdp.fully_shard "
+            "(FSDP2) for sharded capture",
             model_name,
+            what,
         )
 
     def register_hook(self, module: torch.nn.Module) -> None:
@@ -302,15 +311,18 @@ class Hook(BaseHook):
                     self._watch_own_grads(model)
             for name, param in model.sharded:  # on every rank, writing or not: they reduce together
                 self._shards.capture(name, param)
+            if model.flat_params:  # a classic FSDP wrapped the model after it was registered
+                self._warn_classic_fsdp(model.name, flat=True)
             if model.lazy:
                 with self.together():  # their reductions computed together at the end of the loop
                     for name, param in model.params:
                         if not _is_uninitialized(param):
                             self.save_for_step(name, param)
             elif model.flat_views:
-                self._warn_classic_fsdp(model.name)
+                self._warn_classic_fsdp(model.name, flat=False)
                 if self.any_due(model.names):  # copies: a numpy view would pin FSDP's flat storage
-                    self.save_many_for_step(model.names, [p.detach().clone() for p in model.values])
+                    held = [(n, p) for n, p in model.params if p.numel()]  # (empty: another rank's part)
+                    self.save_many_for_step([n for n, _ in held], [p.detach().clone() for _, p in held])
             elif self.any_due(model.names):
                 self.save_many_for_step(model.names, model.values)
 
@@ -475,7 +487,9 @@ class _Model:
         self.grad_names = tuple(name for name, _ in self.gradients)
         self.lazy = any(_is_uninitialized(p) for _, p in self.params)
         # views of a classic FSDP's flat parameter (use_orig_params=True): no gradient hook takes them
-        self.flat_views = any(not p.is_leaf for p in self.values)
+        # (leaves when the wrapper is registered: FSDP sets their data to views of its flat shard)
+        self.flat_views = any(not p.is_leaf for p in self.values) or sharded.classic_fsdp(self.module) is True
+        self.flat_params = any(map(sharded.is_flat_parameter, self.values))  # (use_orig_params=False)
         dist = torch.distributed
         # in a distributed job (DDP) each rank's gradient is saved as accumulated, before the all-reduce
         self.own_grads = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -70,11 +70,18 @@ def _fsdp_module_class() -> type | None:
     return getattr(module, "FSDPModule", None)
 
 
-def uses_classic_fsdp(module: torch.nn.Module) -> bool:
-    """Whether the model holds a classic FullyShardedDataParallel wrapper (flat parameters)."""
+def classic_fsdp(module: torch.nn.Module) -> bool | None:
+    """Whether the model holds a classic FullyShardedDataParallel wrapper (flat parameters): None when
+    it holds none, else whether it keeps the original parameters (use_orig_params=True)."""
     fsdp = sys.modules.get("torch.distributed.fsdp.fully_sharded_data_parallel")
     cls = getattr(fsdp, "FullyShardedDataParallel", None)
-    return cls is not None and any(isinstance(m, cls) for m in module.modules())
+    found = next((m for m in module.modules() if isinstance(m, cls)), None) if cls is not None else None
+    return None if found is None else bool(getattr(found, "_use_orig_params", True))
+
+
+def is_flat_parameter(param) -> bool:
+    """A classic FullyShardedDataParallel's flat parameter (use_orig_params=False)."""
+    return bool(getattr(param, "_is_flat_param", False))
 
 
 def named_parameters(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
