@@ -22,7 +22,14 @@ def smdebug_to_numpy(value):
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, (np.generic, numbers.Number, list, tuple)) or hasattr(value, "__array__"):
-        return np.array(value)
+        try:
+            return np.array(value)
+        except Exception as exc:  # e.g. a torch DTensor: the run's record names what could not be saved
+            from smdebug.exceptions import SMDebugTypeError
+
+            raise SMDebugTypeError(
+                f"cannot convert a {type(value).__name__} to a numpy array: {exc}"
+            ) from exc
     return None
 
 
