@@ -192,6 +192,30 @@ def classic_fsdp(rank, out_dir, inner=False, orig_params=True):
         json.dump(seen, f)
 
 
+def tp_health_nan(rank, out_dir):
+    """health=True on a tensor-parallel model; at step 2 a non-finite weight on rank 1 only (fc3, a plain
+    layer after the parallel ones): rank 1 looks for where it came from without running the forward pass
+    again (its parallel layers' collectives, entered by rank 1 alone, hung the job)."""
+    mesh = init_device_mesh("cpu", (2,))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 3))
+    h = smd.Hook(out_dir=out_dir, include_workers="all", health=True)
+    h.register_module(model)
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    criterion = nn.CrossEntropyLoss()
+    h.register_loss(criterion)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        x, y = batch("tp", rank, step)
+        if step == 2 and rank == 1:
+            with torch.no_grad():
+                model[3].weight[0, 0] = float("inf")
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        opt.step()
+    h.close()
+
+
 SCENARIOS = {
     "fsdp_mlp": lambda rank, d: fsdp_mlp(rank, d, include_workers="all"),
     "fsdp_mlp_after": lambda rank, d: fsdp_mlp(rank, d, register_first=False, include_workers="all"),
@@ -207,6 +231,7 @@ SCENARIOS = {
     "lazy_mlp": lazy_mlp,
     "classic_fsdp": classic_fsdp,
     "classic_fsdp_inner": lambda rank, d: classic_fsdp(rank, d, inner=True),
+    "tp_health_nan": tp_health_nan,
     "classic_fsdp_flat_inner": lambda rank, d: classic_fsdp(rank, d, inner=True, orig_params=False),
 }
 

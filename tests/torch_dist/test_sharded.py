@@ -150,6 +150,8 @@ def test_a_dtensor_module_output_is_recorded_as_unsaved_and_the_rest_of_the_step
     trial = smd.create_trial(os.path.join(runs, "tp_dtensor_outputs"))
     for worker in ("worker_0", "worker_1"):
         assert trial.unsaved_tensors()[worker]["fc1_output_0"]["step"] == 0
+        # the reason names the DTensor (it was torch's bare ".numpy() is not supported for tensor subclasses")
+        assert "cannot convert a DTensor" in trial.unsaved_tensors()[worker]["fc1_output_0"]["reason"]
     assert "fc1_output_0" not in trial.tensor_names()
     out = trial.tensor("fc2_output_0")
     assert out.steps() == list(range(STEPS))
@@ -242,3 +244,9 @@ def test_the_median_of_a_sharded_tensor_is_the_full_tensors_whichever_worker_is_
                 expected = np.median(np.abs(full) if absolute else full)
                 got = trial.tensor(name).reduction_value(1, "median", worker=worker, abs=absolute)
                 assert got == pytest.approx(expected, rel=1e-5), (name, worker, absolute)
+
+
+def test_health_on_a_tensor_parallel_model_does_not_hang_on_a_non_finite_value_of_one_rank(runs):
+    """The run finished (the fixture's job did not hang) and names the step and the worker."""
+    first = smd.create_trial(os.path.join(runs, "tp_health_nan")).first_nonfinite()
+    assert (first["step"], first["worker"]) == (2, "worker_1"), first

@@ -571,8 +571,10 @@ class TorchHealth:
         module = hook._models[starter].module
         if type(module).__name__ == "DistributedDataParallel":
             module = module.module  # its forward may broadcast buffers: a collective only this rank enters
-        if any("FullyShard" in type(m).__name__ or "FSDP" in type(m).__name__ for m in module.modules()):
-            return None  # a forward pass gathers parameters from the other ranks: not here
+        if hook._models[starter].sharded or any(map(_syncs_ranks, module.modules())):
+            # its forward pass runs collectives the other ranks would not enter (FSDP gathers parameters,
+            # tensor parallel layers reduce their outputs, SyncBatchNorm its statistics): not here
+            return None
         names = hook._module_names
         found: list[tuple[str, str]] = []
         counts: dict[str, int] = {}
@@ -623,6 +625,12 @@ _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
 _UNTRAINED = (ModeKeys.EVAL, ModeKeys.PREDICT)
 _is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
+
+
+def _syncs_ranks(module: torch.nn.Module) -> bool:
+    """A module whose forward pass runs collectives: classic FSDP, FSDP2, SyncBatchNorm."""
+    kind = type(module).__name__
+    return "FullyShard" in kind or "FSDP" in kind or kind == "SyncBatchNorm"
 
 
 def _gradients_only(names: list[str]) -> bool:
