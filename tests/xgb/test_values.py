@@ -12,6 +12,7 @@ from conftest import ALL_XGB, make_data
 
 import smdebug.xgboost as smd
 from smdebug.exceptions import ConfigError
+from smdebug_xgb.collection import TREE_COLUMNS
 
 PARAMS = {
     "max_depth": 3,
@@ -278,6 +279,30 @@ def test_second_training_continues_the_steps(out_dir, binary):
     trial = smd.create_trial(out_dir)
     assert trial.steps() == [0, 1, 2, 3]
     assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][1])
+
+
+def test_multi_target_trees_xgboost_cannot_dump_or_explain_are_recorded_in_one_line(out_dir, caplog_smdebug):
+    X, y = make_data(task="regression")
+    dtrain = xgb.DMatrix(X, label=np.column_stack([y, -y]))
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=ALL_XGB,
+        train_data=dtrain,
+        validation_data=dtrain,
+    )
+    params = {"tree_method": "hist", "multi_strategy": "multi_output_tree", "max_depth": 2, "nthread": 1}
+    xgb.train(params, dtrain, 2, evals=[(dtrain, "train")], callbacks=[hook])
+    hook.close()
+    messages = [r.getMessage() for r in caplog_smdebug.records if r.levelno == logging.WARNING]
+    assert len(messages) == 2 and not any("\n" in m or "Stack trace" in m for m in messages), messages
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1] and trial.tensor("predictions").value(1).shape == (160, 2)
+    unsaved = trial.unsaved_tensors()["worker_0"]
+    assert set(unsaved) == {f"trees/{c}" for c in TREE_COLUMNS} | {
+        f"{kind}/f{i}" for kind in ("full_shap", "average_shap") for i in range(5)
+    }
+    assert "multi-target" in unsaved["trees/Node"]["reason"]
 
 
 def test_training_with_a_closed_hook_says_its_rounds_are_not_saved(out_dir, binary, caplog_smdebug):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -54,6 +55,7 @@ from smdebug_xgb.trees import tree_columns
 logger = logging.getLogger("smdebug")
 
 TREE_BOOSTERS = ("gbtree", "dart")
+XGBOOST_ERROR_PREFIX = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ")
 
 
 class XGBoostHookConfig(HookConfig):
@@ -251,7 +253,12 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         if not due or not self._is_tree_booster(model, "trees"):
             return
         rounds = model.num_boosted_rounds()
-        dumps = model.get_dump(with_stats=True, dump_format="json")
+        try:
+            dumps = model.get_dump(with_stats=True, dump_format="json")
+        except xgb.core.XGBoostError as exc:  # e.g. multi-target trees (multi_strategy="multi_output_tree")
+            reason = f"could not dump the trees: {_one_line(exc)}"
+            self._cannot_save("trees", [TREES_PREFIX + c for c in due], reason)
+            return
         per_round = len(dumps) // rounds if rounds else 0
         first = (rounds - 1) * per_round  # the trees this round added
         columns = tree_columns(dumps[first : first + per_round], first)
@@ -305,8 +312,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         try:
             return model.predict(data, **kwargs)
         except (xgb.core.XGBoostError, ValueError) as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
-            self._cannot_save(f"predict:{what}", names, f"could not {what}: {type(exc).__name__}: {first}")
+            self._cannot_save(f"predict:{what}", names, f"could not {what}: {_one_line(exc)}")
             return None
 
     def _any_due_prefix(self, prefix: str) -> bool:
@@ -414,6 +420,15 @@ def _param_array(value) -> np.ndarray:
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, scalar) for v in value):
         return np.array(value)
     return np.array([str(value)])
+
+
+def _one_line(exc: Exception) -> str:
+    """An xgboost error in one line: its first, without the time and source file it starts with (the
+    native stack trace follows it)."""
+    first = XGBOOST_ERROR_PREFIX.sub("", (str(exc).strip().splitlines() or [""])[0])
+    if first.startswith("Check failed: "):  # "Check failed: <C++ condition>: <what it means>"
+        first = first.rsplit(": ", 1)[1].strip() or first
+    return f"{type(exc).__name__}: {' '.join(first.split())}"
 
 
 def _number(text: str):
