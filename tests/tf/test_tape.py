@@ -9,6 +9,7 @@ import tensorflow as tf
 from tfmodels import batches, make_model, reference_gradients
 
 import smdebug.tensorflow as smd
+from smdebug.exceptions import SMDebugTypeError
 from smdebug.trials import create_trial
 
 LOSS = keras.losses.SparseCategoricalCrossentropy()
@@ -128,3 +129,35 @@ def test_wrap_tape_is_a_proxy_not_a_patch(out_dir):
     assert float(t.gradient(y, x)) == 6.0  # persistent, as the wrapped tape is
     hook.close()
     assert hook.wrap_tape("not a tape") == "not a tape"
+
+
+def test_record_tensor_value_saves_a_metric_at_the_metrics_steps(out_dir, data, caplog_smdebug):
+    # smdebug 1.0's KerasHook has it (deprecated for save_tensor): the value joins the metrics collection
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=2))
+    model = make_model()
+    optimizer = hook.wrap_optimizer(keras.optimizers.SGD(0.1))
+    accuracy = keras.metrics.SparseCategoricalAccuracy()
+    recorded = []
+    for xb, yb in batches(*data):
+        with hook.wrap_tape(tf.GradientTape()) as tape:
+            logits = model(xb, training=True)
+            loss = LOSS(yb, logits)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        accuracy.update_state(yb, logits)
+        recorded.append(float(accuracy.result()))
+        hook.record_tensor_value(tensor_name="train_accuracy", tensor_value=accuracy.result())
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor_names(collection="metrics") == ["train_accuracy"]
+    assert trial.tensor("train_accuracy").steps() == [0, 2]
+    assert [float(trial.tensor("train_accuracy").value(s)) for s in (0, 2)] == pytest.approx(recorded[::2])
+    deprecated = [r for r in caplog_smdebug.records if "record_tensor_value is deprecated" in r.getMessage()]
+    assert len(deprecated) == 1 and "save_tensor" in deprecated[0].getMessage()
+
+    @tf.function(autograph=False)  # (autograph would wrap the error in its own)
+    def traced(v):
+        hook.record_tensor_value("traced", v * 2)  # a symbolic tensor: no value to save
+
+    with pytest.raises(SMDebugTypeError, match=r"record_tensor_value\('traced'\).*symbolic"):
+        traced(tf.constant(1.0))

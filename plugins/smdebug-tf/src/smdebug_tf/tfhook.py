@@ -729,14 +729,30 @@ class TFHook(BaseHook):
         if sm_metric:
             self.add_to_collection(CollectionKeys.SM_METRICS, f"scalar/{name}")
 
+    def record_tensor_value(self, tensor_name, tensor_value) -> None:
+        """smdebug 1.0's deprecated form of ``save_tensor`` for a value a custom loop computes (a metric):
+        the value joins the ``metrics`` collection and is saved at the steps that collection is due."""
+        self.warn_once("record_tensor_value", "smdebug: record_tensor_value is deprecated; use save_tensor")
+        if not isinstance(tensor_name, str):
+            raise SMDebugTypeError(
+                f"record_tensor_value(tensor_name, tensor_value): tensor_name must be a str, got "
+                f"{type(tensor_name).__name__}"
+            )
+        if isinstance(tensor_value, (tf.Tensor, tf.Variable)):
+            self.check_concrete(tensor_name, tensor_value, "record_tensor_value")
+        value = snapshot(tensor_value)
+        self.include_names(CollectionKeys.METRICS, [tensor_name])
+        if not self.defer(self.record_tensor_value, tensor_name, value):
+            self.save_for_step(tensor_name, value)
+
     @staticmethod
-    def check_concrete(name: str, value) -> None:
+    def check_concrete(name: str, value, method: str = "save_scalar") -> None:
         """A clear error for a scalar without a value: a TF 1.x graph's tensor (outside a session run) or
         one being traced in a tf.function."""
         symbolic = isinstance(value, tf.Tensor) and not hasattr(value, "numpy")
         if symbolic or (isinstance(value, tf.Variable) and not tf.executing_eagerly()):
             raise SMDebugTypeError(
-                f"save_scalar({name!r}): {value.name} is a symbolic tensor, which has no value outside a session "
+                f"{method}({name!r}): {value.name} is a symbolic tensor, which has no value outside a session "
                 "run (or in a tf.function being traced): save the value the run returned, or add the tensor "
                 "to a collection (hook.add_to_collection) to save it at that collection's steps"
             )
