@@ -62,3 +62,27 @@ def test_exploding_tensor_stops_fit(tmp_path, data):
     assert create_trial(out).steps()[-1] == stopped_at
     assert len(history.history["loss"]) == 1
     assert not np.isfinite(model.get_layer("head").kernel.numpy()).all()
+
+
+def test_confusion_on_a_binary_classifier_with_one_sigmoid_output(tmp_path):
+    # Keras' usual binary classifier: predictions of shape (batch, 1), each the probability of class 1
+    out = str(tmp_path / "run")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 2)).astype("float32")
+    y = (x[:, 0] > 0).astype("float32")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="binary_crossentropy", metrics=["accuracy"])
+    hook = smd.KerasHook(
+        out_dir=out, save_config=smd.SaveConfig(save_interval=1), include_collections=["outputs", "losses"]
+    )
+    model.fit(x, y, epochs=8, batch_size=64, shuffle=False, callbacks=[hook], verbose=0)
+    assert model.evaluate(x, y, verbose=0)[1] > 0.95
+    model.optimizer.learning_rate.assign(0.0)  # the same predictions against the opposite labels
+    model.fit(x, 1 - y, epochs=1, batch_size=64, shuffle=False, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out)
+    assert trial.tensor("predictions").value(31).shape == (64, 1)
+    rule = create_rule("confusion", trial)
+    assert evaluate_rule(rule, start_step=28, end_step=32) == []  # right >95% of the time
+    assert evaluate_rule(create_rule("confusion", trial), start_step=32) == [32, 33, 34, 35]  # all wrong

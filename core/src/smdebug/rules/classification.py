@@ -13,7 +13,9 @@ from smdebug.rules.base import BuiltinRule
 def _class_ids(value: np.ndarray | None, argmax: bool) -> np.ndarray | None:
     if value is None or value.size == 0 or value.dtype.kind not in "iufb":
         return None
-    if argmax and value.ndim > 1:
+    # one probability per sample (a sigmoid output of shape (batch, 1)) is rounded, not argmax-ed: over a
+    # last axis of one, argmax would predict class 0 for every sample
+    if argmax and value.ndim > 1 and value.shape[-1] > 1:
         value = np.argmax(value, axis=-1)
     return np.rint(value.reshape(-1)).astype(np.int64)
 
