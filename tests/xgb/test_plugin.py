@@ -128,6 +128,22 @@ def test_activation_adds_the_hook_to_xgboost_train(config):
     )
 
 
+def test_activation_reaches_cross_validation(config):
+    hook = activate()
+    assert xgb.cv is xgb.training.cv and hasattr(xgb.cv, "__smdebug_original__")
+    dtrain = data()[0]
+    results = xgb.cv({"max_depth": 2, "nthread": 1}, dtrain, 3, nfold=2, seed=0)
+    hook.close()
+    trial = smd.create_trial(config)
+    assert trial.steps() == [0, 1, 2]
+    saved = [trial.tensor("test-rmse").value(s)[0] for s in trial.steps()]
+    assert saved == pytest.approx(results["test-rmse-mean"].tolist())
+    activation.uninstall()
+    assert not hasattr(xgb.cv, "__smdebug_original__") and not hasattr(
+        xgb.training.cv, "__smdebug_original__"
+    )
+
+
 def test_activation_keeps_the_users_own_hook(config, tmp_path):
     auto = activate()
     dtrain, dvalid, _, _ = data()

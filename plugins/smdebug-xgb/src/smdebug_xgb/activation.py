@@ -1,9 +1,11 @@
 """Zero-code-change use: the hook of the JSON configuration joins every ``xgboost.train`` call, and so
-every scikit-learn estimator's ``fit`` (which calls it), unless the call already has an smdebug hook."""
+every scikit-learn estimator's ``fit`` (which calls it), and every ``xgboost.cv`` call, unless the call
+already has an smdebug hook."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import logging
 
@@ -25,30 +27,36 @@ def activate():
 
 
 def install(hook) -> None:
-    """Make ``xgboost.train`` (also as the scikit-learn wrappers see it) add ``hook`` to its callbacks."""
-    import xgboost
-    import xgboost.sklearn
-    import xgboost.training
-
-    current = xgboost.training.train
-    original = getattr(current, ORIGINAL, current)
-    wrapper = _train_with(original, hook)
-    for module in (xgboost, xgboost.training, xgboost.sklearn):
-        train = getattr(module, "train", None)
-        if train is original or hasattr(train, ORIGINAL):
-            module.train = wrapper
+    """Make ``xgboost.train`` (also as the scikit-learn wrappers see it) and ``xgboost.cv`` add ``hook``
+    to their callbacks."""
+    for name, modules in _WRAPPED.items():
+        current = getattr(_module(modules[1]), name)
+        original = getattr(current, ORIGINAL, current)
+        wrapper = _train_with(original, hook)
+        for module in map(_module, modules):
+            function = getattr(module, name, None)
+            if function is original or hasattr(function, ORIGINAL):
+                setattr(module, name, wrapper)
 
 
 def uninstall() -> None:
-    """Give xgboost its own train function back."""
-    import xgboost
-    import xgboost.sklearn
-    import xgboost.training
+    """Give xgboost its own train and cv functions back."""
+    for name, modules in _WRAPPED.items():
+        for module in map(_module, modules):
+            function = getattr(module, name, None)
+            if hasattr(function, ORIGINAL):
+                setattr(module, name, getattr(function, ORIGINAL))
 
-    for module in (xgboost, xgboost.training, xgboost.sklearn):
-        train = getattr(module, "train", None)
-        if hasattr(train, ORIGINAL):
-            module.train = getattr(train, ORIGINAL)
+
+# the functions wrapped, and the modules that hold them (the second defines it)
+_WRAPPED = {
+    "train": ("xgboost", "xgboost.training", "xgboost.sklearn"),
+    "cv": ("xgboost", "xgboost.training"),
+}
+
+
+def _module(name: str):
+    return importlib.import_module(name)
 
 
 def _train_with(train, hook):
