@@ -144,3 +144,22 @@ def test_tensor_names_never_write_outside_out_dir(tmp_path):
     assert set(UNSAFE) <= set(trial.tensor_names())
     for i, name in enumerate(UNSAFE):
         np.testing.assert_array_equal(trial.tensor(name).value(1), [i, 1])
+
+
+@pytest.mark.parametrize("out_dir", ["s3://", "s3:///run", "s3:///", "gs:///run"])
+def test_an_object_store_uri_without_a_bucket_is_refused(out_dir, tmp_path, monkeypatch):
+    """A bucket variable left empty (f"s3://{bucket}/run"): "s3://" used to become a local folder "s3:" in
+    the working directory, "s3:///run" lost every step to "bucket does not exist" after training."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^out_dir: .* names no bucket"):
+        BaseHook(out_dir=out_dir)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_uri_no_filesystem_knows_is_refused_at_creation(tmp_path, monkeypatch):
+    """ "S3://bucket/run" (fsspec knows s3, not S3): one error naming the URI when the hook is made, not a
+    run that trains to the end with every step unsaved."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^out_dir: cannot open S3://bucket/run: .*S3"):
+        BaseHook(out_dir="S3://bucket/run")
+    assert os.listdir(tmp_path) == []

@@ -25,6 +25,7 @@ from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import ALLOWED_NORMS, ALLOWED_REDUCTIONS
 
 DEFAULT_SAVE_INTERVAL = 500
+BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs")  # object stores: a URI names a bucket first
 SAVE_CONFIG_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
 # Every name the SageMaker "reductions" parameter takes (smdebug also writes norms as "l1_norm").
 REDUCTION_NAMES = (
@@ -664,6 +665,10 @@ class HookConfig(ConfigModel):
     def _out_dir(cls, v):
         if not isinstance(v, str) or not v.strip():
             raise ConfigError(f"out_dir: invalid value {v!r} (expected a path or URI)")
+        scheme, sep, rest = v.partition("://")
+        if sep and scheme in BUCKET_SCHEMES and not rest.split("/", 1)[0]:
+            # an empty bucket variable (f"s3://{bucket}/run"); "s3://" would become a local folder "s3:"
+            raise ConfigError(f"out_dir: {v!r} names no bucket (expected {scheme}://bucket/prefix)")
         return v
 
     @field_validator("export_tensorboard", "dry_run", "health", mode="before")

@@ -81,7 +81,7 @@ from smdebug.hook_reducing import HookReducing
 from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.stop_signal import StopSignal
-from smdebug.store import redact
+from smdebug.store import redact, strip_trailing_slashes
 from smdebug.writing import Writer
 from smdebug.writing.bounded import run_bounded
 
@@ -137,7 +137,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         global _active_hook
         options = self.options_class.from_arguments(args, kwargs)
         self.options = options
-        self.out_dir = options.out_dir.rstrip("/") if len(options.out_dir) > 1 else options.out_dir
+        self.out_dir = strip_trailing_slashes(options.out_dir)
         self.export_tensorboard = options.export_tensorboard
         self.tensorboard_dir = options.tensorboard_dir or (
             f"{self.out_dir}/tensorboard" if options.export_tensorboard else None

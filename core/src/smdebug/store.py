@@ -536,6 +536,14 @@ def _unlink(path: str) -> None:
         pass
 
 
+def strip_trailing_slashes(uri: str) -> str:
+    """``uri`` without trailing slashes, the ``://`` of a bare URI (``memory://``) and a root ``/`` kept."""
+    stripped = uri.rstrip("/")
+    return (
+        uri[: len(stripped) + 2] if stripped.endswith(":") and uri[len(stripped) :] else stripped or uri[:1]
+    )
+
+
 def _is_plain_local(root: str) -> bool:
     return "::" not in root and ("://" not in root or root.startswith("file://"))
 

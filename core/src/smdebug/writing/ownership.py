@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable
 
 from smdebug import layout
-from smdebug.exceptions import OutDirExistsError
+from smdebug.exceptions import ConfigError, OutDirExistsError, SMDebugError
 from smdebug.layout import DEFAULT_WORKER, existing_run
 from smdebug.store import Store, redact
 from smdebug.writing.bounded import at_exit, run_bounded
@@ -242,6 +242,14 @@ def check_out_dir(uri: str, open_store: Callable[[], Store], worker: str | None,
             if check.unreachable
             else f"did not answer within {timeout:g} s",
         )
+    elif check.store is None and isinstance(check.error, (ValueError, ImportError)):
+        # no filesystem takes this URI ("S3://...", s3fs not installed): nothing could ever be saved
+        why = (
+            check.error
+            if isinstance(check.error, SMDebugError)
+            else f"cannot open {redact(uri)}: {check.error}"
+        )
+        raise ConfigError(f"out_dir: {redact(str(why))}") from None
     elif check.error is not None:  # an unreachable location is reported when writing, not here
         logger.debug("smdebug: could not check %s: %s", redact(uri), type(check.error).__name__)
     elif check.found:
