@@ -10,14 +10,20 @@ from smdebug.rules import params as p
 from smdebug.rules.base import BuiltinRule
 
 
-def _class_ids(value: np.ndarray | None, argmax: bool) -> np.ndarray | None:
+def _class_ids(value: np.ndarray | None, argmax: bool, predictions: bool = False) -> np.ndarray | None:
+    """Class ids, or None for values that are none: a regression's targets and predictions, a ranker's
+    scores (whole numbers are ids; a binary classifier's probabilities in [0, 1] round at 0.5)."""
     if value is None or value.size == 0 or value.dtype.kind not in "iufb":
         return None
     # one probability per sample (a sigmoid output of shape (batch, 1)) is rounded, not argmax-ed: over a
     # last axis of one, argmax would predict class 0 for every sample
     if argmax and value.ndim > 1 and value.shape[-1] > 1:
         value = np.argmax(value, axis=-1)
-    return np.rint(value.reshape(-1)).astype(np.int64)
+    value = value.reshape(-1)
+    if value.dtype.kind == "f" and not np.array_equal(value, np.rint(value)):
+        if not (predictions and value.min() >= 0 and value.max() <= 1):
+            return None
+    return np.rint(value).astype(np.int64)
 
 
 def _or(value, default):
@@ -65,7 +71,9 @@ class Confusion(BuiltinRule):
 
     def invoke_at_step(self, step):
         labels = _class_ids(self._find(step, self.labels, self.labels_collection), False)
-        predictions = _class_ids(self._find(step, self.predictions, self.predictions_collection), True)
+        predictions = _class_ids(
+            self._find(step, self.predictions, self.predictions_collection), True, predictions=True
+        )
         if labels is None or predictions is None or labels.size != predictions.size:
             return False
         n = self.category_no or int(max(labels.max(), predictions.max())) + 1
@@ -127,7 +135,9 @@ class ClassImbalance(BuiltinRule):
             labels = _class_ids(self._value(label_names[0], step), False)
             predictions = None
             if prediction_names:
-                predictions = _class_ids(self._value(prediction_names[0], step), self.argmax)
+                predictions = _class_ids(
+                    self._value(prediction_names[0], step), self.argmax, predictions=True
+                )
             if labels is not None:
                 self._counts.update(labels.tolist())
                 if predictions is not None and predictions.size == labels.size:
