@@ -88,6 +88,15 @@ def test_disable_plugins_by_distribution_name(monkeypatch):
     assert not plugins.get_plugin_manager().has_plugin("dummy")
 
 
+def test_disable_plugins_with_a_typo_names_it_and_the_nearest_plugin(monkeypatch, caplog):
+    monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dumy, smdebug-dummy")
+    plugins.reset()
+    assert not plugins.get_plugin_manager().has_plugin("dummy")  # the right name still works
+    (line,) = [r.getMessage() for r in caplog.records if "SMDEBUG_DISABLE_PLUGINS names" in r.getMessage()]
+    assert "'dumy', which is no installed plugin; did you mean 'dummy'?" in line
+    assert "broken" in line and "smdebug-dummy" in line  # the names it takes
+
+
 # -- one test per hook specification ----------------------------------------------------------------
 def test_hook_smdebug_framework():
     fw = plugins.frameworks()["dummy"]

@@ -20,6 +20,7 @@ from typing import Any
 import pluggy
 
 from smdebug import hookspecs
+from smdebug.exceptions import did_you_mean
 from smdebug.plugin_calls import CallList, PluginCalls
 from smdebug.plugin_isolation import isolate, isolate_wrapper
 
@@ -174,10 +175,12 @@ class PluginHost(PluginCalls):
 
     def _load_entry_points(self, pm: _Manager) -> None:
         disabled = _disabled()
+        names: set[str] = set()  # of the installed plugins, entry points and distributions
         for ep in metadata.entry_points(group=self.group):
             dist = getattr(ep, "dist", None)
             # a distribution's name costs a parse of its metadata file: read only when it is needed
             dist_name = dist.metadata["Name"] if dist is not None and disabled else None
+            names.update((ep.name, dist_name or ep.name))
             if ep.name in disabled or (dist_name and dist_name in disabled):
                 logger.info("smdebug: plugin %r disabled by SMDEBUG_DISABLE_PLUGINS", ep.name)
                 self._entry_points[ep.name] = (ep, True)
@@ -196,6 +199,13 @@ class PluginHost(PluginCalls):
                     exc,
                 )
             self._entry_points[ep.name] = (ep, False)
+        for name in sorted(disabled - names):  # a typo would block nothing without a word
+            logger.warning(
+                "smdebug: SMDEBUG_DISABLE_PLUGINS names %r, which is no installed plugin%s (plugins: %s)",
+                name,
+                did_you_mean(name, names),
+                ", ".join(sorted(names)) or "none",
+            )
 
     def _info(self, ep: metadata.EntryPoint, disabled: bool, hooks: tuple[str, ...] = ()) -> PluginInfo:
         dist = getattr(ep, "dist", None)  # its metadata is read here only, not when plugins load
