@@ -90,6 +90,24 @@ def test_show_prints_a_matrix_with_its_rows_aligned(cli, run_dir, trial):
     assert printed == ["  " + row for row in rows]  # indented as the lines above it, rows aligned
 
 
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (
+            ("ls", "{run}", "--collection", "weigths"),
+            ["'weigths' is not in the run; did you mean 'weights'?"],
+        ),
+        (
+            ("show", "{run}", LOSS, "--worker", "worker_O"),
+            ["'worker_O' is not in the run; did you mean 'worker_0'?"],
+        ),
+        (("diff", "{run}", "{run}", "--collection", "gradiants"), ["did you mean 'gradients'?"]),
+    ],
+)
+def test_a_misspelt_collection_or_worker_names_the_nearest(cli, run_dir, args, fragments):
+    one_line_error(cli(*(a.format(run=run_dir) for a in args)), *fragments)
+
+
 def test_show_eval_mode_step(cli, run_dir, trial):
     result = cli("show", run_dir, LOSS, "--step", "0", "--mode", "EVAL")
     assert result.returncode == 0, result.stderr

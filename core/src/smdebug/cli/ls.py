@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from smdebug.cli._common import compact_steps, open_trial, printable, table
-from smdebug.exceptions import SMDebugError, SMDebugValueError
+from smdebug.exceptions import SMDebugError, SMDebugValueError, did_you_mean
 from smdebug.modes import ModeKeys
 
 
@@ -95,7 +95,10 @@ def run(args) -> int:
     trial = open_trial(args.out_dir)
     if args.collection is not None and args.collection not in trial.collections():
         names = ", ".join(sorted(trial.collections())) or "none"
-        raise SMDebugValueError(f"collection {args.collection!r} is not in the run (collections: {names})")
+        hint = did_you_mean(args.collection, trial.collections())
+        raise SMDebugValueError(
+            f"collection {args.collection!r} is not in the run{hint} (collections: {names})"
+        )
     info = describe(trial, args.collection, args.regex)
     if args.json:
         print(json.dumps(info, indent=2))

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from smdebug.exceptions import CorruptTensorRecord, SMDebugValueError
+from smdebug.exceptions import CorruptTensorRecord, SMDebugValueError, did_you_mean
 from smdebug.modes import ModeKeys
 
 COLUMNS = [
@@ -134,7 +134,9 @@ def compare(
     names_a, names_b = _selected(ta, collection, regex), _selected(tb, collection, regex)
     if not names_a and not names_b:
         what = f" (collection {collection!r})" if collection else f" (regex {regex!r})" if regex else ""
-        raise SMDebugValueError(f"no tensors to compare{what} in {ta.path} or {tb.path}")
+        known = set(ta.collections()) | set(tb.collections()) if collection else ()
+        hint = did_you_mean(collection, known) if collection not in known else ""
+        raise SMDebugValueError(f"no tensors to compare{what} in {ta.path} or {tb.path}{hint}")
     order = {name: i for i, name in enumerate(saved_order(ta))}
     keys = _step_keys(ta, tb)
     for name in sorted(set(names_a) | set(names_b), key=lambda n: (order.get(n, len(order)), n)):
