@@ -139,6 +139,31 @@ def test_metrics_can_be_turned_off_and_losses_skip_increasing_metrics(out_dir, b
     assert trial.steps() == [0, 1, 2]
 
 
+@pytest.mark.parametrize(
+    "objective, metrics, losses",
+    [
+        ("rank:ndcg", ["ndcg-", "map@3-", "rmse"], {"train-rmse"}),  # "-": empty query lists score 0
+        ("survival:aft", ["interval-regression-accuracy", "aft-nloglik"], {"train-aft-nloglik"}),
+    ],
+)
+def test_losses_skip_every_metric_that_grows(out_dir, objective, metrics, losses):
+    X, y = make_data(task="regression")
+    dtrain = xgb.DMatrix(X, label=y)
+    if objective == "rank:ndcg":
+        dtrain.set_label((y > 0).astype(float))
+        dtrain.set_group([40] * 4)
+    else:  # survival times in intervals [lower, upper]
+        dtrain.set_float_info("label_lower_bound", np.exp(y))
+        dtrain.set_float_info("label_upper_bound", np.exp(y) * 1.5)
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["losses"])
+    params = {"objective": objective, "eval_metric": metrics, "max_depth": 2, "nthread": 1}
+    xgb.train(params, dtrain, 2, evals=[(dtrain, "train")], callbacks=[hook], verbose_eval=False)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert len(trial.tensor_names(collection="metrics")) == len(metrics)
+    assert set(trial.tensor_names(collection="losses")) == losses
+
+
 def test_save_all_and_include_regex(tmp_path, binary):
     dtrain, dvalid = binary[:2]
     hook = smd.Hook(str(tmp_path / "all"), save_config=smd.SaveConfig(save_steps=[1]), save_all=True)

@@ -15,12 +15,14 @@ PREDICTIONS = "predictions"
 LABELS = "labels"
 BIAS = "bias"  # the SHAP column of the expected value, outside the shap collections as in smdebug 1.0
 
-# Metrics that grow as the model improves are no losses.
-INCREASING_METRICS = ("auc", "aucpr", "map", "ndcg", "pre")
+# Metrics that grow as the model improves are no losses (also as "ndcg@3", and "ndcg-", which scores an
+# empty query list 0).
+INCREASING_METRICS = ("auc", "aucpr", "map", "ndcg", "pre", "interval-regression-accuracy")
 
 BUILTIN_PATTERNS = {
     CollectionKeys.METRICS: "^[^/]+-[^/]+$",
-    CollectionKeys.LOSSES: "^[^/]+-(?!(?:" + "|".join(INCREASING_METRICS) + ")(?:@|$))[^/]+$",
+    # an eval name holds no "-" (xgboost refuses it): the metric is all after the first one
+    CollectionKeys.LOSSES: "^[^/-]+-(?!(?:" + "|".join(INCREASING_METRICS) + ")(?:@|-|$))[^/]+$",
     CollectionKeys.HYPERPARAMETERS: "^hyperparameters/",
     CollectionKeys.PREDICTIONS: "^predictions$",
     CollectionKeys.LABELS: "^labels$",
