@@ -152,3 +152,17 @@ def test_export_tensorboard_without_tensorboard_is_one_coherent_line(run, tmp_pa
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1 and "install" in lines[0] and "tensorboard --logdir" in lines[0], result.stdout
     assert "view them with" not in lines[0]
+
+
+def test_a_misspelt_tensor_name_names_the_nearest_saved_one(run):
+    import pickle
+
+    from smdebug.exceptions import TensorUnavailable
+
+    trial = create_trial(run)
+    with pytest.raises(TensorUnavailable) as info:
+        trial.tensor("weight/cf")
+    assert str(info.value) == "Tensor weight/cf was not saved; did you mean 'weight/fc'?"
+    assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)  # as a Dask worker sends it
+    with pytest.raises(TensorUnavailable, match=r"^Tensor zzz was not saved\.$"):
+        trial.tensor("zzz")

@@ -117,12 +117,21 @@ class ShapeUnavailableForStep(SMDebugError):
 
 
 class TensorUnavailable(SMDebugError):
-    def __init__(self, tname):
+    def __init__(self, tname, saved=()):
         super().__init__(tname)
         self.tname = tname
+        self.saved = saved  # the names that were saved (not copied): the message names the closest
 
     def __str__(self):
-        return f"Tensor {self.tname} was not saved."
+        return f"Tensor {self.tname} was not saved{did_you_mean(self.tname, self.saved) or '.'}"
+
+    def __reduce__(self):  # pickled (a Dask worker's error) with its message: only the closest name goes
+        import difflib
+
+        return (
+            type(self),
+            (self.tname, difflib.get_close_matches(str(self.tname), list(map(str, self.saved)), n=1)),
+        )
 
 
 class InvalidWorker(SMDebugError):

@@ -563,7 +563,7 @@ class Trial:
         if tname not in self._tensors:
             self.maybe_refresh(force=True)
         if tname not in self._tensors:
-            raise TensorUnavailable(tname)
+            raise TensorUnavailable(tname, self._tensors)
         return self._tensors[tname]
 
     def tensors(self, *args, **kwargs) -> list[str]:
