@@ -616,3 +616,25 @@ def test_a_save_step_holds_each_reduction_once(out_dir):
     assert "smdebug/reductions/l2/Net_fc1.weight" in names  # (the recorder's alone)
     grad = smd.create_trial(out_dir).tensor("gradient/Net_fc1.weight").reduction_value(5, "l2")
     assert grad == pytest.approx(seen[5]["gradient/Net_fc1.weight"], rel=1e-5)
+
+
+def test_why_with_a_model_called_twice_a_step_names_the_last_gradients_recorded(out_dir):
+    # each forward is a step: the first call's step ends before any backward, its row has no gradients
+    model, criterion, hook = hooked_net(out_dir)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    for it in range(4):
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+        opt.zero_grad()
+        loss = criterion(model(x[:8]), y[:8]) + criterion(model(x[8:]), y[8:])
+        loss.backward()
+        if it == 3:
+            model.fc2.bias.grad[1] = float("nan")
+        opt.step()
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (7, "backward", "gradient/Net_fc2.bias")
+    text = why(out_dir)
+    assert "nan" not in text  # (step 6 recorded no gradient: its norm is no NaN)
+    assert "the largest gradient norm at step 5 was" in text
+    assert "the fastest-growing was" in text and "since step 1" in text

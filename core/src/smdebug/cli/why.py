@@ -100,16 +100,16 @@ def _before(trial, step: int) -> str:
             )
     members = set(trial.tensor_names(collection="gradients"))  # (torch, MXNet: gradient/; TF: gradients/)
     grads = {n: v for n, v in l2.items() if n in members or n.startswith(("gradient/", "gradients/"))}
-    if grads:
-        last = steps[-1]
-        top = max(grads, key=lambda n: _finite(grads[n].get(last)))
-        growth = [(_finite(v.get(last)) / v[steps[0]], n) for n, v in grads.items() if v.get(steps[0], 0) > 0]
-        parts.append(
-            f"the largest gradient norm at step {last} was {top}'s, {grads[top].get(last, math.nan):.4g}"
-        )
+    # (the steps that had gradients: a model called twice a step has none after its first call)
+    grad_steps = [s for s in steps if any(s in v for v in grads.values())]
+    if grad_steps:
+        first, last = grad_steps[0], grad_steps[-1]
+        top = max((n for n in grads if last in grads[n]), key=lambda n: _finite(grads[n][last]))
+        growth = [(_finite(v.get(last)) / v[first], n) for n, v in grads.items() if v.get(first, 0) > 0]
+        parts.append(f"the largest gradient norm at step {last} was {top}'s, {grads[top][last]:.4g}")
         if growth:
             ratio, name = max(growth)
-            parts.append(f"the fastest-growing was {name}'s, x{ratio:.3g} since step {steps[0]}")
+            parts.append(f"the fastest-growing was {name}'s, x{ratio:.3g} since step {first}")
     bad = [n for n, v in l2.items() if not math.isfinite(v.get(step, 0.0))]
     # (MXNet's weights of a step are those its update left: one set to inf before the bad step shows there)
     early = sorted((s, n) for n, v in l2.items() for s, x in v.items() if s < step and not math.isfinite(x))
