@@ -198,6 +198,17 @@ def test_raw_tensors_of_the_triggering_step_follow_the_users_collections(out_dir
     assert trial.tensor("Net_fc1.weight").reduction_value(FAULT, "l2") > 0
 
 
+def test_a_trigger_saves_the_layer_outputs_the_users_collections_name(out_dir):
+    # the step's layer outputs are gone once its forward pass returned: a re-run gives them back
+    train(out_dir, fault="forward", include_regex=["fc1_output_0", "fc2_input_0"])
+    trial = smd.create_trial(out_dir)
+    assert trial.first_nonfinite()["tensor"] == "fc1_output_0"
+    for name in ("fc1_output_0", "fc2_input_0"):
+        value = trial.tensor(name).value(FAULT)
+        assert value.shape == (16, 8) and np.isinf(value[0, 1]) and np.isfinite(value[1:]).all()
+    assert trial.tensor("fc1_output_0").steps() == [0, 5, FAULT]  # (and at the save steps)
+
+
 def test_loss_spike_from_a_learning_rate_jump(out_dir):
     _, seen = train(
         out_dir,

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from smdebug.plugin import ModeKeys
+from smdebug.plugin import INPUT_SUFFIX, OUTPUT_SUFFIX, ModeKeys
 from smdebug_torch.collection import GRADIENT_PREFIX
 
 _NONE = type(None)
@@ -392,7 +392,7 @@ class TorchHealth:
                     self._first_nonfinite(row, rerun_safe, tensors, names)
                 elif len(self.monitor.triggers) > triggers:  # the waiting row was confirmed
                     with hook.guard("save the step's tensors"):
-                        self._save_step(tensors, names)
+                        self._save_step(tensors, names, rerun_safe)
             elif hook.mode in _UNTRAINED and self._outputs_nonfinite():
                 # no gradient or loss carries an evaluation's bad output into the row: its own check
                 self._first_nonfinite(row, rerun_safe, tensors, names)
@@ -400,7 +400,7 @@ class TorchHealth:
                 self._deferred = None  # (finite: the waiting gradients went nowhere)
                 if len(self.monitor.triggers) > triggers:  # a loss spike
                     with hook.guard("save the step's tensors"):
-                        self._save_step(tensors, names)
+                        self._save_step(tensors, names, rerun_safe)
         else:
             if self._pinned is None or self._pinned[0].shape[0] != ring.shape[1]:
                 pin = ring.device.type == "cuda"
@@ -517,7 +517,7 @@ class TorchHealth:
             where = self._from_names(bad)
         self.monitor.found({"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where})
         with hook.guard("save the step's tensors"):
-            self._save_step(tensors, names)
+            self._save_step(tensors, names, rerun_safe)
 
     def _examine(self, bad: list[str], rerun_safe: bool) -> dict | None:
         hook = self.hook
@@ -568,20 +568,11 @@ class TorchHealth:
         """Run the step's forward pass again, every module's output checked: the first module that
         returns a non-finite value from finite inputs (its name and its output's tensor name)."""
         hook = self.hook
-        module = hook._models[starter].module
-        if type(module).__name__ == "DistributedDataParallel":
-            module = module.module  # its forward may broadcast buffers: a collective only this rank enters
-        if hook._models[starter].sharded or any(map(_syncs_ranks, module.modules())):
-            # its forward pass runs collectives the other ranks would not enter (FSDP gathers parameters,
-            # tensor parallel layers reduce their outputs, SyncBatchNorm its statistics): not here
-            return None
-        names = hook._module_names
         found: list[tuple[str, str]] = []
         counts: dict[str, int] = {}
 
-        def check(mod, inputs, outputs):
-            name = names.get(mod)
-            if found or name is None:
+        def check(name, inputs, outputs):
+            if found:
                 return
             outs = list(hook.tensors_in(outputs))
             index = counts.get(name, 0)
@@ -590,7 +581,28 @@ class TorchHealth:
             if bad and not any(_nonfinite(t) for t in hook.tensors_in(inputs)):
                 found.append((name, f"{name}_output_{index + bad[0]}"))
 
-        handles = [m.register_forward_hook(check) for m in module.modules()]
+        self._forward_again(starter, args, kwargs, check)
+        return found[0] if found else None
+
+    def _forward_again(self, starter: torch.nn.Module, args, kwargs, on_output) -> None:
+        """Run the step's forward pass again (no gradients, the random state and the buffers restored),
+        ``on_output(module name, inputs, outputs)`` called as each named module returns."""
+        hook = self.hook
+        module = hook._models[starter].module
+        if type(module).__name__ == "DistributedDataParallel":
+            module = module.module  # its forward may broadcast buffers: a collective only this rank enters
+        if hook._models[starter].sharded or any(map(_syncs_ranks, module.modules())):
+            # its forward pass runs collectives the other ranks would not enter (FSDP gathers parameters,
+            # tensor parallel layers reduce their outputs, SyncBatchNorm its statistics): not here
+            return
+        names = hook._module_names
+
+        def called(mod, inputs, outputs):
+            name = names.get(mod)
+            if name is not None:
+                on_output(name, inputs, outputs)
+
+        handles = [m.register_forward_hook(called) for m in module.modules()]
         buffers = [(b, b.detach().clone()) for b in module.buffers()]
         devices = sorted({b.device.index or 0 for b in buffers if b.device.type == "cuda"})
         devices += sorted({p.device.index or 0 for p in module.parameters() if p.device.type == "cuda"})
@@ -607,11 +619,32 @@ class TorchHealth:
             with torch.no_grad():
                 for buffer, saved in buffers:
                     buffer.copy_(saved)
-        return found[0] if found else None
 
-    def _save_step(self, tensors: list, names: tuple) -> None:
-        """The triggering step's tensors the user's collections name, saved as those collections save."""
+    def _save_layers(self) -> None:
+        """The step's module inputs and outputs the user's collections name (gone once its forward
+        pass returned): saved from a re-run of that pass."""
         hook = self.hook
+        inputs = self._inputs
+        if inputs is None or inputs[0] != hook.step or hook.anything_due():  # (a save step saved them)
+            return
+        if not any(map(hook.layer_wanted, set(hook._module_names.values()))):
+            return
+
+        def save(name, inputs, outputs):
+            for suffix, values in ((INPUT_SUFFIX, inputs), (OUTPUT_SUFFIX, outputs)):
+                for tensor_name, value in hook.numbered_tensors(name + suffix, values):
+                    collections = [c.name for c in hook.collections_of(tensor_name)]
+                    if collections:
+                        hook.save_tensor(tensor_name, value, collections)
+
+        self._forward_again(*inputs[1:], save)
+
+    def _save_step(self, tensors: list, names: tuple, rerun_safe: bool) -> None:
+        """The triggering step's tensors the user's collections name, saved as those collections save
+        (its layers' inputs and outputs when a re-run of its forward pass is safe)."""
+        hook = self.hook
+        if rerun_safe:
+            self._save_layers()
         for name, tensor in zip(names, tensors):
             if tensor is None or hook.is_due(name):
                 continue  # saved by the step already
