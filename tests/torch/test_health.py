@@ -649,3 +649,37 @@ def test_why_with_a_model_called_twice_a_step_names_the_last_gradients_recorded(
     assert "nan" not in text  # (step 6 recorded no gradient: its norm is no NaN)
     assert "the largest gradient norm at step 5 was" in text
     assert "the fastest-growing was" in text and "since step 1" in text
+
+
+class InterruptedWorkerData(torch.utils.data.Dataset):
+    """Batches of 8 for Net, a NaN in batch 2's input; the worker making batch 6 gets SIGINT (as Ctrl-C
+    reaches the whole process group) and goes on."""
+
+    def __len__(self):
+        return 8 * 10
+
+    def __getitem__(self, i):
+        if i == 8 * 6:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+        x = torch.full((4,), float(i % 5))
+        if i == 8 * 2:
+            x[0] = float("nan")
+        return x, i % 3
+
+
+def test_a_signal_in_a_data_loader_worker_leaves_the_runs_record_alone(out_dir):
+    # the worker is a forked copy of the training process, with its signal handlers and its recorder
+    model, criterion, hook = hooked_net(out_dir)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in torch.utils.data.DataLoader(InterruptedWorkerData(), batch_size=8, num_workers=1):
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert first is not None and (first["step"], first["direction"]) == (2, "input")
+    assert not any("SIGINT" in t["reason"] for t in trial.health_records()[0]["triggers"])

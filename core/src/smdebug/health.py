@@ -335,6 +335,7 @@ class HealthMonitor:
     def _install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        self._pid = os.getpid()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 self._installed[sig] = signal.signal(sig, self._on_signal)
@@ -359,19 +360,22 @@ class HealthMonitor:
         previous = self._installed.get(signum, signal.SIG_DFL)
         name = signal.Signals(signum).name
         hook = self.hook
-        try:
-            self._pending.append(name)
-            self.triggers.append({"step": hook.step, "mode": hook.mode.name, "reason": f"signal {name}"})
-            if signum == signal.SIGTERM:
-                hook.close()  # the process ends: the run is finished, the recorder in it
-            else:
-                if hook.in_step:
-                    hook.end_step()
-                if self._pending:
-                    self.write()
-                hook.flush()
-        except Exception as exc:  # never stand in the way of the signal
-            logger.warning("smdebug: could not write the health recorder on %s: %s", name, exc)
+        # (a forked copy, such as a data loader's worker, has the handler too: its recorder is not the
+        # run's, and its record would replace the run's)
+        if os.getpid() == self._pid:
+            try:
+                self._pending.append(name)
+                self.triggers.append({"step": hook.step, "mode": hook.mode.name, "reason": f"signal {name}"})
+                if signum == signal.SIGTERM:
+                    hook.close()  # the process ends: the run is finished, the recorder in it
+                else:
+                    if hook.in_step:
+                        hook.end_step()
+                    if self._pending:
+                        self.write()
+                    hook.flush()
+            except Exception as exc:  # never stand in the way of the signal
+                logger.warning("smdebug: could not write the health recorder on %s: %s", name, exc)
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL:
