@@ -267,6 +267,9 @@ def test_recorder_keeps_only_its_last_steps(out_dir):
     for step in (0, 4, 5):
         grad = trial.tensor("gradient/Net_fc1.weight").reduction_value(step, "l2")
         assert grad == pytest.approx(seen[step]["gradient/Net_fc1.weight"], rel=1e-5)
+    # its size, stated: 3 steps x 9 tensors (4 weights, 4 gradients, the loss) x 2 float32 statistics
+    recorder = trial.health_records()[0]["recorder"]
+    assert recorder == {"steps": 3, "tensors": 9, "memory": "216 B"}
 
 
 def run_worker(out_dir, case, env=None):

@@ -118,6 +118,8 @@ class HealthMonitor:
     def memory(self) -> str:
         """What the recorder holds where the tensors live (float32 values), as text."""
         nbytes = self.capacity * 2 * len(self.names) * 4
+        if nbytes < 1 << 10:
+            return f"{nbytes} B"
         return f"{nbytes / 1024:.0f} KiB" if nbytes < 1 << 20 else f"{nbytes / (1 << 20):.1f} MiB"
 
     def row(self) -> int:
