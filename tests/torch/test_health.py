@@ -686,3 +686,28 @@ def test_a_signal_in_a_data_loader_worker_leaves_the_runs_record_alone(out_dir):
     first = trial.first_nonfinite()
     assert first is not None and (first["step"], first["direction"]) == (2, "input")
     assert not any("SIGINT" in t["reason"] for t in trial.health_records()[0]["triggers"])
+
+
+def test_a_float16_overflow_under_autocast_is_named_at_its_layer(out_dir):
+    # the re-run of the bad step (at the optimizer step, outside the autocast block) runs under the
+    # step's autocast: in float32 the overflow would not happen again
+    model, criterion, hook = hooked_net(out_dir)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    for step in range(8):
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+        if step == FAULT:
+            x = x * 1e6  # finite, but past float16's range once through fc1
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = criterion(model(x), y)
+        loss.backward()
+        opt.step()
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (
+        FAULT,
+        "forward",
+        "fc1",
+        "fc1_output_0",
+    )

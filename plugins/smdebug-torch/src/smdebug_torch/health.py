@@ -19,6 +19,7 @@ value only if a later row shows they reached the weights.
 from __future__ import annotations
 
 import operator
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -187,7 +188,8 @@ class TorchHealth:
         self.monitor = hook.health
         self.rerunning = False
         self._collected = -1  # the step last recorded
-        self._inputs: tuple | None = None  # (step, model, args, kwargs) of the step's first model call
+        # (step, model, args, kwargs, autocast dtypes by device) of the step's first model call
+        self._inputs: tuple | None = None
         self._outputs: tuple | None = None  # (step, model, outputs)
         self._loss: tuple | None = None  # (step, name, tensor) of the step's first loss call
         self._recorded_loss: str | None = None  # the name of a loss recorded by record_tensor_value
@@ -235,7 +237,7 @@ class TorchHealth:
 
     def _on_model_inputs(self, module, args, kwargs) -> None:
         if not self.rerunning and (self._inputs is None or self._inputs[0] != self.hook.step):
-            self._inputs = (self.hook.step, module, args, kwargs)
+            self._inputs = (self.hook.step, module, args, kwargs, _autocast_state())
 
     def _on_model_outputs(self, module, inputs, outputs) -> None:
         step = self.hook.step
@@ -524,13 +526,13 @@ class TorchHealth:
         step = hook.step
         inputs = self._inputs if self._inputs is not None and self._inputs[0] == step else None
         if inputs is not None:
-            _, starter, args, kwargs = inputs
+            _, starter, args, kwargs, autocast = inputs
             name = hook._models[starter].name
             for i, t in enumerate(hook.tensors_in((args, kwargs))):
                 if _nonfinite(t):
                     return _where("input", name, f"{name}_input_{i}")
             if rerun_safe:
-                found = self._rerun(starter, args, kwargs)
+                found = self._rerun(starter, args, kwargs, autocast)
                 if found is not None:
                     return _where("forward", *found)
         outputs = self._outputs if self._outputs is not None and self._outputs[0] == step else None
@@ -564,7 +566,7 @@ class TorchHealth:
                 return path.rsplit(".", 1)[0] if "." in path else model.name
         return param_name
 
-    def _rerun(self, starter: torch.nn.Module, args, kwargs) -> tuple[str, str] | None:
+    def _rerun(self, starter: torch.nn.Module, args, kwargs, autocast: dict) -> tuple[str, str] | None:
         """Run the step's forward pass again, every module's output checked: the first module that
         returns a non-finite value from finite inputs (its name and its output's tensor name)."""
         hook = self.hook
@@ -581,11 +583,12 @@ class TorchHealth:
             if bad and not any(_nonfinite(t) for t in hook.tensors_in(inputs)):
                 found.append((name, f"{name}_output_{index + bad[0]}"))
 
-        self._forward_again(starter, args, kwargs, check)
+        self._forward_again(starter, args, kwargs, autocast, check)
         return found[0] if found else None
 
-    def _forward_again(self, starter: torch.nn.Module, args, kwargs, on_output) -> None:
-        """Run the step's forward pass again (no gradients, the random state and the buffers restored),
+    def _forward_again(self, starter: torch.nn.Module, args, kwargs, autocast: dict, on_output) -> None:
+        """Run the step's forward pass again (no gradients, the random state and the buffers restored,
+        under the step's autocast: a float16 overflow happens only there),
         ``on_output(module name, inputs, outputs)`` called as each named module returns."""
         hook = self.hook
         module = hook._models[starter].module
@@ -608,7 +611,10 @@ class TorchHealth:
         devices += sorted({p.device.index or 0 for p in module.parameters() if p.device.type == "cuda"})
         self.rerunning = True
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=sorted(set(devices))):
+            with torch.no_grad(), torch.random.fork_rng(devices=sorted(set(devices))), ExitStack() as stack:
+                for device in _AUTOCAST_DEVICES:
+                    dtype = autocast.get(device)
+                    stack.enter_context(torch.autocast(device, dtype=dtype, enabled=dtype is not None))
                 module(*args, **kwargs)
         except Exception:  # the first failure may be what the step did too: nothing more to learn
             pass
@@ -658,6 +664,12 @@ _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
 _UNTRAINED = (ModeKeys.EVAL, ModeKeys.PREDICT)
 _is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: False)
+_AUTOCAST_DEVICES = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+
+def _autocast_state() -> dict:
+    """The autocast dtype of each device where autocast is on now."""
+    return {d: torch.get_autocast_dtype(d) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d)}
 
 
 def _syncs_ranks(module: torch.nn.Module) -> bool:
