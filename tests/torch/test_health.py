@@ -711,3 +711,23 @@ def test_a_float16_overflow_under_autocast_is_named_at_its_layer(out_dir):
         "fc1",
         "fc1_output_0",
     )
+
+
+def test_an_ignored_sigint_stays_ignored(out_dir):
+    # a shell script's background job starts with SIGINT ignored: Ctrl-C there stops nothing, triggers nothing
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        model, criterion, hook = hooked_net(out_dir)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(6):
+            if step == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+            opt.zero_grad()
+            criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+            opt.step()
+        hook.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0] and trial.health_records()[0]["triggers"] == []

@@ -340,7 +340,10 @@ class HealthMonitor:
         self._pid = os.getpid()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                self._installed[sig] = signal.signal(sig, self._on_signal)
+                # an ignored signal stays ignored (a shell script's background job ignores SIGINT): it
+                # ends nothing, so it is no trigger
+                if signal.getsignal(sig) != signal.SIG_IGN:
+                    self._installed[sig] = signal.signal(sig, self._on_signal)
             except (ValueError, OSError):  # not settable here (an embedded interpreter)
                 pass
         self._excepthook = sys.excepthook
