@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xgboost as xgb
+from support import smdebug_cli
 
 import smdebug.xgboost as smd
 from smdebug import plugins
@@ -177,3 +178,19 @@ def test_smdebug_rules_command(tmp_path, features):
         [smdebug, "rules", out, "--rule", "tree_depth", "--param", "depth=6"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_overtraining_on_a_boosters_global_steps_does_not_call_a_validation_metric_training(tmp_path):
+    out = str(tmp_path / "run")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    y = (rng.random(300) > 0.5).astype(float)  # noise: the validation loss stops improving at once
+    dtrain, dvalid = xgb.DMatrix(X[:200], label=y[:200]), xgb.DMatrix(X[200:], label=y[200:])
+    hook = smd.Hook(out, save_config=smd.SaveConfig(save_interval=1))
+    params = {"objective": "binary:logistic", "max_depth": 6, "eta": 0.5, "nthread": 1}
+    xgb.train(params, dtrain, 12, evals=[(dvalid, "validation")], callbacks=[hook])
+    hook.close()
+    result = smdebug_cli("rules", out, "--rule", "overtraining", env={"COLUMNS": "250"})
+    assert "FIRED" in result.stdout and "validation-logloss: loss has not improved" in result.stdout, (
+        result.stdout
+    )

@@ -211,9 +211,10 @@ class Overtraining(_LossRule):
                 continue
             self._since[key] += 1
             if self._since[key] >= patience and not fired:
-                which = "validation" if validation else "training"
+                # a GLOBAL step's loss may be either (XGBoost's validation-logloss): no claim which
+                which = {ModeKeys.EVAL: "validation ", ModeKeys.TRAIN: "training "}.get(mode, "")
                 fired = self._hit(
-                    f"{name}: {which} loss has not improved on {best:.4g} by {self.delta:g} "
+                    f"{name}: {which}loss has not improved on {best:.4g} by {self.delta:g} "
                     f"for {self._since[key]} steps"
                 )
         return fired
