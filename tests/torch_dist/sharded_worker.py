@@ -192,6 +192,26 @@ def classic_fsdp(rank, out_dir, inner=False, orig_params=True):
         json.dump(seen, f)
 
 
+def fsdp_hook_on_rank_0(rank, out_dir):
+    """The hook made on rank 0 only (a common 'log on rank 0' script): no collective of the hook's (its
+    all_gather met FSDP2's own on rank 1 and gloo aborted the job); rank 0 saves its shards alone."""
+    model = make("mlp")
+    fully_shard(model.fc1)
+    fully_shard(model)
+    if rank == 0:
+        h = hook(out_dir, include_workers="all")
+        h.register_module(model)
+        train(model, h, lambda step: batch("mlp", rank, step))
+        return
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        x, y = batch("mlp", rank, step)
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        opt.step()
+
+
 def tp_health_nan(rank, out_dir):
     """health=True on a tensor-parallel model; at step 2 a non-finite weight on rank 1 only (fc3, a plain
     layer after the parallel ones): rank 1 looks for where it came from without running the forward pass
@@ -233,6 +253,8 @@ SCENARIOS = {
     "classic_fsdp_inner": lambda rank, d: classic_fsdp(rank, d, inner=True),
     "tp_health_nan": tp_health_nan,
     "classic_fsdp_flat_inner": lambda rank, d: classic_fsdp(rank, d, inner=True, orig_params=False),
+    # last: the ranks number the hooks that capture sharded tensors, and this one is made on rank 0 only
+    "fsdp_hook_on_rank_0": fsdp_hook_on_rank_0,
 }
 
 

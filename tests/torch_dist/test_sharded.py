@@ -250,3 +250,17 @@ def test_health_on_a_tensor_parallel_model_does_not_hang_on_a_non_finite_value_o
     """The run finished (the fixture's job did not hang) and names the step and the worker."""
     first = smd.create_trial(os.path.join(runs, "tp_health_nan")).first_nonfinite()
     assert (first["step"], first["worker"]) == (2, "worker_1"), first
+
+
+def test_a_hook_on_rank_0_only_saves_its_shards_alone_and_training_goes_on(runs):
+    """The job finished (the fixture's); rank 0 saved its shards with their placement every step, the
+    full tensors' reductions are recorded as not saved (they need every rank)."""
+    trial = smd.create_trial(os.path.join(runs, "fsdp_hook_on_rank_0"))
+    assert trial.workers() == ["worker_0"]
+    weight = trial.tensor("MLP_fc1.weight")
+    assert weight.steps() == list(range(STEPS))
+    assert weight.value(1, worker="worker_0").shape == (3, 6)  # rank 0's rows of 5
+    assert trial.placements("MLP_fc1.weight")["worker_0"]["global_shape"] == [5, 6]
+    assert weight.reduction_values(1, worker="worker_0") == {}
+    assert "not every rank has a hook" in trial.unsaved_tensors()["worker_0"]["MLP_fc1.weight"]["reason"]
+    assert trial.tensor("CrossEntropyLoss_output_0").steps() == list(range(STEPS))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
@@ -323,6 +324,23 @@ class _Item:
         self.name, self.value, self.pairs, self.raw = name, value, pairs, raw
 
 
+_hooks_capturing = [
+    0
+]  # the hooks of this process that captured a sharded tensor (in the same order on every rank)
+_WAIT_FOR_RANKS = 5.0  # seconds; a rank with a hook has announced it long before (see Shards.flush)
+
+
+def _store():
+    """The job's key-value store (the default process group's): ranks tell each other, without a
+    collective, that their hook captures sharded tensors. None where torch keeps it elsewhere."""
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except Exception:
+        return None
+
+
 class Shards:
     """A hook's sharded tensors captured since the last flush, and the flush that saves them."""
 
@@ -330,12 +348,47 @@ class Shards:
         self.hook = hook
         self.pending: dict[str, _Item] = {}
         self.flush_queued = False
+        self.key: str | None = None  # this hook's key in the job's store, once it captured a sharded tensor
+        self.every_rank: bool | None = None  # whether every rank's hook captures them (at the first flush)
 
     def capture(self, name: str, value) -> None:
         """Note a sharded tensor due now (on every rank, writing or not); saved at the next flush."""
         plan = self.hook.plan_for(name)
         if plan is not None and value is not None:
+            if self.key is None:
+                self._announce()
             self.pending[name] = _Item(name, value, plan[0], plan[1])
+
+    def _announce(self) -> None:
+        """Tell the other ranks that this rank's hook captures sharded tensors (it enters the flushes'
+        collectives): a key of the job's store, numbered by this process's hooks."""
+        _hooks_capturing[0] += 1
+        self.key = f"smdebug/shards/{_hooks_capturing[0]}"
+        store = _store()
+        if store is not None and torch.distributed.is_initialized():
+            try:
+                store.set(f"{self.key}/{torch.distributed.get_rank()}", "1")
+            except Exception:  # a store that refuses: the flushes trust every rank, as they always did
+                pass
+
+    def _every_rank_captures(self, world: int) -> bool:
+        """Whether every rank's hook announced itself: a hook made on rank 0 only (``if rank == 0``)
+        would enter collectives the others never do, matched against FSDP's own, and crash the job. By
+        the first flush (the end of a backward pass or of a step) every other rank has run the forward
+        pass whose collectives this rank's did, so its announcement is there if it has a hook."""
+        store = _store()
+        if store is None or world == 1 or self.key is None:
+            return True
+        keys = [f"{self.key}/{rank}" for rank in range(world)]
+        deadline = time.monotonic() + _WAIT_FOR_RANKS
+        try:
+            while not store.check(keys):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+        except Exception:  # a store that cannot tell: as before
+            return True
+        return True
 
     def flush(self) -> None:
         """Save what was captured: each rank's shards (or the gathered tensors), and the full tensors'
@@ -355,6 +408,11 @@ class Shards:
             hook.warn_once("shards:nogroup", "smdebug: sharded tensors not saved: no process group any more")
             return
         world = dist.get_world_size()
+        if self.every_rank is None:
+            self.every_rank = self._every_rank_captures(world)
+        if not self.every_rank:
+            self._save_alone(items)
+            return
         gather = hook.options.gather_full_tensors or hook.include_workers == "one"
         with torch.no_grad():
             for item in items:
@@ -378,6 +436,28 @@ class Shards:
             for name, found in medians.items():
                 reductions.setdefault(name, {}).update(found)
             hook.save_computed(values, reductions)
+
+    def _save_alone(self, items: list[_Item]) -> None:
+        """No hook on some other rank: no collective; this rank's shards are saved with their placement
+        where asked, the full tensors' reductions are recorded as not saved."""
+        hook = self.hook
+        hook.warn_once(
+            "shards:alone",
+            "smdebug: not every rank has a hook capturing the sharded tensors (create the hook and register "
+            "the model on every rank; include_workers chooses the ranks that write): their reductions "
+            "need all of them and are not saved, each shard is saved alone",
+        )
+        values = {}
+        for item in items:
+            dt, where = item.value, None
+            if hook.writing and item.raw and _plain_placements(dt):
+                where = placement(dt)
+            if where is not None and list(dt.to_local().shape) == where["local_shape"]:
+                hook.record_placement(item.name, where)
+                values[item.name] = dt.to_local()
+            if item.pairs or (item.raw and item.name not in values):
+                hook.record_unsaved_tensor(item.name, "sharded, and not every rank has a hook to combine it")
+        hook.save_computed(values, {})
 
     def _reductions(self, items: list[_Item], world: int) -> dict[str, dict]:
         """The full tensors' reductions but the median: every rank's partial statistics of the items,
