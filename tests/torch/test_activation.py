@@ -145,6 +145,50 @@ def test_config_file_env_unmodified_script(tmp_path):
     assert "Net_fc2.bias" not in trial.tensor_names()  # biases were not asked for
 
 
+def test_create_from_json_file_in_the_script_is_the_activated_hook(tmp_path):
+    """The reference's script form under SMDEBUG_CONFIG_FILE_PATH: `smd.Hook.create_from_json_file()`
+    (with no path, or this file's) gives the hook activated on `import torch`; a second hook of the
+    file failed with OutDirExistsError, the run being the first hook's."""
+    out = tmp_path / "run"
+    config = tmp_path / "hook.json"
+    config.write_text(
+        json.dumps(
+            {
+                "LocalPath": str(out),
+                "HookParameters": {"save_interval": "2"},
+                "CollectionConfigurations": [{"CollectionName": "weights"}, {"CollectionName": "losses"}],
+            }
+        )
+    )
+    script = _script(tmp_path)
+    source = (
+        script.read_text()
+        .replace(
+            "model = Net()\n",
+            "model = Net()\n"
+            "import smdebug.pytorch as smd\n"
+            "hook = smd.Hook.create_from_json_file()\n"
+            f"assert smd.Hook.create_from_json_file({str(config)!r}) is hook is smd.get_hook()\n"
+            "hook.register_module(model)\n",
+        )
+        .replace(
+            "loss_fn = nn.CrossEntropyLoss()\n",
+            "loss_fn = nn.CrossEntropyLoss()\nhook.register_loss(loss_fn)\n",
+        )
+    )
+    script.write_text(source)
+    env = _env(SMDEBUG_CONFIG_FILE_PATH=str(config))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    losses = _losses(done.stdout)
+    trial = create_trial(str(out))
+    assert trial.steps() == [0, 2]
+    assert set(trial.tensor_names(collection="weights")) == {"Net_fc1.weight", "Net_fc2.weight"}
+    np.testing.assert_allclose(
+        trial.tensor("CrossEntropyLoss_output_0").value(2).item(), losses[2], rtol=1e-6
+    )
+
+
 def test_get_hook_returns_the_active_hook(tmp_path):
     out = tmp_path / "run"
     extra = textwrap.dedent(

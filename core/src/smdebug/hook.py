@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -95,6 +96,18 @@ _active_hook: BaseHook | None = None
 def get_hook() -> BaseHook | None:
     """The hook most recently created in this process (auto-activated or user-made), if any."""
     return _active_hook
+
+
+def _activated_from(cls: type, path: str) -> BaseHook | None:
+    """The open hook of class ``cls`` that activation on a framework's import built from this
+    configuration file, if any: a second hook of that file would find its out_dir taken."""
+    from smdebug.activation import activated
+
+    real = os.path.realpath(path)
+    for hook in activated().values():
+        if isinstance(hook, cls) and not hook.closed and getattr(hook, "config_path", None) == real:
+            return hook
+    return None
 
 
 def set_hook(hook: BaseHook | None) -> None:
@@ -146,6 +159,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         self.save_all = options.save_all
         self.include_workers = options.include_workers
         self.max_queue_bytes = options.max_queue_bytes
+        self.config_path: str | None = None  # the JSON configuration file it was built from, if any
         default_save = options.save_config if options.save_config is not None else self.default_save_config
         self.save_config = copy.deepcopy(default_save) if default_save is not None else SaveConfig()
         # Without a reduction config tensors are saved as they are.
@@ -328,7 +342,12 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         if path is None:
             logger.info("smdebug: no hook configuration found, no hook created")
             return None
-        return cls.from_config(load_hook_config(path))
+        activated = _activated_from(cls, path)
+        if activated is not None:  # the script asks for the hook its import already made of this file
+            return activated
+        hook = cls.from_config(load_hook_config(path))
+        hook.config_path = os.path.realpath(path)
+        return hook
 
     @classmethod
     def from_config(cls, config: HookConfig, **kwargs):
