@@ -107,3 +107,14 @@ def test_a_hooks_collections_read_its_save_config_until_given_their_own(tmp_path
     assert not hook.has_due_collection("losses")
     hook.end_step()
     hook.close()
+
+
+def test_save_config_mode_save_configs_attribute_holds_each_mode():
+    """smdebug 1.0's SaveConfig keeps its modes in ``mode_save_configs``, which scripts read."""
+    config = SaveConfig(mode_save_configs={ModeKeys.TRAIN: SaveConfigMode(save_interval=2)}, save_interval=5)
+    modes = config.mode_save_configs
+    assert set(modes) == set(ModeKeys)
+    assert modes[ModeKeys.TRAIN] == SaveConfigMode(save_interval=2)
+    assert modes[ModeKeys.EVAL] == SaveConfigMode(save_interval=5)
+    modes[ModeKeys.EVAL].save_interval = 3  # the mode's own object: a change to it is the config's
+    assert config.should_save_step(ModeKeys.EVAL, 3) and not config.should_save_step(ModeKeys.EVAL, 5)

@@ -15,7 +15,9 @@ import math
 import numbers
 import os
 import re
+from collections.abc import Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -347,6 +349,12 @@ class SaveConfig:
     start_step = _broadcast("start_step")
     end_step = _broadcast("end_step")
     save_steps = _broadcast("save_steps")
+
+    @property
+    def mode_save_configs(self) -> Mapping[ModeKeys, SaveConfigMode]:
+        """Each mode's SaveConfigMode (smdebug 1.0's attribute); change one through its fields or
+        ``set_save_config``."""
+        return MappingProxyType(self._configs)
 
     def get_save_config(self, mode) -> SaveConfigMode:
         return self._configs[_mode(mode)]
