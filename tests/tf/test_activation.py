@@ -95,6 +95,25 @@ def test_unmodified_script_with_a_config_file(tmp_path, imports, jit):
     assert os.path.exists(os.path.join(out_dir, "training_job_end.ts"))
 
 
+def test_create_from_json_file_in_the_script_is_the_activated_hook(tmp_path):
+    """The reference's script form under SMDEBUG_CONFIG_FILE_PATH: `smd.KerasHook.create_from_json_file()`
+    gives the hook activated on import (a second hook of the file failed with OutDirExistsError)."""
+    out_dir = str(tmp_path / "run")
+    script = _script(tmp_path, "import keras\nimport smdebug.tensorflow as smd")
+    source = Path(script).read_text()
+    source = source.replace(
+        "history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)",
+        "hook = smd.KerasHook.create_from_json_file()\n"
+        "assert hook is smd.get_hook() and isinstance(hook, smd.KerasHook), hook\n"
+        "history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[hook])",
+    )
+    Path(script).write_text(source)
+    _run([sys.executable, script], {"SMDEBUG_CONFIG_FILE_PATH": _config(tmp_path, out_dir)}, tmp_path)
+    trial = create_trial(out_dir)
+    assert trial.tensor("sequential/dense/kernel").steps(mode=modes.TRAIN) == [0, 2, 4, 6]
+    assert trial.tensor("loss").steps(mode=modes.TRAIN) == list(range(8))
+
+
 def test_smdebug_run(tmp_path):
     out_dir = str(tmp_path / "run")
     script = _script(tmp_path)

@@ -215,11 +215,18 @@ GET_HOOK = textwrap.dedent(
 )
 
 
-def test_get_hook_of_kind_session_under_a_hook_configuration(tmp_path):
-    # the configuration activates a hook on import: get_hook gives that one, now a SessionHook (a second
-    # hook of the same configuration would find its out_dir taken)
+@pytest.mark.parametrize(
+    "get",
+    [
+        'smd.get_hook(hook_type="session", create_if_not_exists=True)',
+        "smd.SessionHook.create_from_json_file()",
+    ],
+)
+def test_get_hook_of_kind_session_under_a_hook_configuration(tmp_path, get):
+    # the configuration activates a hook on import: get_hook, or the reference's create_from_json_file,
+    # gives that one, now a SessionHook (a second hook of the same configuration would find its out_dir taken)
     script = tmp_path / "train.py"
-    script.write_text(GET_HOOK)
+    script.write_text(GET_HOOK.replace('smd.get_hook(hook_type="session", create_if_not_exists=True)', get))
     out = str(tmp_path / "run")
     config = tmp_path / "config.json"
     config.write_text(

@@ -98,15 +98,15 @@ def get_hook() -> BaseHook | None:
     return _active_hook
 
 
-def _activated_from(cls: type, path: str) -> BaseHook | None:
-    """The open hook of class ``cls`` that activation on a framework's import built from this
-    configuration file, if any: a second hook of that file would find its out_dir taken."""
+def _activated_from(cls: type[BaseHook], path: str) -> BaseHook | None:
+    """The open hook that activation on the import of ``cls``'s framework built from this configuration
+    file, as ``cls`` (``cls.activated_as``), if any: a second hook of that file would find its out_dir taken."""
     from smdebug.activation import activated
 
     real = os.path.realpath(path)
     for hook in activated().values():
-        if isinstance(hook, cls) and not hook.closed and getattr(hook, "config_path", None) == real:
-            return hook
+        if hook.framework == cls.framework and not hook.closed and hook.config_path == real:
+            return cls.activated_as(hook)
     return None
 
 
@@ -258,6 +258,13 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
 
     def prepare_collections(self) -> None:
         """Turn framework objects given to collections into tensor names or patterns (before a step)."""
+
+    @classmethod
+    def activated_as(cls, hook: BaseHook) -> BaseHook | None:
+        """The hook activated on import, given to a script's ``create_from_json_file`` of the same file
+        as this class; None when it is not one (a plugin whose activation makes a more general class
+        turns it into this one here)."""
+        return hook if isinstance(hook, cls) else None
 
     def copy_options(self) -> HookConfig:
         """The options a pickled copy is built from (drop what cannot travel to another process)."""

@@ -19,6 +19,13 @@ class KerasHook(TFHook, keras.callbacks.Callback):
         keras.callbacks.Callback.set_model(self, model)
         super().set_model(model)
 
+    @classmethod
+    def activated_as(cls, hook):
+        from smdebug_tf.activation import upgrade
+
+        upgrade()  # the hook activated on import may still be a TFHook: now a KerasHook
+        return super().activated_as(hook)
+
 
 Hook = KerasHook  # smdebug 1.0 spells it smd.KerasHook; smd.Hook is every other framework's name
 

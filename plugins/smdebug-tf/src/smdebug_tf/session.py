@@ -58,6 +58,13 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
         super().setup()
         self.setup_graph()
 
+    @classmethod
+    def activated_as(cls, hook):
+        from smdebug_tf.activation import session_hook_asked
+
+        session_hook_asked()  # the hook activated on import, if no step used it yet, becomes a SessionHook
+        return super().activated_as(hook)
+
     def setup_graph(self) -> None:
         """Also run on a hook made a SessionHook (activation): Keras' name patterns do not apply here."""
         self.graph_state = GraphState()
