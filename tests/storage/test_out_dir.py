@@ -163,3 +163,10 @@ def test_a_uri_no_filesystem_knows_is_refused_at_creation(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=r"^out_dir: cannot open S3://bucket/run: .*S3"):
         BaseHook(out_dir="S3://bucket/run")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_local_folder_that_cannot_be_written_is_refused_at_creation():
+    """/sys takes no new folder (EPERM, root included): one error when the hook is made; it trained to
+    the end, every step unsaved, and nothing could record that."""
+    with pytest.raises(ConfigError, match=r"^out_dir: cannot write to /sys/smdebug-run: .*Errno"):
+        BaseHook(out_dir="/sys/smdebug-run")

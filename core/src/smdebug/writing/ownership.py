@@ -9,6 +9,7 @@ protects it).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -250,6 +251,9 @@ def check_out_dir(uri: str, open_store: Callable[[], Store], worker: str | None,
             else f"cannot open {redact(uri)}: {check.error}"
         )
         raise ConfigError(f"out_dir: {redact(str(why))}") from None
+    elif check.store is not None and refuses_writes(check.store, check.error):
+        # retrying could never succeed: said now, not after training and a close timeout of retries
+        raise ConfigError(f"out_dir: cannot write to {redact(uri)}: {check.store.describe(check.error)}")
     elif check.error is not None:  # an unreachable location is reported when writing, not here
         logger.debug("smdebug: could not check %s: %s", redact(uri), type(check.error).__name__)
     elif check.found:
@@ -258,6 +262,16 @@ def check_out_dir(uri: str, open_store: Callable[[], Store], worker: str | None,
             "in one directory: choose a new out_dir"
         )
     return check
+
+
+def refuses_writes(store: Store, error: BaseException | None) -> bool:
+    """Whether a local out_dir can never be written (permission denied, a read-only file system). A remote
+    store's refusals are retried: a bucket may appear late, a new role's access may take a while."""
+    return (
+        store.is_local
+        and isinstance(error, OSError)
+        and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+    )
 
 
 def writer_claim(check: OutDirCheck | None, worker: str) -> tuple[Store | None, tuple | None, str | None]:
