@@ -12,6 +12,7 @@ import sharded_worker
 import torch
 import torch.multiprocessing as mp
 from sharded_models import ABS_REDUCTIONS, NORMS, REDUCTIONS, STEPS, reference_run
+from support import smdebug_cli
 
 import smdebug.pytorch as smd
 from smdebug.reductions import numpy_reduction
@@ -264,3 +265,14 @@ def test_a_hook_on_rank_0_only_saves_its_shards_alone_and_training_goes_on(runs)
     assert weight.reduction_values(1, worker="worker_0") == {}
     assert "not every rank has a hook" in trial.unsaved_tensors()["worker_0"]["MLP_fc1.weight"]["reason"]
     assert trial.tensor("CrossEntropyLoss_output_0").steps() == list(range(STEPS))
+
+
+def test_smdebug_show_of_a_sharded_tensor_says_it_shows_the_full_tensor(runs):
+    """Without --worker the value shown is assembled from every shard: the heading said worker_0."""
+    out = smdebug_cli("show", os.path.join(runs, "fsdp_mlp"), "MLP_fc1.weight", "--step", "1").stdout
+    assert "the full tensor, from the shards of worker_0, worker_1" in out.splitlines()[0], out
+    assert "shape: (5, 6)" in out
+    out = smdebug_cli(
+        "show", os.path.join(runs, "fsdp_mlp"), "MLP_fc1.weight", "--step", "1", "--worker", "worker_1"
+    )
+    assert "worker_1)" in out.stdout.splitlines()[0] and "shape: (2, 6)" in out.stdout, out.stdout

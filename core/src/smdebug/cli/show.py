@@ -95,6 +95,8 @@ def _show_step(trial, tensor, step: int, mode: ModeKeys, worker, full: bool) -> 
     data = tensor._worker_data(step, mode, worker)  # raises StepUnavailable & co. with a clear message
     step_mode, mode_step = trial.mode_modestep(global_step)
     who = worker or tensor.workers(global_step)[0]
+    if worker is None and trial.placements(tensor.name):  # value() assembles a sharded tensor's shards
+        who = "the full tensor, from the shards of " + ", ".join(sorted(trial.placements(tensor.name)))
     print(f"{tensor.name} at step {global_step} ({step_mode.name} step {mode_step}, {who})")
     for r, a in sorted(data.reductions):
         print(
