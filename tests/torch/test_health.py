@@ -731,3 +731,50 @@ def test_an_ignored_sigint_stays_ignored(out_dir):
         signal.signal(signal.SIGINT, previous)
     trial = smd.create_trial(out_dir)
     assert trial.steps() == [0] and trial.health_records()[0]["triggers"] == []
+
+
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.head_a = nn.Linear(8, 3)
+        self.head_b = nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return self.head_a(h), self.head_b(h)
+
+
+def test_a_second_optimizer_of_the_step_is_recorded_and_judged(out_dir):
+    # one optimizer per part of the model, each stepping after its own backward pass
+    torch.manual_seed(0)
+    net, ce, mse = TwoHeads(), nn.CrossEntropyLoss(), nn.MSELoss()
+    opt_a = torch.optim.SGD([*net.body.parameters(), *net.head_a.parameters()], lr=0.1)
+    opt_b = torch.optim.SGD(net.head_b.parameters(), lr=0.1)
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(net)
+    g = torch.Generator().manual_seed(1)
+    seen = {}
+    for step in range(8):
+        x, y, z = torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g), torch.randn(8, 1)
+        a, b = net(x)
+        opt_a.zero_grad()
+        ce(a, y).backward(retain_graph=True)
+        opt_a.step()
+        opt_b.zero_grad()
+        mse(b, z).backward()
+        if step == FAULT:
+            net.head_b.bias.grad[0] = float("nan")
+        seen[step] = net.head_b.weight.grad.norm().item()
+        opt_b.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (
+        FAULT,
+        "backward",
+        "gradient/TwoHeads_head_b.bias",
+    )
+    for step in range(FAULT):  # the second optimizer's gradients as it applied them, not the step before's
+        value = trial.tensor("gradient/TwoHeads_head_b.weight").reduction_value(step, "l2")
+        assert value == pytest.approx(seen[step], rel=1e-5)

@@ -206,6 +206,7 @@ class TorchHealth:
         self._optimizer_seen = False
         self._backward_watched = -1  # the step whose backward pass is watched
         self._unjudged: tuple | None = None  # (step, slot, tensors, names) recorded at a backward's end
+        self._optimized: tuple | None = None  # (step, slot) of the row an optimizer step recorded
         # Non-finite gradients that no optimizer applied when they were seen (GradScaler skips such a
         # step by design): their provenance, found only if a later row shows they reached the weights
         self._deferred: dict | None = None
@@ -320,11 +321,17 @@ class TorchHealth:
         if self._collected == hook.step:
             unjudged, self._unjudged = self._unjudged, None
             if unjudged is None or unjudged[0] != hook.step:
-                return
-            if not (applied or backward_end):  # the step ends without an optimizer step
-                self._judge(*unjudged[1:], rerun_safe=False, applied=False, fresh=True)
-                return
-            slot = unjudged[1]  # recorded again into the same row: the gradients as they are now
+                optimized = self._optimized
+                if not (applied and optimized is not None and optimized[0] == hook.step):
+                    return
+                # another optimizer of the step (one per part of the model, a GAN's two): its gradients
+                # are final only now; recorded again into the row, with the updates made so far
+                slot, rerun_safe = optimized[1], False
+            else:
+                if not (applied or backward_end):  # the step ends without an optimizer step
+                    self._judge(*unjudged[1:], rerun_safe=False, applied=False, fresh=True)
+                    return
+                slot = unjudged[1]  # recorded again into the same row: the gradients as they are now
         elif not hook._models:
             return
         else:
@@ -353,6 +360,8 @@ class TorchHealth:
         chosen = tensors if present is None else [tensors[i] for i in present]
         if slot is None:
             slot = self.monitor.row()
+        if applied:
+            self._optimized = (hook.step, slot)
         row = self._rows[slot]
         grad_mode = torch.is_grad_enabled()
         _set_grad_enabled(False)  # (torch.no_grad's Python costs several µs in a step, its code cold)
