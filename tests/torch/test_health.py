@@ -328,6 +328,11 @@ def test_fault_on_rank_one_of_two(out_dir):
     norms = read_norms(out_dir, 1)
     value = trial.tensor("gradient/Net_fc2.weight").reduction_value(3, "l2", worker="worker_1")
     assert value == pytest.approx(norms[3], rel=1e-5)
+    # smdebug why tells what worker_1's recorder shows (each rank has its own batches, so its own loss)
+    losses = [trial.tensor("CrossEntropyLoss_output_0").reduction_value(0, "l2", worker=w) for w in records]
+    assert losses[0] != losses[1]
+    mine = trial.tensor("CrossEntropyLoss_output_0").reduction_value(0, "l2", worker="worker_1")
+    assert f"the loss went from {mine:.4g} to " in why(out_dir)
 
 
 UNMODIFIED = """

@@ -63,24 +63,27 @@ def explain(trial) -> str:
         f"The first non-finite value appeared at step {step} ({first.get('mode')} step "
         f"{first.get('mode_step', step)}) on {first.get('worker')}, {where}."
     )
-    return f"{text} {_before(trial, step)}"
+    return f"{text} {_before(trial, step, first.get('worker'))}"
 
 
 def _trigger(t: dict) -> str:
     return f"{t.get('reason')} (step {t.get('step')})"
 
 
-def _before(trial, step: int) -> str:
-    """What the recorder shows of the steps up to the bad one: the loss, the largest gradient norm."""
+def _before(trial, step: int, worker: str | None) -> str:
+    """What the recorder of that worker shows of the steps up to the bad one: the loss, the largest
+    gradient norm."""
+    if worker not in trial.workers():
+        worker = None
     l2 = {}
     for name in trial.tensor_names():
         tensor = trial.tensor(name)
         values = {}
         for s in tensor.steps():
-            if s > step:
+            if s > step or worker is not None and worker not in tensor.workers(s):
                 continue
             try:
-                values[s] = float(tensor.reduction_value(s, "l2"))
+                values[s] = float(tensor.reduction_value(s, "l2", worker=worker))
             except SMDebugError:
                 continue
         if values:
