@@ -4,7 +4,8 @@
 
 CASE: "sigterm" (the script sends itself SIGTERM at FAULT_STEP), "raise" (training raises at
 FAULT_STEP), "rank" (one rank of a 2-process gloo job, RANK etc. in the environment: rank 1 writes inf
-into fc1's forward output at FAULT_STEP). Every step's gradient norm of fc2.weight, before the optimizer
+into fc1's forward output at FAULT_STEP; "rank-one-writer": the same, only rank 0 saving tensors, as
+include_workers="one" has it). Every step's gradient norm of fc2.weight, before the optimizer
 step, goes to OUT_DIR.norms_<rank>.json as training goes.
 """
 
@@ -31,6 +32,8 @@ class Net(nn.Module):
 
 def main(out_dir, case, fault_step):
     torch.set_num_threads(1)
+    writers = "one" if case == "rank-one-writer" else "all"
+    case = "rank" if case == "rank-one-writer" else case
     rank = 0
     model = Net()
     if case == "rank":
@@ -43,7 +46,7 @@ def main(out_dir, case, fault_step):
     hook = smd.Hook(
         out_dir=out_dir,
         save_config=smd.SaveConfig(save_interval=100),
-        include_workers="all",
+        include_workers=writers,
         health=True,
     )
     hook.register_module(model)

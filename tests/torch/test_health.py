@@ -335,6 +335,15 @@ def test_fault_on_rank_one_of_two(out_dir):
     assert f"the loss went from {mine:.4g} to " in why(out_dir)
 
 
+@pytest.mark.timeout(300)
+def test_why_says_whose_recorder_it_shows_when_the_faulty_rank_saves_no_tensors(out_dir):
+    run_ranks(WORKER, out_dir, "rank-one-writer", "4")
+    trial = smd.create_trial(out_dir)
+    assert trial.workers() == ["worker_0"] and trial.first_nonfinite()["worker"] == "worker_1"
+    text = why(out_dir)
+    assert "worker_1 saved no tensors (include_workers); the flight recorder of worker_0 holds steps" in text
+
+
 UNMODIFIED = """
 import torch
 from torch import nn

@@ -73,14 +73,18 @@ def _trigger(t: dict) -> str:
 def _before(trial, step: int, worker: str | None) -> str:
     """What the recorder of that worker shows of the steps up to the bad one: the loss, the largest
     gradient norm."""
-    if worker not in trial.workers():
-        worker = None
+    workers = trial.workers()
+    whose = "The flight recorder"
+    if worker not in workers and workers:  # it saved no tensors (include_workers): another worker's
+        if worker is not None:
+            whose = f"{worker} saved no tensors (include_workers); the flight recorder of {workers[0]}"
+        worker = workers[0]
     l2 = {}
     for name in trial.tensor_names():
         tensor = trial.tensor(name)
         values = {}
         for s in tensor.steps():
-            if s > step or worker is not None and worker not in tensor.workers(s):
+            if s > step or worker not in tensor.workers(s):
                 continue
             try:
                 values[s] = float(tensor.reduction_value(s, "l2", worker=worker))
@@ -90,8 +94,8 @@ def _before(trial, step: int, worker: str | None) -> str:
             l2[name] = values
     steps = sorted({s for values in l2.values() for s in values if s < step})
     if not steps:
-        return "The flight recorder holds no step before it."
-    parts = [f"The flight recorder holds steps {compact_steps(steps)} before it"]
+        return f"{whose} holds no step before it."
+    parts = [f"{whose} holds steps {compact_steps(steps)} before it"]
     losses = [n for n in l2 if "loss" in n.lower()] or [
         n for n in trial.tensor_names(collection="losses") if n in l2
     ]
