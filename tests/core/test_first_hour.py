@@ -166,3 +166,14 @@ def test_a_misspelt_tensor_name_names_the_nearest_saved_one(run):
     assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)  # as a Dask worker sends it
     with pytest.raises(TensorUnavailable, match=r"^Tensor zzz was not saved\.$"):
         trial.tensor("zzz")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "nearest"),
+    [({"reductions": ["meen"]}, "mean"), ({"abs_reductions": ["maxx"]}, "max"), ({"norms": ["l2x"]}, "l2")],
+)
+def test_a_misspelt_reduction_names_the_nearest(kwargs, nearest):
+    from smdebug.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=f"did you mean '{nearest}'"):
+        smdebug.ReductionConfig(**kwargs)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from smdebug.exceptions import ConfigError
+from smdebug.exceptions import ConfigError, did_you_mean
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import ALLOWED_NORMS, ALLOWED_REDUCTIONS
 
@@ -443,7 +443,9 @@ def _names(value, field: str, allowed) -> list[str]:
     names = list(dict.fromkeys(n.lower() for n in to_str_list(value, field)))
     for name in names:
         if name not in allowed:
-            raise _invalid(field, name, "one of " + ", ".join(allowed))
+            raise ConfigError(
+                f"{_invalid(field, name, 'one of ' + ', '.join(allowed))}{did_you_mean(name, allowed)}"
+            )
     return names
 
 
