@@ -118,3 +118,11 @@ def test_save_config_mode_save_configs_attribute_holds_each_mode():
     assert modes[ModeKeys.EVAL] == SaveConfigMode(save_interval=5)
     modes[ModeKeys.EVAL].save_interval = 3  # the mode's own object: a change to it is the config's
     assert config.should_save_step(ModeKeys.EVAL, 3) and not config.should_save_step(ModeKeys.EVAL, 5)
+
+
+def test_save_config_from_save_config_mode_configures_every_mode():
+    config = SaveConfig.from_save_config_mode(SaveConfigMode(save_interval=4, end_step=9))
+    assert all(config.is_mode_set(m) for m in ModeKeys)
+    assert [s for s in range(12) if config.should_save_step(ModeKeys.EVAL, s)] == [0, 4, 8]
+    with pytest.raises(ConfigError, match="save_config_mode"):
+        SaveConfig.from_save_config_mode({"save_interval": 4})

@@ -415,13 +415,20 @@ class SaveConfig:
         return cls(mode_save_configs=modes)
 
     @classmethod
+    def from_save_config_mode(cls, save_config_mode: SaveConfigMode) -> SaveConfig:
+        """Every mode configured as ``save_config_mode`` (smdebug 1.0's constructor)."""
+        if not isinstance(save_config_mode, SaveConfigMode):
+            raise _invalid("save_config_mode", save_config_mode, "a SaveConfigMode")
+        return cls(mode_save_configs={mode: save_config_mode for mode in ModeKeys})
+
+    @classmethod
     def parse(cls, obj) -> SaveConfig:
         if obj is None:
             return cls()
         if isinstance(obj, SaveConfig):
             return obj
         if isinstance(obj, SaveConfigMode):
-            return cls(mode_save_configs={mode: obj for mode in ModeKeys})
+            return cls.from_save_config_mode(obj)
         if isinstance(obj, dict):
             return cls.from_dict(obj)
         raise _invalid("save_config", obj, "a SaveConfig, SaveConfigMode or dict")
