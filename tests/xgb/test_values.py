@@ -410,22 +410,38 @@ def test_data_the_booster_refuses_costs_its_tensors_only_said_in_one_line(out_di
         save_config=smd.SaveConfig(save_interval=1),
         include_collections=ALL_XGB,
         train_data=xgb.DMatrix(X[:, :3], label=y),  # two columns short
-        validation_data=xgb.DMatrix(Xv[:, :1], label=yv),  # xgboost would predict on it without a word
+        validation_data=xgb.DMatrix(np.column_stack([Xv, Xv]), label=yv),  # five columns too many
     )
     train(hook, dtrain, dvalid, rounds=2)
     hook.close()
     messages = [r.getMessage() for r in caplog_smdebug.records if r.levelno == logging.WARNING]
-    for data, columns in (("train_data", 3), ("validation_data", 1)):
-        said = [m for m in messages if data in m]
-        assert len(said) == 1 and f"has {columns} columns, the booster 5 features" in said[0], messages
-        assert "\n" not in said[0]
+    assert len(messages) == 2 and not any("\n" in m or "Stack trace" in m for m in messages), messages
+    assert any("train_data has 3 columns, the booster 5 features" in m for m in messages), messages
+    assert any("predict on validation_data" in m and "Number of columns" in m for m in messages), messages
     trial = smd.create_trial(out_dir)
     assert trial.steps() == [0, 1] and trial.has_tensor("labels") and trial.has_tensor("trees/Node")
     assert not trial.tensor_names(regex="shap|predictions")
     unsaved = trial.unsaved_tensors()["worker_0"]
-    assert (
-        "3 columns" in unsaved["full_shap/f0"]["reason"] and "1 columns" in unsaved["predictions"]["reason"]
+    assert "3 columns" in unsaved["full_shap/f0"]["reason"]
+    assert "Number of columns" in unsaved["predictions"]["reason"]
+
+
+def test_predictions_on_a_sparse_validation_set_narrower_than_the_training_data(out_dir, binary):
+    """A libsvm validation file whose last features never appear is narrower than the training data:
+    xgboost predicts on it (absent is missing), and so the hook does."""
+    import scipy.sparse
+
+    dtrain, dvalid, _, _, Xv, yv = binary
+    narrow = xgb.DMatrix(scipy.sparse.csr_matrix(Xv[:, :4]), label=yv)
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["predictions"],
+        validation_data=narrow,
     )
+    booster, _ = train(hook, dtrain, dvalid, rounds=2)
+    saved = smd.create_trial(out_dir).tensor("predictions").value(1)
+    np.testing.assert_allclose(saved, booster.predict(narrow), rtol=1e-6)
 
 
 def test_data_from_files(out_dir, tmp_path, binary):

@@ -300,14 +300,14 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             self.record_unsaved_tensor(name, reason)
 
     def _predict(self, model, data, names, what: str, **kwargs):
-        """``model.predict(data)``, or None when xgboost refuses the data (another width, other feature
-        names): then these tensors are not saved, said in one line (xgboost's message runs on with its
-        native stack trace)."""
-        argument = "train_data" if data is self.train_data else "validation_data"
+        """``model.predict(data)``, or None when xgboost refuses the data (more columns than the booster's
+        features, other feature names; for SHAP values any other width): then these tensors are not
+        saved, said in one line (xgboost's message runs on with its native stack trace)."""
         columns, features = data.num_col(), model.num_features()
-        if columns != features:  # xgboost refuses fewer columns for SHAP, and predicts on them silently
-            reason = f"{argument} has {columns} columns, the booster {features} features"
-            self._cannot_save(f"width:{argument}", names, reason)
+        if kwargs.get("pred_contribs") and columns != features:
+            # (predictions take fewer columns: a sparse libsvm file's last features may never appear)
+            reason = f"train_data has {columns} columns, the booster {features} features"
+            self._cannot_save("width:train_data", names, reason)
             return None
         try:
             return model.predict(data, **kwargs)
