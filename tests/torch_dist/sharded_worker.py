@@ -212,6 +212,35 @@ def fsdp_hook_on_rank_0(rank, out_dir):
         opt.step()
 
 
+def tp_rank_1_late(rank, out_dir):
+    """A tensor-parallel layer whose passes run no collective (ColwiseParallel alone), rank 1 reaching
+    its first step after rank 0 stopped waiting for its hook: rank 0 saves alone, and rank 1 must too
+    (it found every rank's hook and entered the all_gather rank 0 never did: the job hung)."""
+    import time
+
+    from smdebug_torch import sharded
+
+    sharded._WAIT_FOR_RANKS = 0.5  # (10 s by default)
+    try:
+        mesh = init_device_mesh("cpu", (2,))
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8))
+        h = hook(out_dir, include_workers="all")
+        h.register_module(model)
+        parallelize_module(model, mesh, {"0": ColwiseParallel()})
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        if rank == 1:
+            time.sleep(2)
+        for step in range(2):
+            x, _ = batch("tp", rank, step)
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        h.close()
+    finally:
+        sharded._WAIT_FOR_RANKS = 10.0
+
+
 def tp_health_nan(rank, out_dir):
     """health=True on a tensor-parallel model; at step 2 a non-finite weight on rank 1 only (fc3, a plain
     layer after the parallel ones): rank 1 looks for where it came from without running the forward pass
@@ -253,6 +282,7 @@ SCENARIOS = {
     "classic_fsdp_inner": lambda rank, d: classic_fsdp(rank, d, inner=True),
     "tp_health_nan": tp_health_nan,
     "classic_fsdp_flat_inner": lambda rank, d: classic_fsdp(rank, d, inner=True, orig_params=False),
+    "tp_rank_1_late": tp_rank_1_late,
     # last: the ranks number the hooks that capture sharded tensors, and this one is made on rank 0 only
     "fsdp_hook_on_rank_0": fsdp_hook_on_rank_0,
 }

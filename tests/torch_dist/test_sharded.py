@@ -276,3 +276,13 @@ def test_smdebug_show_of_a_sharded_tensor_says_it_shows_the_full_tensor(runs):
         "show", os.path.join(runs, "fsdp_mlp"), "MLP_fc1.weight", "--step", "1", "--worker", "worker_1"
     )
     assert "worker_1)" in out.stdout.splitlines()[0] and "shape: (2, 6)" in out.stdout, out.stdout
+
+
+def test_ranks_that_find_another_rank_late_all_save_alone(runs):
+    """Rank 0 gave up waiting for rank 1's hook; rank 1, finding rank 0's, saved alone as well (the
+    job finished: the fixture's)."""
+    trial = smd.create_trial(os.path.join(runs, "tp_rank_1_late"))
+    assert trial.workers() == ["worker_0", "worker_1"]
+    for worker in ("worker_0", "worker_1"):
+        assert trial.tensor("Sequential_0.weight").value(1, worker=worker).shape == (4, 6)
+        assert "not every rank has a hook" in trial.unsaved_tensors()[worker]["Sequential_0.weight"]["reason"]

@@ -327,7 +327,7 @@ class _Item:
 _hooks_capturing = [
     0
 ]  # the hooks of this process that captured a sharded tensor (in the same order on every rank)
-_WAIT_FOR_RANKS = 5.0  # seconds; a rank with a hook has announced it long before (see Shards.flush)
+_WAIT_FOR_RANKS = 10.0  # seconds; a rank with a hook has announced it long before (see Shards.flush)
 
 
 def _store():
@@ -380,15 +380,19 @@ class Shards:
         if store is None or world == 1 or self.key is None:
             return True
         keys = [f"{self.key}/{rank}" for rank in range(world)]
+        alone = f"{self.key}/alone"  # set by a rank that gave up waiting: the later ones follow it
         deadline = time.monotonic() + _WAIT_FOR_RANKS
         try:
             while not store.check(keys):
                 if time.monotonic() > deadline:
+                    store.set(alone, "1")
                     return False
                 time.sleep(0.05)
+            # Keys are only added: a rank that found them all was not preceded by one that gave up,
+            # unless that one's mark is here now (it set it before this rank announced itself).
+            return not store.check([alone])
         except Exception:  # a store that cannot tell: as before
             return True
-        return True
 
     def flush(self) -> None:
         """Save what was captured: each rank's shards (or the gathered tensors), and the full tensors'
