@@ -510,6 +510,8 @@ def test_sigint_in_an_unmodified_script_run_with_health(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        # Ctrl-C must reach the script even when pytest runs as a background job (SIGINT ignored, inherited)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert "KeyboardInterrupt" in proc.stderr, proc.stderr[-2000:]
     trial = smd.create_trial(out)
