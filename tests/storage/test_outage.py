@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pytest
 from conftest import ACCESS_KEY, SECRET_KEY
 
 import smdebug
+from smdebug.exceptions import CorruptRunError
 from smdebug.hook import BaseHook
 from smdebug.trials import create_trial
 
@@ -94,3 +96,23 @@ def test_a_bucket_that_appears_late_still_gets_every_step(s3_server, caplog):
     assert trial.steps() == [0, 1, 2, 3, 4]
     np.testing.assert_array_equal(trial.tensor("w").value(0), value(0))
     no_credentials_in(caplog)
+
+
+def test_a_value_read_during_an_outage_is_no_damaged_record(s3_server, s3_uri, caplog):
+    """Reading while the server is down said "skipping a damaged record", raised CorruptTensorRecord (which
+    rules pass over as a missing value) and listed the step as damaged for good: the run is not damaged,
+    the read fails and works again once the server is back."""
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, range(0, 3))
+    hook.close()
+    trial = create_trial(s3_uri)
+    assert trial.steps() == [0, 1, 2]
+    s3_server.stop()
+    with pytest.raises(OSError, match=r"could not read .*000000000002_worker_0\.tfevents") as info:
+        trial.tensor("w").value(2)
+    assert not isinstance(info.value, CorruptRunError)
+    assert trial.corrupt_steps() == [] and "damaged" not in caplog.text
+    s3_server.start()
+    np.testing.assert_array_equal(trial.tensor("w").value(2), value(2))
+    assert trial.corrupt_steps() == []
+    no_credentials_in(caplog, str(info.value))

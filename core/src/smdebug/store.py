@@ -276,9 +276,7 @@ class Store:
             retry = []
             for i, value in zip(todo, got):
                 out[i] = value
-                if isinstance(value, BaseException) and not isinstance(
-                    value, (FileNotFoundError, ValueError)
-                ):
+                if isinstance(value, BaseException) and is_transient(value):
                     retry.append(i)
             if not retry or attempt == READ_ATTEMPTS - 1:
                 break
@@ -534,6 +532,12 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a remote read's error may go away on its own (the server is down or busy), unlike a file
+    that is not there or a range past its end."""
+    return not isinstance(error, (FileNotFoundError, ValueError))
 
 
 def strip_trailing_slashes(uri: str) -> str:
