@@ -12,7 +12,7 @@ import pytest
 from smdebug import layout
 from smdebug.analysis.utils import no_refresh, refresh
 from smdebug.collection import Collection, CollectionManager
-from smdebug.exceptions import NoMoreData, StepUnavailable
+from smdebug.exceptions import NoMoreData, StepUnavailable, TensorUnavailableForStep
 from smdebug.modes import ModeKeys
 from smdebug.store import Store
 from smdebug.trials import LocalTrial, S3Trial, StepState, Trial, create_trial
@@ -243,3 +243,15 @@ def test_a_finished_run_that_saved_nothing_is_missing_collection_files(tmp_path)
         create_trial(str(empty))
     not_yet = tmp_path / "not_yet"  # a run not written yet (or still starting): a trial that waits for it
     assert create_trial(str(not_yet), missing_ok=True).steps() == []
+
+
+def test_workers_of_a_step_the_tensor_was_not_saved_at_is_tensor_unavailable_for_step(finished):
+    """smdebug 1.0's Tensor.workers raises TensorUnavailableForStep for every step the tensor lacks."""
+    trial = create_trial(finished)
+    assert trial.tensor("w").workers(2) == ["worker_0"]
+    assert trial.tensor("w").workers(0, mode=ModeKeys.EVAL) == ["worker_0"]
+    for step, mode in ((3, ModeKeys.GLOBAL), (50, ModeKeys.GLOBAL), (7, ModeKeys.TRAIN)):
+        with pytest.raises(TensorUnavailableForStep):
+            trial.tensor("w").workers(step, mode=mode)
+    with pytest.raises(TensorUnavailableForStep):
+        trial.tensor("loss").workers(2)  # a saved step without this tensor

@@ -138,7 +138,12 @@ class Tensor:
         return sorted(out)
 
     def workers(self, step_num: int, mode=ModeKeys.GLOBAL) -> list[str]:
-        return sorted(self._step(step_num, mode))
+        """The workers that saved this tensor at a step; TensorUnavailableForStep for any step it was not
+        saved at (as smdebug 1.0, whose value() tells the finer StepUnavailable and StepNotYetAvailable)."""
+        try:
+            return sorted(self._step(step_num, mode))
+        except (StepUnavailable, StepNotYetAvailable):
+            raise TensorUnavailableForStep(self.name, step_num, read_mode(mode)) from None
 
     def prev_steps(self, step: int, n: int | None = None, mode=ModeKeys.GLOBAL) -> list[int]:
         """Up to the last n saved steps up to ``step``, the step itself included (as smdebug 1.0)."""
