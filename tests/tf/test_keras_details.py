@@ -220,3 +220,32 @@ def test_metrics_of_a_custom_train_step_returning_a_nested_dict(out_dir, data, c
     # the validation's mean absolute error, as the model's metrics hold it after fit
     val_mae = trial.tensor("val_mae")
     assert val_mae.value(val_mae.steps()[-1]) == pytest.approx(float(model.get_metrics_result()["mae"]))
+
+
+def test_end_step_0_turns_the_default_collections_off(out_dir, data):
+    # the reference: the default collections (METRICS, LOSSES, SM_METRICS) are always saved; "to disable
+    # the saving of these collections ... set end_step to 0 in the collection's SaveConfig"
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir, include_collections=["weights"], save_config=smd.SaveConfig(save_interval=1)
+    )
+    for name in ("metrics", "losses"):
+        hook.get_collection(name).save_config = smd.SaveConfig(end_step=0)
+    model = make_model()
+    model.fit(x, y, epochs=2, batch_size=8, validation_data=(x[:16], y[:16]), callbacks=[hook], verbose=0)
+    model.evaluate(x, y, batch_size=16, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor_names() == ["mlp/head/kernel", "mlp/hidden/kernel"]
+    assert trial.tensor("mlp/head/kernel").steps(mode=modes.TRAIN) == list(range(8))
+
+
+def test_a_collection_ended_by_its_end_step_saves_no_later_epoch_logs(out_dir, data):
+    x, y = data
+    hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    hook.get_collection("losses").save_config = smd.SaveConfig(save_interval=1, end_step=2)
+    make_model().fit(x, y, epochs=2, batch_size=8, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor("loss").steps(mode=modes.TRAIN) == [0, 1]
+    assert trial.tensor("accuracy").steps(mode=modes.TRAIN) == list(range(8))

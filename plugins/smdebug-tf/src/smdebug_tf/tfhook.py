@@ -277,9 +277,19 @@ class TFHook(BaseHook):
                 if isinstance(value, float):  # Keras' epoch logs: 0-d float32, as the steps' logs are
                     value = np.asarray(value, np.float32)
                 collection = CollectionKeys.LOSSES if self.is_loss(key) else CollectionKeys.METRICS
+                if self.saving_ended(collection):
+                    continue
                 self.include_names(collection, [key])
                 self.save_tensor(key, value, collection)
         state.logged = (self.step, done | set(logs))
+
+    def saving_ended(self, collection: str) -> bool:
+        """The collection's save configuration for this mode saves no more (its ``end_step`` is past):
+        then not even the epoch's logs are saved (``end_step=0`` is how the reference turns off the
+        collections saved by default)."""
+        config = self.get_collection(collection).save_config
+        end = config.get_save_config(self.mode).end_step if config is not None else None
+        return end is not None and self.mode_step >= end
 
     def mode_begin(self, mode) -> None:
         if self.closed:
