@@ -261,6 +261,30 @@ def test_save_scalar_of_a_tensor_without_a_value_is_a_clear_error(out_dir):
     assert create_trial(out_dir).tensor_names() == ["scalar/eager"]
 
 
+def test_save_tensor_of_a_tensor_without_a_value_is_a_clear_error(out_dir):
+    hook = smd.KerasHook(out_dir=out_dir)
+    variable = tf.Variable([1.0, 2.0])
+
+    @tf.function(autograph=False)  # (autograph would wrap the error in its own)
+    def step(v):
+        hook.save_tensor("traced", v * 2, "custom")  # a symbolic tensor while the function is traced
+        return v
+
+    @tf.function(autograph=False)
+    def read():
+        hook.save_tensor("variable", variable, "custom")  # a variable has no value while traced either
+
+    for function, name in ((lambda: step(tf.constant(1.0)), "traced"), (read, "variable")):
+        with pytest.raises(SMDebugTypeError) as raised:
+            function()
+        assert f"save_tensor({name!r})" in str(raised.value) and "symbolic" in str(raised.value)
+    hook.save_tensor("eager", variable, "custom")  # with a value: saved
+    hook.close()
+    trial = create_trial(out_dir)
+    assert trial.tensor_names() == ["eager"]
+    np.testing.assert_array_equal(trial.tensor("eager").value(0), [1.0, 2.0])
+
+
 def test_json_configuration(tmp_path, data):
     x, y = data
     config = tmp_path / "hook.json"

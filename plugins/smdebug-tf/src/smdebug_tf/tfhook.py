@@ -723,6 +723,8 @@ class TFHook(BaseHook):
     def save_tensor(self, tensor_name, tensor_value, collections_to_write="default"):
         """Save a TF tensor, variable (its value now) or numpy array at the current step; before the
         first step, into the first step (as the other plugins do: no step of its own before training)."""
+        if isinstance(tensor_value, (tf.Tensor, tf.Variable)):
+            self.check_concrete(tensor_name, tensor_value, "save_tensor")
         value = snapshot(tensor_value)
         if not self.defer(self.save_tensor, tensor_name, value, collections_to_write):
             super().save_tensor(tensor_name, value, collections_to_write)
@@ -757,8 +759,8 @@ class TFHook(BaseHook):
 
     @staticmethod
     def check_concrete(name: str, value, method: str = "save_scalar") -> None:
-        """A clear error for a scalar without a value: a TF 1.x graph's tensor (outside a session run) or
-        one being traced in a tf.function."""
+        """A clear error for a value to save that has none: a TF 1.x graph's tensor (outside a session
+        run) or one being traced in a tf.function."""
         symbolic = isinstance(value, tf.Tensor) and not hasattr(value, "numpy")
         if symbolic or (isinstance(value, tf.Variable) and not tf.executing_eagerly()):
             raise SMDebugTypeError(
