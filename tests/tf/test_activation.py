@@ -134,3 +134,52 @@ def test_no_config_no_hook(tmp_path):
     script = _script(tmp_path)
     _run([sys.executable, script], {}, tmp_path)
     assert not any(p.name.startswith("run") for p in tmp_path.iterdir())
+
+
+# the reference's script mode on SageMaker (where a hook configuration is always present): the script makes
+# its own hook, from that configuration or with its own arguments, and passes it to fit
+OWN_HOOK = textwrap.dedent(
+    """
+    import sys
+    import keras
+    import numpy as np
+    import smdebug.tensorflow as smd
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 4)).astype("float32")
+    y = rng.integers(0, 3, size=(32,))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if sys.argv[1] == "json":
+        hook = smd.KerasHook.create_from_json_file()
+    else:
+        hook = smd.KerasHook(out_dir=sys.argv[1], include_collections=["gradients"],
+                             save_config=smd.SaveConfig(save_interval=1))
+    assert smd.get_hook() is hook
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[hook])
+    hook.close()
+    """
+)
+
+
+@pytest.mark.parametrize("own", ["json", "arguments"])
+def test_the_scripts_own_hook_under_a_hook_configuration(tmp_path, own):
+    config_dir = str(tmp_path / "run")
+    own_dir = str(tmp_path / "own")
+    script = tmp_path / "train.py"
+    script.write_text(OWN_HOOK)
+    config = _config(tmp_path, config_dir, collections=("weights",))
+    _run(
+        [sys.executable, str(script), "json" if own == "json" else own_dir],
+        {"SMDEBUG_CONFIG_FILE_PATH": config},
+        tmp_path,
+    )
+    if own == "json":  # the hook built from the configuration, once
+        trial = create_trial(config_dir)
+        assert trial.steps(mode=modes.TRAIN) == [0, 1, 2, 3]  # losses at every step
+        assert trial.tensor("sequential/dense/kernel").steps() == [0, 2]
+    else:  # the script's hook alone: every step of it (a second hook in fit took some of them)
+        trial = create_trial(own_dir)
+        for name in ("gradients/sequential/dense/kernelGrad", "loss"):
+            assert trial.tensor(name).steps(mode=modes.TRAIN) == [0, 1, 2, 3]
+        assert not os.path.exists(config_dir) or not os.listdir(config_dir)

@@ -197,6 +197,13 @@ def _add(callbacks, hook):
     items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
     if any(item is hook for item in items):
         return callbacks
+    from smdebug_tf.tfhook import TFHook
+
+    if any(isinstance(item, TFHook) for item in items):
+        # the script passes a hook of its own: it alone is used (two would each swap in their own step
+        # function, and the steps one of them saves would be lost to the other)
+        logger.info("smdebug: fit has the script's own hook; the hook from the configuration is not added")
+        return callbacks
     return [*items, hook]
 
 
