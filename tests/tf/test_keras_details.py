@@ -49,6 +49,42 @@ def test_optimizer_variables_saved_in_a_gradient_tape_loop(out_dir, data, traced
             np.testing.assert_array_equal(trial.tensor(name).value(step), after[step][name])
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
+def test_the_variables_of_two_wrapped_optimizers_are_saved(out_dir, data, traced):
+    # a loop with an optimizer per model (a GAN's generator and discriminator): both sets of variables
+    x, y = data
+    hook = smd.KerasHook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["optimizer_variables"],
+    )
+    body, head = make_model(), make_model(seed=2)
+    first = hook.wrap_optimizer(keras.optimizers.Adam(0.01))
+    second = hook.wrap_optimizer(keras.optimizers.SGD(0.1, momentum=0.9))
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+    def step(xb, yb):
+        with hook.wrap_tape(tf.GradientTape(persistent=True)) as tape:
+            one, two = loss_fn(yb, body(xb)), loss_fn(yb, head(xb))
+        first.apply_gradients(zip(tape.gradient(one, body.trainable_variables), body.trainable_variables))
+        second.apply_gradients(zip(tape.gradient(two, head.trainable_variables), head.trainable_variables))
+
+    if traced:
+        step = tf.function(step)
+    after = []
+    for xb, yb in batches(x, y):
+        step(tf.constant(xb), tf.constant(yb))
+        after.append({v.path: v.numpy().copy() for o in (first, second) for v in o.variables})
+    hook.close()
+    trial = create_trial(out_dir)
+    names = trial.tensor_names(collection="optimizer_variables")
+    assert sorted(names) == sorted(after[0])
+    assert {n.split("/")[0].split("_")[0] for n in names} == {"adam", "sgd"}  # (adam_2: in one process)
+    for name in names:
+        assert trial.tensor(name).steps() == [0, 1, 2, 3]
+        np.testing.assert_array_equal(trial.tensor(name).value(3), after[3][name])
+
+
 def test_batch_metric_in_every_mode(out_dir, data):
     x, y = data
     hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))

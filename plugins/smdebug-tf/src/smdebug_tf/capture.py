@@ -102,8 +102,8 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None, on
     gradients are recorded, unscaled when the optimizer scales the loss, and the variables as they are
     before the update (the weights of a model built inside the step, which the step could not read at
     its start); in eager code the gradients are handed to ``on_eager_gradients(pairs)``, and
-    ``on_eager_applied()`` is called after the update (while a function is traced outside a Recorder,
-    ``on_eager_applied(optimizer)``: a custom loop's step in a tf.function); outside a Recorder, eager or
+    ``on_eager_applied(optimizer, traced=False)`` is called after the update (while a function is traced
+    outside a Recorder, ``traced=True``: a custom loop's step in a tf.function); outside a Recorder, eager or
     traced, ``on_applying(pairs, optimizer)`` gets the (variable, gradient) pairs before the update.
     Returns the same optimizer; wrapping twice wraps once."""
     if optimizer in _wrapped_optimizers:
@@ -142,11 +142,8 @@ def wrap_optimizer(optimizer, on_eager_gradients=None, on_eager_applied=None, on
             optimizer.smdebug_on_applying(_unscaled_pairs(optimizer, grads, trainable_variables), optimizer)
         result = original(grads, trainable_variables)
         applied = optimizer.smdebug_on_eager_applied
-        if applied is not None and recorder is None:
-            if eager:
-                applied()
-            elif tf.inside_function():
-                applied(optimizer)
+        if applied is not None and recorder is None and (eager or tf.inside_function()):
+            applied(optimizer, traced=not eager)
         return result
 
     optimizer.apply = apply

@@ -63,7 +63,7 @@ class TFState:
         self.gradient_names: list[str] = []
         self.layer_names: list[str] = []
         self.optimizer = None
-        self.optimizer_variables: list = []  # (name, variable)
+        self.optimizer_variables: dict = {}  # id(optimizer) -> [(name, variable)]
         self.known: dict[str, set[str]] = {}  # collection -> exact names already included
         # (mode, kinds) -> [(Keras' function it stands in for, instrumented)], the last used first
         self.functions: dict = {}
@@ -199,13 +199,15 @@ class TFHook(BaseHook):
         with self.guard("give each replica a worker"):
             self.register_replicas(model)
 
-    def refresh_optimizer_variables(self) -> None:
-        optimizer = self.tf_state.optimizer
+    def refresh_optimizer_variables(self, optimizer) -> list:
+        """(name, variable) of an optimizer's variables (again once it has built more of them)."""
         variables = list(getattr(optimizer, "variables", None) or ())
-        if len(variables) != len(self.tf_state.optimizer_variables):
-            pairs = [(capture.variable_name(v), v) for v in variables]
+        known = self.tf_state.optimizer_variables
+        pairs = known.get(id(optimizer))
+        if pairs is None or len(variables) != len(pairs):
+            pairs = known[id(optimizer)] = [(capture.variable_name(v), v) for v in variables]
             self.include_names(CollectionKeys.OPTIMIZER_VARIABLES, [n for n, _ in pairs])
-            self.tf_state.optimizer_variables = pairs
+        return pairs
 
     # -- Keras callback protocol ----------------------------------------------------------------------
     # No on_*_batch_end: a callback that has one makes Keras wait for every batch's logs (no async
@@ -341,7 +343,7 @@ class TFHook(BaseHook):
             self.save_replicas(replicas, health, layout)
             self.save_logs(mode, result)
             if mode == ModeKeys.TRAIN:
-                self.save_optimizer_variables()
+                self.save_optimizer_variables(getattr(self.tf_state.model, "optimizer", None))
 
     def health_step(self, health, layout: list, kept: dict, logs) -> None:
         """The step's health vector into the flight recorder (before the step ends: a trigger writes);
@@ -403,14 +405,15 @@ class TFHook(BaseHook):
         it)."""
         return bool(self.collections_of(name))
 
-    def save_optimizer_variables(self) -> None:
-        """The optimizer's variables, as the step's update left them (once a step)."""
-        state = self.tf_state
-        if state.optimizer is None or not self.anything_due():
+    def save_optimizer_variables(self, optimizer=None) -> None:
+        """An optimizer's variables (by default the last one wrapped), as the step's update left them
+        (once a step)."""
+        optimizer = optimizer if optimizer is not None else self.tf_state.optimizer
+        if optimizer is None or not self.anything_due():
             return
-        self.refresh_optimizer_variables()
+        pairs = self.refresh_optimizer_variables(optimizer)
         saved = self.saved_this_step()
-        for name, variable in state.optimizer_variables:
+        for name, variable in pairs:
             if name not in saved and self.save_for_step(name, snapshot(variable)):
                 saved.add(name)
 
@@ -700,17 +703,17 @@ class TFHook(BaseHook):
                 if name not in saved and self.save_for_step(name, grad):
                     saved.add(name)
 
-    def eager_applied(self, optimizer=None) -> None:
-        """A wrapped optimizer applied its update in eager code (a custom loop, or fit run eagerly); with
-        the optimizer: while a function is traced (a wrapped tape's step then saves its variables)."""
-        if optimizer is not None:
+    def eager_applied(self, optimizer, traced: bool = False) -> None:
+        """A wrapped optimizer applied its update in eager code (a custom loop, or fit run eagerly), or
+        while a function is traced (a wrapped tape's step then saves its variables)."""
+        if traced:
             traced = self.tf_state.traced_tape
             if traced is not None and traced[0] is tf.compat.v1.get_default_graph():
                 with self.guard("save the optimizer variables"):
                     traced[1].optimizer_applied(optimizer)
         elif self.anything_due() and self.mode == ModeKeys.TRAIN:
             with self.guard("save the optimizer variables"):
-                self.save_optimizer_variables()
+                self.save_optimizer_variables(optimizer)
 
     def traced_optimizer_variables(self, names, arrays) -> None:
         """The optimizer's variables a traced custom-loop step hands over after its update (due steps)."""
