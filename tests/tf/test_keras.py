@@ -222,6 +222,33 @@ def test_add_keras_layer_and_custom_collections(out_dir, data):
     assert "hidden/outputs" not in trial.tensor_names()
 
 
+def test_layers_of_several_tensors_are_in_the_layers_collection(out_dir, data):
+    # a Concatenate (or Add) layer takes a list: its inputs are saved as cat/inputs_0, cat/inputs_1
+    x, y = data
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    left = keras.layers.Dense(2, name="left")(inputs)
+    right = keras.layers.Dense(3, name="right")(inputs)
+    outputs = keras.layers.Dense(3, name="out")(keras.layers.Concatenate(name="cat")([left, right]))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    hook = smd.KerasHook(
+        out_dir=out_dir, include_collections=["layers"], save_config=smd.SaveConfig(save_interval=1)
+    )
+    model.fit(x, y, epochs=1, batch_size=16, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    layers = trial.tensor_names(collection="layers")
+    assert {"cat/inputs_0", "cat/inputs_1", "cat/outputs"} <= set(layers)
+    assert trial.tensor("cat/inputs_0").steps() == [0, 1]
+    np.testing.assert_array_equal(
+        trial.tensor("cat/outputs").value(1),
+        np.concatenate(
+            [trial.tensor("cat/inputs_0").value(1), trial.tensor("cat/inputs_1").value(1)], axis=1
+        ),
+    )
+
+
 def test_save_scalar_save_tensor_and_add_to_collection(out_dir, data):
     x, y = data
     hook = smd.KerasHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))

@@ -26,6 +26,12 @@ def exact(name: str) -> str:
     return f"^{re.escape(name)}$"
 
 
+def numbered(name: str) -> str:
+    """A pattern matching this tensor name, and the names of its parts when it is several tensors
+    (``cat/inputs_0``, ``cat/inputs_1``: the list a Concatenate layer takes)."""
+    return f"^{re.escape(name)}(_\\d+)?$"
+
+
 class Collection(BaseCollection):
     """A Collection that also takes Keras layers and TF variables (smdebug 1.0's TF collection API)."""
 
@@ -35,9 +41,9 @@ class Collection(BaseCollection):
         if not isinstance(name, str):
             raise TypeError(f"add_keras_layer expects a Keras layer, got {type(layer).__name__}")
         if inputs:
-            self.include(f"^{re.escape(name)}/inputs(_\\d+)?$")
+            self.include(numbered(f"{name}/inputs"))
         if outputs:
-            self.include(f"^{re.escape(name)}/outputs(_\\d+)?$")
+            self.include(numbered(f"{name}/outputs"))
 
     def add(self, arg) -> None:
         """Add a tf.Variable / keras.Variable (by its path), a named graph tensor, or a list or set of them;

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from smdebug.plugin import BaseHook, CollectionKeys, ModeKeys, SMDebugTypeError
 from smdebug_tf import capture
-from smdebug_tf.collection import BUILTIN_PATTERNS, Collection, exact
+from smdebug_tf.collection import BUILTIN_PATTERNS, Collection, exact, numbered
 from smdebug_tf.packing import unpack
 from smdebug_tf.tensors import snapshot
 
@@ -109,14 +109,14 @@ class TFHook(BaseHook):
         self.tf_state = TFState()
 
     # -- names ---------------------------------------------------------------------------------------
-    def include_names(self, collection: str, names) -> None:
-        """Make these exact names members of a collection (once each)."""
+    def include_names(self, collection: str, names, pattern=exact) -> None:
+        """Make these names members of a collection (once each): exactly, or as ``pattern`` matches."""
         known = self.tf_state.known.setdefault(collection, set())
         new = [n for n in names if n not in known]
         if new:
             coll = self.get_collection(collection)
             for name in new:
-                coll.include(exact(name))
+                coll.include(pattern(name))
             known.update(new)
 
     def include_variables(self, variables, name_of=capture.variable_name) -> list:
@@ -192,7 +192,7 @@ class TFHook(BaseHook):
         state.layer_names = [
             capture.layer_tensor_name(layer, k) for layer in layers for k in ("inputs", "outputs")
         ]
-        self.include_names(CollectionKeys.LAYERS, state.layer_names)
+        self.include_names(CollectionKeys.LAYERS, state.layer_names, numbered)  # several tensors: _0, _1
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None and hasattr(optimizer, "apply"):
             self.wrap_optimizer(optimizer)
