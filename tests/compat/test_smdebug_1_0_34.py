@@ -291,6 +291,48 @@ def test_smdebug_ignores_the_rule_firings_record(smdebug_python, tmp_path):
     assert theirs == {"steps": [0, 1, 2, 3, 4], "names": ["CrossEntropyLoss_output_0"]}
 
 
+def test_smdebug_reads_a_run_with_the_median_reduction(smdebug_python, tmp_path):
+    """The reference lists median, smdebug 1.0.34 does not: it reads such a run's other reductions as we
+    do (it refused the whole run when the collections file named median), and we still read the medians."""
+    import torch
+    from torch import nn
+
+    out = str(tmp_path / "median")
+    torch.manual_seed(0)
+    model, criterion = nn.Linear(4, 3), nn.CrossEntropyLoss()
+    config = smd.ReductionConfig(reductions=["median", "max"], abs_reductions=["median"], norms=["l2"])
+    hook = smd.Hook(
+        out_dir=out,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights"],
+        reduction_config=config,
+    )
+    hook.register_module(model)
+    for _ in range(2):
+        criterion(model(torch.randn(8, 4)), torch.randint(0, 3, (8,))).backward()
+    hook.close()
+    trial = create_trial(out)
+    weight = trial.tensor("Linear_weight")
+    read = trial.collection("weights").reduction_config
+    assert (sorted(read.reductions), read.abs_reductions, read.norms) == (
+        ["max", "median"],
+        ["median"],
+        ["l2"],
+    )
+    assert weight.reduction_value(1, "median", abs=True) > 0
+    ours = [[float(weight.reduction_value(s, "max")), float(weight.reduction_value(s, "l2"))] for s in (0, 1)]
+    code = (
+        "import json, sys\n"
+        "from smdebug.trials import create_trial\n"
+        "t = create_trial(sys.argv[1])\n"
+        "w = t.tensor('Linear_weight')\n"
+        "print(json.dumps({'steps': t.steps(), 'reductions': t.collection('weights').reduction_config.reductions,"
+        " 'values': [[float(w.reduction_value(s, 'max')), float(w.reduction_value(s, 'l2'))] for s in (0, 1)]}))\n"
+    )
+    theirs = json.loads(_run(smdebug_python, "-c", code, out).stdout.strip().splitlines()[-1])
+    assert theirs == {"steps": [0, 1], "reductions": ["max"], "values": ours}
+
+
 def test_invoke_rule_evaluates_and_ends_as_smdebug_does(smdebug_python, tmp_path):
     """A custom rule through invoke_rule (start_step, end_step, raise_eval_cond) on one run, by each
     library: the same steps reach invoke_at_step, and each call ends the same way (returns, or raises

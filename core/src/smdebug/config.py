@@ -456,6 +456,10 @@ def _names(value, field: str, allowed) -> list[str]:
     return names
 
 
+REDUCTIONS_BEYOND_SMDEBUG_1 = ("median",)
+EXTRA_REDUCTIONS_KEY = "more_reductions"  # in the collections file: the reductions smdebug 1.0 does not know
+
+
 class ReductionConfig(ConfigModel):
     """Reductions (floats) to save instead of, or with, the raw tensor."""
 
@@ -525,14 +529,17 @@ class ReductionConfig(ConfigModel):
         return list(dict.fromkeys(pairs))
 
     def to_json_dict(self) -> dict:
-        # smdebug's form: one comma string; norms carry a "_norm" suffix there.
+        # smdebug's form: one comma string; norms carry a "_norm" suffix there. smdebug 1.0 refuses a whole
+        # run whose collections name a reduction it lacks (median), so those go under a key it ignores.
         names = [*self.reductions, *(f"{n}_norm" for n in self.norms)]
         names += [*(f"abs_{n}" for n in self.abs_reductions), *(f"abs_{n}_norm" for n in self.abs_norms)]
-        return {
+        extra = [n for n in names if n.removeprefix("abs_") in REDUCTIONS_BEYOND_SMDEBUG_1]
+        params = {
             "save_raw_tensor": self.save_raw_tensor,
-            "reductions": ",".join(names),
+            "reductions": ",".join(n for n in names if n not in extra),
             "save_shape": self.save_shape,
         }
+        return {**params, EXTRA_REDUCTIONS_KEY: ",".join(extra)} if extra else params
 
     def to_json(self) -> str:
         return json.dumps(self.to_json_dict())
@@ -550,8 +557,12 @@ class ReductionConfig(ConfigModel):
             return None
         if not isinstance(params, dict):
             raise _invalid("reduction_config", params, "a dict")
-        _check_keys(params, tuple(cls.model_fields), "ReductionConfig")
-        parsed = cls.from_reductions_string(params.get("reductions"), field="ReductionConfig.reductions")
+        _check_keys(params, (*cls.model_fields, EXTRA_REDUCTIONS_KEY), "ReductionConfig")
+        field = "ReductionConfig.reductions"
+        names = to_str_list(params.get("reductions"), field) + to_str_list(
+            params.get(EXTRA_REDUCTIONS_KEY), field
+        )
+        parsed = cls.from_reductions_string(names, field=field)
         lists = {
             k: getattr(parsed, k) + to_str_list(params.get(k), f"ReductionConfig.{k}")
             for k in ("abs_reductions", "norms", "abs_norms")
