@@ -15,6 +15,7 @@ gathered; ``trial.tensor(name).reduction_value(step, "median")`` computes it fro
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -324,9 +325,8 @@ class _Item:
         self.name, self.value, self.pairs, self.raw = name, value, pairs, raw
 
 
-_hooks_capturing = [
-    0
-]  # the hooks of this process that captured a sharded tensor (in the same order on every rank)
+# numbers the hooks of this process as they capture a sharded tensor (in the same order on every rank)
+_hook_numbers = itertools.count(1)
 _WAIT_FOR_RANKS = 10.0  # seconds; a rank with a hook has announced it long before (see Shards.flush)
 
 
@@ -362,8 +362,7 @@ class Shards:
     def _announce(self) -> None:
         """Tell the other ranks that this rank's hook captures sharded tensors (it enters the flushes'
         collectives): a key of the job's store, numbered by this process's hooks."""
-        _hooks_capturing[0] += 1
-        self.key = f"smdebug/shards/{_hooks_capturing[0]}"
+        self.key = f"smdebug/shards/{next(_hook_numbers)}"
         store = _store()
         if store is not None and torch.distributed.is_initialized():
             try:
