@@ -30,10 +30,10 @@ def install(hook) -> None:
     """Make ``xgboost.train`` (also as the scikit-learn wrappers see it) and ``xgboost.cv`` add ``hook``
     to their callbacks."""
     for name, modules in _WRAPPED.items():
-        current = getattr(_module(modules[1]), name)
+        current = getattr(importlib.import_module(modules[1]), name)
         original = getattr(current, ORIGINAL, current)
         wrapper = _train_with(original, hook)
-        for module in map(_module, modules):
+        for module in map(importlib.import_module, modules):
             function = getattr(module, name, None)
             if function is original or hasattr(function, ORIGINAL):
                 setattr(module, name, wrapper)
@@ -42,7 +42,7 @@ def install(hook) -> None:
 def uninstall() -> None:
     """Give xgboost its own train and cv functions back."""
     for name, modules in _WRAPPED.items():
-        for module in map(_module, modules):
+        for module in map(importlib.import_module, modules):
             function = getattr(module, name, None)
             if hasattr(function, ORIGINAL):
                 setattr(module, name, getattr(function, ORIGINAL))
@@ -53,10 +53,6 @@ _WRAPPED = {
     "train": ("xgboost", "xgboost.training", "xgboost.sklearn"),
     "cv": ("xgboost", "xgboost.training"),
 }
-
-
-def _module(name: str):
-    return importlib.import_module(name)
 
 
 def _train_with(train, hook):
