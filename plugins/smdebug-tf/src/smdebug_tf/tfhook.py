@@ -290,8 +290,7 @@ class TFHook(BaseHook):
         then not even the epoch's logs are saved (``end_step=0`` is how the reference turns off the
         collections saved by default)."""
         config = self.get_collection(collection).save_config
-        end = config.get_save_config(self.mode).end_step if config is not None else None
-        return end is not None and self.mode_step >= end
+        return config is not None and config.get_save_config(self.mode).next_save_step(self.mode_step) is None
 
     def mode_begin(self, mode) -> None:
         if self.closed:
@@ -707,10 +706,10 @@ class TFHook(BaseHook):
         """A wrapped optimizer applied its update in eager code (a custom loop, or fit run eagerly), or
         while a function is traced (a wrapped tape's step then saves its variables)."""
         if traced:
-            traced = self.tf_state.traced_tape
-            if traced is not None and traced[0] is tf.compat.v1.get_default_graph():
+            tape = self.tf_state.traced_tape  # (graph, the wrapped tape's traced step)
+            if tape is not None and tape[0] is tf.compat.v1.get_default_graph():
                 with self.guard("save the optimizer variables"):
-                    traced[1].optimizer_applied(optimizer)
+                    tape[1].optimizer_applied(optimizer)
         elif self.anything_due() and self.mode == ModeKeys.TRAIN:
             with self.guard("save the optimizer variables"):
                 self.save_optimizer_variables(optimizer)
