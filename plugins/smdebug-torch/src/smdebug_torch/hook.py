@@ -565,6 +565,7 @@ def _whole_graph() -> bool:
     """Whether dynamo is tracing a graph compiled whole (fullgraph=True, error_on_graph_break), where a
     callback cannot break the graph to run eagerly: it is then left out of the graph, with one warning.
     Dynamo runs this while tracing and keeps its result as a constant of the graph."""
+    global _warned_whole_graph
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
@@ -573,7 +574,7 @@ def _whole_graph() -> bool:
     except Exception:  # another torch: break the graph as usual
         return False
     if whole and not _warned_whole_graph:
-        _warned_whole_graph.append(True)
+        _warned_whole_graph = True
         logger.warning(
             "smdebug: a registered module runs inside a graph compiled with fullgraph=True, where the "
             "hook's callbacks cannot run: nothing of it is saved; register the compiled module instead "
@@ -585,7 +586,7 @@ def _whole_graph() -> bool:
 
 # What torch.compiler.assume_constant_result(_whole_graph) sets, without importing torch._dynamo (a second)
 _whole_graph._dynamo_marked_constant = True  # type: ignore[attr-defined]
-_warned_whole_graph: list = []  # the warning above: once per process
+_warned_whole_graph = False  # the warning above: once per process
 
 
 def _inert_callback():
