@@ -805,3 +805,40 @@ def test_a_framework_declaration_of_the_wrong_kind_is_reported_once(caplog):
         "smdebug: plugin 'dict-framework' failed in smdebug_framework and is skipped: TypeError: returned dict, "
         "not a smdebug.plugin.Framework"
     ], logged
+
+
+class NotAStore:
+    @hookimpl(tryfirst=True)
+    def smdebug_open_store(self, uri):
+        return object()  # none of the Store protocol's members
+
+
+def test_a_store_of_the_wrong_kind_is_skipped_and_reported_once(tmp_path, caplog):
+    """A storage plugin whose smdebug_open_store returns no Store made every hook creation (and the CLI,
+    and every Trial) fail with AttributeError; the next implementation now answers."""
+    plugins.get_plugin_manager().register(NotAStore(), name="not-a-store")
+    trial = _saved_run(str(tmp_path / "run"), [np.array([1.0]), np.array([2.0])])
+    assert trial.steps() == [0, 1] and trial.tensor("w").value(1).tolist() == [2.0]
+    logged = [r.getMessage() for r in caplog.records if "'not-a-store'" in r.getMessage()]
+    assert logged == [
+        "smdebug: plugin 'not-a-store' failed in smdebug_open_store and is skipped: TypeError: returned "
+        "object, not a store (the members of smdebug.types.Store; it lacks uri, root, is_local, fs, ...)"
+    ], logged
+
+
+class WrongArguments:
+    @hookimpl
+    def smdebug_step_end(self, hook, stepp):
+        pass
+
+
+def test_an_implementation_with_wrong_arguments_is_one_line_naming_the_hooks_arguments():
+    """pluggy's own refusal was three lines that named neither the hook's arguments nor the closest one."""
+    pm = plugins.get_plugin_manager()
+    with pytest.raises(pluggy.PluginValidationError) as failed:
+        pm.register(WrongArguments(), name="wrong-args")
+    assert str(failed.value) == (
+        "plugin 'wrong-args' implements smdebug_step_end(hook, stepp), but the hook's arguments are "
+        "(hook, mode, step, mode_step): 'stepp' is none of them; did you mean 'step'?"
+    )
+    assert not pm.has_plugin("wrong-args")

@@ -63,6 +63,17 @@ def _per_result(result: Any, kwargs: dict[str, Any]) -> str | None:
     return None if ok else f"{count} numpy arrays, one per result"
 
 
+def _store(result: Any, kwargs: dict[str, Any]) -> str | None:
+    from smdebug.types import Store
+
+    members = [*Store.__annotations__, *(m for m in vars(Store) if not m.startswith("_"))]
+    missing = [m for m in dict.fromkeys(members) if not hasattr(result, m)]
+    if not missing:
+        return None
+    more = ", ..." if len(missing) > 4 else ""
+    return f"a store (the members of smdebug.types.Store; it lacks {', '.join(missing[:4])}{more})"
+
+
 # What a plugin's firstresult answer must be (else it is reported once and the next implementation asked):
 # a wrong answer must not cost the user a saved tensor
 _EXPECTED: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
@@ -71,6 +82,7 @@ _EXPECTED: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
     "smdebug_reduce": _scalar,
     "smdebug_reductions": _per_value,
     "smdebug_to_host": _per_result,
+    "smdebug_open_store": _store,  # called once a run: a store without the protocol's members broke it
 }
 
 
