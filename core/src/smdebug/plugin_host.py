@@ -9,6 +9,7 @@ import dataclasses
 import difflib
 import functools
 import importlib
+import inspect
 import logging
 import os
 import sys
@@ -73,6 +74,7 @@ class _Manager(pluggy.PluginManager):
     def register(self, plugin, name=None):
         self._host._changed()
         try:
+            _check_arguments(self, plugin, name or self.get_canonical_name(plugin))
             name = super().register(plugin, name)
             if name is not None:  # None: a blocked name
                 try:
@@ -290,6 +292,35 @@ class PluginHost(PluginCalls):
         listed = {info.name for info in found}
         found += [self._info(*entry) for name, entry in self._entry_points.items() if name not in listed]
         return found
+
+
+def _required(function: Callable) -> list[str]:
+    """The arguments pluggy passes to a function (those without a default; ``self`` is bound)."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = inspect.signature(function).parameters.values()
+    return [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+
+
+def _check_arguments(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
+    """Refuse in one line a plugin whose implementation takes an argument its hook does not have (pluggy's
+    own refusal is three lines naming neither the hook's arguments nor the closest one)."""
+    for attr in dir(plugin):
+        spec = getattr(hookspecs, attr, None) if attr.startswith("smdebug_") else None
+        if spec is None or pm.parse_hookimpl_opts(plugin, attr) is None:
+            continue
+        try:
+            taken = _required(getattr(plugin, attr))
+        except (TypeError, ValueError):  # no signature: pluggy judges it
+            continue
+        allowed = _required(spec)
+        unknown = [arg for arg in taken if arg not in allowed]
+        if unknown:
+            raise pluggy.PluginValidationError(
+                plugin,
+                f"plugin {name!r} implements {attr}({', '.join(taken)}), but the hook's arguments are "
+                f"({', '.join(allowed)}): {', '.join(map(repr, unknown))} "
+                f"{'is' if len(unknown) == 1 else 'are'} none of them{did_you_mean(unknown[0], allowed)}",
+            )
 
 
 def _own(caller: pluggy.HookCaller, plugin: Any) -> list[Any]:
