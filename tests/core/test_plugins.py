@@ -842,3 +842,72 @@ def test_an_implementation_with_wrong_arguments_is_one_line_naming_the_hooks_arg
         "(hook, mode, step, mode_step): 'stepp' is none of them; did you mean 'step'?"
     )
     assert not pm.has_plugin("wrong-args")
+
+
+class Hanging:
+    """An exporter whose observation calls never return in time (a server that does not answer)."""
+
+    def __init__(self, hook_name):
+        import threading
+
+        self.hook_name, self.calls, self.release = hook_name, 0, threading.Event()
+
+    def _hang(self):
+        self.calls += 1
+        self.release.wait(20)
+
+    @hookimpl
+    def smdebug_step_end(self, step):
+        if self.hook_name == "smdebug_step_end":
+            self._hang()
+
+    @hookimpl
+    def smdebug_hook_closed(self, hook):
+        if self.hook_name == "smdebug_hook_closed":
+            self._hang()
+
+
+@pytest.mark.parametrize("hook_name", ["smdebug_step_end", "smdebug_hook_closed"])
+def test_a_plugin_that_hangs_in_an_observation_hook_does_not_stall_training(
+    tmp_path, monkeypatch, caplog, hook_name
+):
+    """A plugin's step-end (or close) observer that hung stalled the training thread for as long as it
+    hung (forever, for a server that never answers). It is now waited for SMDEBUG_PLUGIN_TIMEOUT seconds,
+    once: named in one line and skipped from then on; every step is saved and the run finished."""
+    monkeypatch.setenv("SMDEBUG_PLUGIN_TIMEOUT", "0.5")
+    hanging = Hanging(hook_name)
+    plugins.get_plugin_manager().register(hanging, name="hanging")
+    try:
+        trial = _saved_run(str(tmp_path / "run"), [np.array([float(v)]) for v in range(4)])
+    finally:
+        hanging.release.set()
+    assert hanging.calls == 1  # not called again once it hung
+    assert trial.steps() == [0, 1, 2, 3] and trial.tensor("w").value(3).tolist() == [3.0]
+    assert (tmp_path / "run" / "training_job_end.ts").exists()  # closed: the run is finished
+    logged = [r.getMessage() for r in caplog.records if "'hanging'" in r.getMessage()]
+    assert logged == [
+        f"smdebug: plugin 'hanging' failed in {hook_name} and is skipped: PluginHung: it did not return "
+        "within 0.5 s (SMDEBUG_PLUGIN_TIMEOUT); training goes on without its observation hooks"
+    ], logged
+
+
+class Slow:
+    def __init__(self):
+        self.steps = []
+
+    @hookimpl
+    def smdebug_step_begin(self, step):
+        import time
+
+        if not self.steps:
+            time.sleep(1.2)
+        self.steps.append(step)
+
+
+def test_a_slow_observer_is_named_once_and_still_sees_every_step(tmp_path, caplog):
+    slow = Slow()
+    plugins.get_plugin_manager().register(slow, name="slow")
+    trial = _saved_run(str(tmp_path / "run"), [np.array([1.0]), np.array([2.0]), np.array([3.0])])
+    assert slow.steps == [0, 1, 2] and trial.steps() == [0, 1, 2]
+    logged = [r.getMessage() for r in caplog.records if "'slow'" in r.getMessage()]
+    assert len(logged) == 1 and "took 1." in logged[0] and "in smdebug_step_begin" in logged[0], logged

@@ -7,8 +7,12 @@ registered later are asked first; ``tryfirst``/``trylast`` move one); the others
 
 Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation that raises is logged once
 per process and skipped (a firstresult hook then asks the next one, finally the core's); a plugin that
-implements a hook not listed here is refused when it loads, naming the closest hook; hook wrappers
-(``wrapper=True`` or ``hookwrapper=True``) are honoured. Plugins are found through the ``smdebug``
+implements a hook not listed here, or takes an argument its hook does not have, is refused when it loads,
+naming the closest one; hook wrappers (``wrapper=True`` or ``hookwrapper=True``) are honoured. A plugin's
+observation hooks (``smdebug_step_begin``, ``smdebug_step_end``, ``smdebug_tensor_saved``,
+``smdebug_hook_closed``) run on a thread of the plugin's own while the caller waits: a call lasting over a
+second is logged once, and one lasting over ``SMDEBUG_PLUGIN_TIMEOUT`` seconds (5) is no longer waited for
+and the plugin's observation hooks are skipped from then on, so that none can stall training. Plugins are found through the ``smdebug``
 entry-point group; the core's own defaults (numpy capture and reductions, the fsspec store, the built-in
 rules, the in-training rule runner, TensorBoard export) implement these same hooks (``smdebug.defaults``).
 """

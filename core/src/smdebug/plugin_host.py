@@ -23,7 +23,13 @@ import pluggy
 from smdebug import hookspecs
 from smdebug.exceptions import did_you_mean
 from smdebug.plugin_calls import CallList, PluginCalls
-from smdebug.plugin_isolation import isolate, isolate_wrapper
+from smdebug.plugin_isolation import (
+    OBSERVATION_HOOKS,
+    PluginThread,
+    isolate,
+    isolate_observer,
+    isolate_wrapper,
+)
 
 logger = logging.getLogger("smdebug")
 
@@ -88,6 +94,7 @@ class _Manager(pluggy.PluginManager):
 
     def unregister(self, plugin=None, name=None):
         self._host._changed()
+        self._host._threads.pop(name or self.get_name(plugin), None)
         try:
             return super().unregister(plugin, name)
         finally:
@@ -133,6 +140,7 @@ class PluginHost(PluginCalls):
         self._entry_points: dict[str, tuple[metadata.EntryPoint, bool]] = {}
         self.load_errors: dict[str, str] = {}  # entry-point name -> why it failed to load
         self._untrace: Callable[[], Any] | None = None
+        self._threads: dict[str, PluginThread] = {}  # plugin name -> where its observation hooks run
 
     # -- the PluginManager -------------------------------------------------------------------------
     @property
@@ -170,6 +178,7 @@ class PluginHost(PluginCalls):
             self._declared_by.clear()
             self._entry_points.clear()
             self.load_errors.clear()
+            self._threads.clear()
 
     def _changed(self) -> None:
         self._generation += 1
@@ -239,6 +248,10 @@ class PluginHost(PluginCalls):
                     impl.function = isolate_wrapper(impl.function, name, caller.name, self._report)
                 elif caller.name in RAISING_HOOKS or (firstresult and name in self.defaults):
                     continue  # its error is the caller's (the core's own answer of last resort)
+                elif caller.name in OBSERVATION_HOOKS and name not in self.defaults:
+                    thread = PluginThread(name, self._report)
+                    thread = self._threads.setdefault(name, thread)
+                    impl.function = isolate_observer(impl.function, thread, caller.name, self._report)
                 else:
                     impl.function = isolate(impl.function, name, caller.name, self._report)
 

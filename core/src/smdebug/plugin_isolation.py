@@ -1,10 +1,20 @@
 """Isolating a plugin's hook implementations: an implementation (or hook wrapper) that raises is reported
-once (naming the plugin and the hook) and its call goes on as if it were not there."""
+once (naming the plugin and the hook) and its call goes on as if it were not there; a plugin's observation
+hooks run on a thread of their own, waited for at most SMDEBUG_PLUGIN_TIMEOUT seconds."""
 
 from __future__ import annotations
 
 import functools
+import logging
+import os
+import queue
+import threading
+import time
 from collections.abc import Callable
+
+from smdebug.env import env_number
+
+logger = logging.getLogger("smdebug")
 
 
 def isolate(function: Callable, plugin_name: str, hook_name: str, report: Callable) -> Callable:
@@ -55,4 +65,106 @@ def isolate_wrapper(function: Callable, plugin_name: str, hook_name: str, report
         report(plugin_name, hook_name, RuntimeError("the wrapper yielded a second time"))
         return outcome
 
+    return isolated
+
+
+# Hooks that only observe (their answer is ignored): a plugin's run on a thread of its own, so that one
+# that hangs or is slow cannot stall training (the core's own observers run in place).
+OBSERVATION_HOOKS = frozenset(
+    {"smdebug_step_begin", "smdebug_step_end", "smdebug_tensor_saved", "smdebug_hook_closed"}
+)
+TIMEOUT_ENV = "SMDEBUG_PLUGIN_TIMEOUT"
+DEFAULT_TIMEOUT = 5.0  # seconds training waits for one observation call before it drops the plugin
+SLOW = 1.0  # seconds: a call this long is named once (training waited for it)
+
+
+class PluginHung(Exception):
+    """A plugin's observation call did not return within the plugin timeout."""
+
+
+class PluginThread:
+    """The thread one plugin's observation hooks run on. The caller waits for each call at most
+    SMDEBUG_PLUGIN_TIMEOUT seconds; a call that takes longer raises PluginHung (reported once), and the
+    plugin's observation hooks are skipped from then on, its thread left to finish on its own."""
+
+    def __init__(self, plugin_name: str, report: Callable):
+        self.plugin_name = plugin_name
+        self.report = report
+        self.hung = False
+        self.slow_named = False
+        self._queue: queue.SimpleQueue | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def _started(self) -> queue.SimpleQueue | None:
+        with self._lock:
+            if self._queue is None or self._pid != os.getpid():  # a forked child has no such thread
+                calls: queue.SimpleQueue = queue.SimpleQueue()
+                thread = threading.Thread(
+                    target=_serve, args=(calls,), name=f"smdebug-plugin-{self.plugin_name}", daemon=True
+                )
+                try:
+                    thread.start()
+                except RuntimeError:  # interpreter shutdown: called in place
+                    return None
+                self._queue, self._pid = calls, os.getpid()
+            return self._queue
+
+    def call(self, function: Callable, hook_name: str, args: tuple, kwargs: dict):
+        if self.hung:
+            return None  # reported when it hung
+        calls = self._started()
+        if calls is None:
+            return function(*args, **kwargs)
+        timeout = env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT, positive=True)
+        done = threading.Lock()
+        done.acquire()
+        outcome: list = []
+        start = time.perf_counter()
+        calls.put((function, args, kwargs, outcome, done))
+        if not done.acquire(timeout=timeout):
+            self.hung = True
+            raise PluginHung(
+                f"it did not return within {timeout:g} s ({TIMEOUT_ENV}); training goes on without "
+                "its observation hooks"
+            )
+        took = time.perf_counter() - start
+        if took >= SLOW and not self.slow_named:
+            self.slow_named = True
+            logger.warning(
+                "smdebug: plugin %r took %.1f s in %s and training waited for it (a call over %s=%g s "
+                "is not waited for, and the plugin is skipped from then on)",
+                self.plugin_name,
+                took,
+                hook_name,
+                TIMEOUT_ENV,
+                timeout,
+            )
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+
+def _serve(calls: queue.SimpleQueue) -> None:
+    while True:
+        function, args, kwargs, outcome, done = calls.get()
+        try:
+            outcome.append((True, function(*args, **kwargs)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            done.release()
+        del function, args, kwargs, outcome, done  # the hook and its values are not held between calls
+
+
+def isolate_observer(function: Callable, thread: PluginThread, hook_name: str, report: Callable) -> Callable:
+    """An observation hook's implementation run on its plugin's thread (``isolate`` otherwise)."""
+
+    def bounded(*args, **kwargs):
+        return thread.call(function, hook_name, args, kwargs)
+
+    isolated = isolate(bounded, thread.plugin_name, hook_name, report)
+    functools.update_wrapper(isolated, function)
+    isolated._smdebug_plain = bounded
     return isolated
