@@ -285,3 +285,36 @@ def test_run_refuses_a_finished_run(tmp_path):
     (tmp_path / "o" / "training_job_end.ts").write_text("")
     done = _run("--out-dir", str(tmp_path / "o"), "--", "python", "-c", "print('ran')")
     assert done.returncode == 2 and "already holds a finished smdebug run" in done.stderr
+
+
+class SecondClaim(ToyPlugin):
+    """Another plugin serving the toy's import under an alias of its own."""
+
+    @hookimpl
+    def smdebug_framework(self):
+        return Framework(alias=self.import_name + "_again", package="again", import_names=(self.import_name,))
+
+    @hookimpl
+    def smdebug_activate(self, framework, module):
+        self.calls.append(framework.alias)
+        return "a second hook"
+
+
+def test_two_plugins_claiming_one_framework_import_activate_it_once(toy, caplog):
+    """Two plugins serving the same import (under two aliases) were both activated: both attached a hook
+    built from the one configuration (the same hook twice, every step counted twice; or a second hook
+    refused as another writer of the run, which stopped the script with exit code 2)."""
+    again = SecondClaim(toy.import_name)
+    plugins.get_plugin_manager().register(again, name="again")
+    for _ in range(2):
+        activation.install()
+    importlib.import_module(toy.import_name)
+    activated = activation.activated()
+    assert len(toy.calls) + len(again.calls) == 1, (toy.calls, again.calls)
+    assert [alias for alias in activated if alias.startswith(toy.import_name)] == [toy.import_name + "_again"]
+    winner, loser = ("again", toy.import_name) if again.calls else (toy.import_name, "again")
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines == [
+        f"smdebug: plugins {winner!r} and {loser!r} both serve the import of {toy.import_name}; only "
+        f"{winner!r} is activated (SMDEBUG_DISABLE_PLUGINS={winner} activates the other)"
+    ], lines

@@ -40,6 +40,7 @@ _FALSE = ("0", "false", "f", "no", "n", "off")
 _lock = threading.RLock()
 _finder: _PostImportFinder | None = None
 _activated: dict[str, Any] = {}  # framework alias -> the hook its activation returned (or None)
+_second_claims: set[tuple[str, str]] = set()  # (import name, plugin) reported as a second claim
 
 
 def disabled_reason() -> str | None:
@@ -79,7 +80,9 @@ def install() -> list[str]:
     watched: dict[str, list] = {}
     for framework in plugins.frameworks().values():
         for name in framework.import_names:
-            watched.setdefault(name, []).append(framework)
+            first = watched.setdefault(name, [framework])[0]
+            if first.alias != framework.alias:  # one configuration, one hook: a second would clash
+                _second_claim(name, first.alias, framework.alias)
     with _lock:
         if _finder is None:
             _finder = _PostImportFinder()
@@ -92,6 +95,23 @@ def install() -> list[str]:
     return sorted(watched)
 
 
+def _second_claim(import_name: str, alias: str, other: str) -> None:
+    from smdebug import plugins
+
+    winner, loser = plugins.declared_by(alias), plugins.declared_by(other)
+    if (import_name, loser) not in _second_claims:
+        _second_claims.add((import_name, loser))
+        logger.warning(
+            "smdebug: plugins %r and %r both serve the import of %s; only %r is activated "
+            "(SMDEBUG_DISABLE_PLUGINS=%s activates the other)",
+            winner,
+            loser,
+            import_name,
+            winner,
+            winner,
+        )
+
+
 def uninstall() -> None:
     """Stop watching imports and forget which frameworks were activated (tests)."""
     global _finder
@@ -100,6 +120,7 @@ def uninstall() -> None:
             sys.meta_path.remove(_finder)
         _finder = None
         _activated.clear()
+        _second_claims.clear()
 
 
 def activate(framework, module) -> Any:

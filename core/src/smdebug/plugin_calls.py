@@ -220,12 +220,16 @@ class PluginCalls:
             found.setdefault(fw.alias, fw)
         return found
 
+    def declared_by(self, alias: str) -> str | None:
+        """The name of the plugin serving a framework alias (the first to declare it), or None."""
+        if alias not in self._declared_by:
+            self.frameworks()
+        return self._declared_by.get(alias)
+
     def activate(self, framework: Framework, module: Any) -> BaseHook | None:
         """Call ``smdebug_activate`` of the plugin that declared the framework (only that one). Its error
         is raised to the caller (smdebug.activation logs it without failing the framework import)."""
-        if framework.alias not in self._declared_by:
-            self.frameworks()
-        owner = self._declared_by.get(framework.alias)
+        owner = self.declared_by(framework.alias)
         if owner is None:
             return None
         return self._only("smdebug_activate", owner)(framework=framework, module=module)

@@ -45,6 +45,7 @@ __all__ = [
     "PluginInfo",
     "activate",
     "add_commands",
+    "declared_by",
     "describe",
     "frameworks",
     "get_plugin_manager",
@@ -83,6 +84,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
 reset = host.reset
 describe = host.describe
 frameworks = host.frameworks
+declared_by = host.declared_by
 activate = host.activate
 to_numpy = host.to_numpy
 host_view = host.host_view
