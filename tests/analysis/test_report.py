@@ -3,6 +3,10 @@
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -478,3 +482,40 @@ def test_the_number_of_curves_is_bounded_and_said(tmp_path, cli):
     assert "5 of 31 curves" in html.split('class="notes"', 1)[1]
     assert cli("report", out, "-o", page, "--no-rules").returncode == 0  # the default draws all 31
     assert page.read_text().count('<div class="curve">') == 31
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_watch_stopped_by_the_user_leaves_a_page_that_no_longer_reloads(tmp_path, stop):
+    """--watch over a run that has not ended, stopped with Ctrl-C (or a kill): the page it leaves must not
+    go on reloading itself every --interval, calling itself live; it is written once more without that."""
+    out, page = tmp_path / "unfinished", tmp_path / "unfinished.html"
+    plugins.reset()
+    train(out, train_steps=4, eval_steps=0, save_config=smdebug.SaveConfig(save_interval=1))
+    plugins.reset()
+    (out / "training_job_end.ts").unlink()  # an interrupted (or still running) training
+    exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
+    watcher = subprocess.Popen(
+        [exe, "report", str(out), "-o", str(page), "--watch", "--interval", "0.5", "--no-rules"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C must reach it even when pytest runs as a background job (SIGINT ignored, inherited)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (page.exists() and '"reload_seconds":0.5' in page.read_text()):
+            assert watcher.poll() is None and time.monotonic() < deadline, watcher.communicate()
+            time.sleep(0.2)
+        watcher.send_signal(stop)
+        stdout, stderr = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 130, stderr
+    assert "Stopped watching" in stdout and "Traceback" not in stderr
+    html = page.read_text()
+    assert '"reload_seconds":0' in html and '"reload_seconds":0.5' not in html
+    assert "Live:" not in html and "training not ended" in html
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom

@@ -8,6 +8,8 @@ while the run is written and reloads itself, until training ends. See ``smdebug.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import time
 
@@ -74,26 +76,54 @@ def run(args) -> int:
         print(f"Report written to {path}")
         return 0
     trial = _wait_for_run(reach_trial(args.run, missing_ok=True), args)
-    last_change, seen = time.monotonic(), None
-    while True:
-        trial.maybe_refresh(force=True)
-        ended = trial.training_ended()
-        steps = trial.steps(show_incomplete_steps=True)
-        state = (len(steps), steps[-1] if steps else None, ended)
-        if state != seen:
-            path = write_report(trial, args.output, reload_seconds=0 if ended else args.interval, **options)
-            print(
-                f"{time.strftime('%H:%M:%S')} report written to {path} ({len(steps)} steps)", file=sys.stderr
-            )
-            seen, last_change = state, time.monotonic()
-        if ended:
-            print(f"Training ended; final report written to {path}")
-            return 0
-        if args.timeout is not None and time.monotonic() - last_change > args.timeout:
-            write_report(trial, args.output, **options)  # a page that no longer reloads itself
-            print(f"Stopped watching: no new step for {args.timeout:g} s; report written to {path}")
-            return 0
-        time.sleep(args.interval)
+    last_change, seen, path = time.monotonic(), None, None
+    try:
+        with _sigterm_interrupts():
+            while True:
+                trial.maybe_refresh(force=True)
+                ended = trial.training_ended()
+                steps = trial.steps(show_incomplete_steps=True)
+                state = (len(steps), steps[-1] if steps else None, ended)
+                if state != seen:
+                    reload = 0 if ended else args.interval
+                    path = write_report(trial, args.output, reload_seconds=reload, **options)
+                    print(
+                        f"{time.strftime('%H:%M:%S')} report written to {path} ({len(steps)} steps)",
+                        file=sys.stderr,
+                    )
+                    seen, last_change = state, time.monotonic()
+                if ended:
+                    print(f"Training ended; final report written to {path}")
+                    return 0
+                if args.timeout is not None and time.monotonic() - last_change > args.timeout:
+                    write_report(trial, args.output, **options)  # a page that no longer reloads itself
+                    print(f"Stopped watching: no new step for {args.timeout:g} s; report written to {path}")
+                    return 0
+                time.sleep(args.interval)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the page left must not go on reloading itself
+        if path is not None:
+            write_report(trial, args.output, **options)
+            print(f"Stopped watching (interrupted); report written to {path}")
+        return 130
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM (a ``kill``, a container stopping) ends the watch as Ctrl-C does; outside the main thread,
+    where no handler can be set, SIGTERM keeps its own."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _wait_for_run(trial, args):
