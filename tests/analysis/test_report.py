@@ -519,3 +519,56 @@ def test_a_watch_stopped_by_the_user_leaves_a_page_that_no_longer_reloads(tmp_pa
     assert "Live:" not in html and "training not ended" in html
     dom, stderr = chromium(page, tmp_path, "--dump-dom")
     assert script_errors(stderr) == [] and 'data-render="ok"' in dom
+
+
+# Every layer label the heatmap shows: its text's box, and whether an element around it clips it (an
+# ancestor with overflow other than visible whose box does not hold the text) or it overlaps the one above.
+LABELS = """<script>
+(function () {
+  var out = [], above = null;
+  document.querySelectorAll("#heatmap-gradients .labels .layer").forEach(function (row) {
+    var walker = document.createTreeWalker(row, NodeFilter.SHOW_TEXT), text = walker.nextNode();
+    if (!text || !text.textContent.trim()) return;
+    var range = document.createRange();
+    range.selectNodeContents(text);
+    var box = range.getBoundingClientRect(), clipped = false;
+    for (var el = text.parentElement; el && !el.classList.contains("hm"); el = el.parentElement) {
+      var style = getComputedStyle(el), r = el.getBoundingClientRect();
+      if (style.overflowY !== "visible" && (box.top < r.top - 0.5 || box.bottom > r.bottom + 0.5)) clipped = true;
+    }
+    out.push({text: text.textContent, height: box.height, clipped: clipped, overlaps: above !== null && box.top < above - 2});
+    above = box.bottom;
+  });
+  document.body.setAttribute("data-labels", JSON.stringify(out));
+})();
+</script></body>"""
+
+
+def test_the_heatmap_layer_labels_of_a_deep_model_are_readable(tmp_path, cli):
+    """300 layers: rows are 2 px high and every sixth is labelled; each label must show its whole text
+    height (it was cut to its 2 px row, unreadable), without overlapping the next label."""
+    import html as html_module
+
+    out = tmp_path / "deep"
+    plugins.reset()
+    hook = NumpyHook(
+        out_dir=str(out), save_config=smdebug.SaveConfig(save_interval=1), include_collections=["gradients"]
+    )
+    hook.get_collection("gradients").reduction_config = smdebug.ReductionConfig(norms=["l2"])
+    hook.set_mode(smdebug.modes.TRAIN)
+    for step in range(3):
+        hook.begin_step()
+        for i in range(300):
+            hook.save_tensor(f"gradient/layer{i}.weight", np.full(2, i + step, np.float32), "gradients")
+        hook.end_step()
+    hook.close()
+    plugins.reset()
+    page = tmp_path / "deep.html"
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", LABELS))
+    dom, stderr = chromium(probe, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom
+    labels = json.loads(html_module.unescape(re.search(r'data-labels="([^"]*)"', dom).group(1)))
+    assert len(labels) >= 20 and labels[0]["text"] == "layer0.weight", labels[:3]
+    assert all(lb["height"] >= 9 and not lb["clipped"] and not lb["overlaps"] for lb in labels), labels[:3]

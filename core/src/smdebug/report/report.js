@@ -227,12 +227,12 @@
     ctx.putImageData(pixels, 0, 0);
 
     var rowH = Math.max(2, Math.min(18, Math.floor(720 / rows)));
-    var every = Math.ceil(11 / rowH);
+    var every = Math.ceil(12 / rowH);  // a label every 12 px at least: rows can be 2 px high
     box.innerHTML = '<div class="controls"><button type="button">reset zoom</button> <span class="scale"></span></div>' +
       '<div class="hm"><div class="labels"></div><div class="cells"><canvas></canvas><div class="band" hidden></div><div class="axis"></div></div></div>';
     var labels = box.querySelector(".labels"), cells = box.querySelector(".cells"), canvas = box.querySelector("canvas");
     labels.innerHTML = hm.rows.map(function (name, r) {
-      return '<div class="layer" style="height:' + rowH + 'px" title="' + esc(name) + '">' + (r % every === 0 ? esc(name) : "") + "</div>";
+      return '<div class="layer" style="height:' + rowH + 'px" title="' + esc(name) + '">' + (r % every === 0 ? "<span>" + esc(name) + "</span>" : "") + "</div>";
     }).join("");
     var lo = hm.scale === "log" ? fmt(Math.pow(10, hm.lo)) : fmt(hm.lo), hi = hm.scale === "log" ? fmt(Math.pow(10, hm.hi)) : fmt(hm.hi);
     box.querySelector(".scale").innerHTML = hm.scale + " scale " + lo + ' <span class="ramp"></span> ' + hi +
