@@ -572,3 +572,17 @@ def test_the_heatmap_layer_labels_of_a_deep_model_are_readable(tmp_path, cli):
     labels = json.loads(html_module.unescape(re.search(r'data-labels="([^"]*)"', dom).group(1)))
     assert len(labels) >= 20 and labels[0]["text"] == "layer0.weight", labels[:3]
     assert all(lb["height"] >= 9 and not lb["clipped"] and not lb["overlaps"] for lb in labels), labels[:3]
+
+
+def test_a_missing_update_ratio_says_why_when_weights_were_saved(tmp_path, cli):
+    """A run that saved its weights as values at one training step: there is no update ratio, but the
+    panel must not say that the run saved no weights as values (it did); it says a ratio needs two steps."""
+    out = tmp_path / "one_step"
+    plugins.reset()
+    train(out, train_steps=1, eval_steps=0)
+    plugins.reset()
+    page = tmp_path / "one_step.html"
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0
+    panel = page.read_text().split('id="update_ratio"', 1)[1].split("</section>", 1)[0]
+    assert "saved no weights" not in panel
+    assert "one training step" in panel, panel

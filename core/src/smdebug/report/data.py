@@ -83,7 +83,8 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
         marks.append({"step": provenance["step"], "label": "first non-finite value"})
     data["curves"] = _curves(trial, limits, notes, marks)
     data["gradients"] = _gradient_heatmap(trial, reduction, limits, notes)
-    data["update_ratio"] = _update_ratio_heatmap(trial, limits, notes)
+    data["unavailable"] = {}  # why a heatmap is missing although the run saved what it is made of
+    data["update_ratio"] = _update_ratio_heatmap(trial, limits, notes, data["unavailable"])
     # damaged steps, as `smdebug ls` lists them: a malformed index file, or a record found damaged while
     # the page read it (so this comes last)
     data["damaged"] = {w: {str(s): why for s, why in steps.items()} for w, steps in trial.corrupt().items()}
@@ -260,8 +261,9 @@ def _gradient_heatmap(trial, reduction: str | None, limits: Limits, notes: list[
     return _heatmap(title, [lbl for lbl, _ in layers], steps, grid, present)
 
 
-def _update_ratio_heatmap(trial, limits: Limits, notes: list[str]) -> dict | None:
-    """||w_t - w_prev|| / ||w_prev|| between consecutive saved steps of each weight saved as a value."""
+def _update_ratio_heatmap(trial, limits: Limits, notes: list[str], why: dict) -> dict | None:
+    """||w_t - w_prev|| / ||w_prev|| between consecutive saved steps of each weight saved as a value;
+    None, with the reason in ``why["update_ratio"]`` when weights were saved as values, if no ratio is."""
     names = [
         n
         for c in ("weights", "biases")
@@ -277,9 +279,11 @@ def _update_ratio_heatmap(trial, limits: Limits, notes: list[str]) -> dict | Non
     steps = _grid(trial, names, limits, notes, "weight-update ratio heatmap", keep)
     grid = np.full((len(layers), len(steps)), np.nan)
     present = np.zeros(grid.shape, dtype=bool)
+    most = 0  # the most training steps a weight was saved at
     for i, (_, tname) in enumerate(layers):
         tensor = trial.tensor(tname)
         saved = [s for s in tensor.steps() if keep is None or keep(s)]
+        most = max(most, len(saved))
         index = {s: k for k, s in enumerate(saved)}
         for j, step in enumerate(steps):
             k = index.get(step)
@@ -297,6 +301,14 @@ def _update_ratio_heatmap(trial, limits: Limits, notes: list[str]) -> dict | Non
                 grid[i, j] = np.linalg.norm(now - before) / base
             present[i, j] = True
     if not present.any():
+        if most < 2:
+            why["update_ratio"] = (
+                "the weights were saved as values at one training step only: a ratio needs two"
+            )
+        else:
+            why["update_ratio"] = (
+                "no weight was saved at two training steps with a nonzero value at the first"
+            )
         return None
     heatmap = _heatmap("weight-update ratio ||Δw|| / ||w||", [lbl for lbl, _ in layers], steps, grid, present)
     heatmap["missing"] = "no ratio: not saved, its first step, or the weight before was all zeros"

@@ -53,7 +53,11 @@ def render(data: dict, reload_seconds: float = 0.0) -> str:
         _curves(data),
         _heatmap_section("gradients", "heatmap-gradients", data.get("gradients"), "Gradients per layer"),
         _heatmap_section(
-            "update_ratio", "heatmap-update-ratio", data.get("update_ratio"), "Weight-update ratio per layer"
+            "update_ratio",
+            "heatmap-update-ratio",
+            data.get("update_ratio"),
+            "Weight-update ratio per layer",
+            (data.get("unavailable") or {}).get("update_ratio"),
         ),
         _rules(data),
         _contents(data),
@@ -187,10 +191,10 @@ def _summary(curve: dict) -> str:
     return f' <span class="summary">({escape(curve["summary"])})</span>' if curve.get("summary") else ""
 
 
-def _heatmap_section(key: str, element_id: str, heatmap: dict | None, title: str) -> str:
+def _heatmap_section(key: str, element_id: str, heatmap: dict | None, title: str, why=None) -> str:
     if heatmap is None:
         what = "gradients" if key == "gradients" else "weights as values"
-        inner = f"<p>Not available: the run saved no {what}.</p>"
+        inner = f"<p>Not available: {escape(why or f'the run saved no {what}')}.</p>"
     else:
         inner = (
             f"<p><b>{escape(heatmap['title'])}</b>: {len(heatmap['rows'])} layers × "
