@@ -256,3 +256,19 @@ def test_validation_phases_pair_by_the_training_step_they_follow(tmp_path):
     df = diff(often, rarely).set_index("tensor")
     assert df.loc[LOSS, "status"] == "agrees", df.loc[LOSS].to_dict()
     assert df.loc[LOSS, "steps_compared"] == 16 + 1  # every training step and the one shared validation
+
+
+def test_a_tolerance_that_is_not_a_number_is_a_clear_error(runs, capsys):
+    """--atol nan silently dropped the tolerance (any difference at all 'differed'), --atol inf made any
+    two runs 'agree': a tolerance must be a finite number >= 0, else one line (exit 2)."""
+    from smdebug.cli import main
+    from smdebug.exceptions import SMDebugValueError
+    from smdebug.trials import diff
+
+    for option in ("--rtol", "--atol"):
+        for bad in ("nan", "inf"):
+            assert main(["diff", runs["a"], runs["same"], option, bad]) == 2, (option, bad)
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert option[2:] in line and bad in line, line
+    with pytest.raises(SMDebugValueError, match="rtol"):
+        diff(runs["a"], runs["same"], rtol=float("nan"))

@@ -109,8 +109,8 @@ def compare(
     run of one worker with the other's one worker, whatever their names)."""
     from smdebug.trials.trial import Trial, create_trial
 
-    if rtol < 0 or atol < 0:
-        raise SMDebugValueError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+    if not all(math.isfinite(t) and t >= 0 for t in (rtol, atol)):  # nan or inf: no tolerance at all
+        raise SMDebugValueError(f"rtol and atol must be finite numbers >= 0, got rtol={rtol}, atol={atol}")
     if b is None and workers is None:
         raise SMDebugValueError("diff needs two runs, or one run and workers=(W1, W2)")
     ta = a if isinstance(a, Trial) else create_trial(a)
