@@ -586,3 +586,55 @@ def test_a_missing_update_ratio_says_why_when_weights_were_saved(tmp_path, cli):
     panel = page.read_text().split('id="update_ratio"', 1)[1].split("</section>", 1)[0]
     assert "saved no weights" not in panel
     assert "one training step" in panel, panel
+
+
+def test_a_page_opened_before_the_run_starts_waits_for_it(tmp_path, cli):
+    """--watch started before training (the run's folder does not exist yet): the page is there at once,
+    says it waits for the run and reloads itself (a browser opened on it found no file, and never
+    retried); --timeout without a run leaves a page that says watching stopped and no longer reloads."""
+    out, page = tmp_path / "not_started", tmp_path / "waiting.html"
+    exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
+    watcher = subprocess.Popen(
+        [
+            exe,
+            "report",
+            str(out),
+            "-o",
+            str(page),
+            "--watch",
+            "--interval",
+            "0.5",
+            "--no-rules",
+            "--timeout",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not page.exists():
+            assert watcher.poll() is None and time.monotonic() < deadline, watcher.communicate()
+            time.sleep(0.2)
+        waiting = page.read_text()
+        assert (
+            "Waiting for the run" in waiting
+            and "setTimeout(function () { location.reload(); }, 500)" in waiting
+        )
+        plugins.reset()
+        train(out, train_steps=4, eval_steps=0)
+        plugins.reset()
+        stdout, stderr = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0, stderr
+    html = page.read_text()
+    assert "Waiting" not in html and LOSS in html
+    dom, stderr = chromium(page, tmp_path, "--dump-dom")
+    assert script_errors(stderr) == [] and 'data-render="ok"' in dom
+
+    result = cli("report", tmp_path / "never", "-o", page, "--watch", "--interval", "0.2", "--timeout", "1")
+    assert result.returncode == 2 and "no smdebug run appeared" in result.stderr
+    assert "Watching stopped" in page.read_text() and "location.reload" not in page.read_text()

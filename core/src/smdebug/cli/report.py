@@ -56,14 +56,15 @@ def add_command(subparsers) -> None:
 
 def run(args) -> int:
     from smdebug.cli._common import open_trial, reach_trial
-    from smdebug.report import Limits, check_output, write_report
+    from smdebug.report import Limits, check_output, write_page, write_report
+    from smdebug.report.page import waiting_page
 
     for name in ("interval", "max_points", "max_steps", "max_cells", "max_curves"):
         if getattr(args, name) <= 0:
             raise SMDebugValueError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.timeout is not None and args.timeout < 0:
         raise SMDebugValueError(f"--timeout must be >= 0, got {args.timeout}")
-    check_output(args.output)  # before reading the run (or waiting for one that has not started)
+    output = check_output(args.output)  # before reading the run (or waiting for one that has not started)
     limits = Limits(
         max_points=args.max_points,
         max_steps=args.max_steps,
@@ -75,10 +76,11 @@ def run(args) -> int:
         path = write_report(open_trial(args.run), args.output, **options)
         print(f"Report written to {path}")
         return 0
-    trial = _wait_for_run(reach_trial(args.run, missing_ok=True), args)
+    trial = reach_trial(args.run, missing_ok=True)
     last_change, seen, path = time.monotonic(), None, None
     try:
         with _sigterm_interrupts():
+            _wait_for_run(trial, args, output)
             while True:
                 trial.maybe_refresh(force=True)
                 ended = trial.training_ended()
@@ -104,6 +106,9 @@ def run(args) -> int:
         if path is not None:
             write_report(trial, args.output, **options)
             print(f"Stopped watching (interrupted); report written to {path}")
+        else:
+            write_page(waiting_page(args.run), output)
+            print(f"Stopped watching (interrupted) before the run wrote a step; {output} says so")
         return 130
 
 
@@ -126,12 +131,19 @@ def _sigterm_interrupts():
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _wait_for_run(trial, args):
-    """A run that has not started yet: wait for its first step (or --timeout)."""
+def _wait_for_run(trial, args, output: str) -> None:
+    """A run that has not started yet: wait for its first step (or --timeout), the page saying so and
+    reloading itself meanwhile (a browser opened on it at once would otherwise find no file, for good)."""
+    from smdebug.report import write_page
+    from smdebug.report.page import waiting_page
+
     start = time.monotonic()
+    waiting = False
     while not trial.steps(show_incomplete_steps=True) and not trial.training_ended():
+        if not waiting:
+            waiting = bool(write_page(waiting_page(args.run, args.interval), output))
         if args.timeout is not None and time.monotonic() - start > args.timeout:
+            write_page(waiting_page(args.run), output)
             raise SMDebugValueError(f"{args.run}: no smdebug run appeared within {args.timeout:g} s")
         time.sleep(min(args.interval, 1.0))
         trial.refresh()
-    return trial

@@ -11,7 +11,7 @@ import os
 from smdebug.report.data import Limits, collect
 from smdebug.report.page import render
 
-__all__ = ["Limits", "build_report", "check_output", "write_report"]
+__all__ = ["Limits", "build_report", "check_output", "write_page", "write_report"]
 
 
 def build_report(
@@ -58,10 +58,14 @@ def check_output(output) -> str:
 def write_report(trial, output: str, **kwargs) -> str:
     """Write the page to the local file or fsspec URI ``output``, replaced whole, so that a browser never
     reads half a page."""
+    output = check_output(output)
+    return write_page(build_report(trial, **kwargs), output)
+
+
+def write_page(page: str, output: str) -> str:
+    """Write an HTML page to the local file or fsspec URI ``output`` (checked), replaced whole."""
     from smdebug.store import Store
 
-    output = check_output(output)
-    page = build_report(trial, **kwargs)
     if not Store.is_plain_local(output):  # a URI: written whole through fsspec, as the runs are read
         folder, _, name = output.rpartition("/")
         Store(folder).write_bytes(name, page.encode("utf-8"))

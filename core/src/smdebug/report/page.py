@@ -69,6 +69,32 @@ def render(data: dict, reload_seconds: float = 0.0) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def waiting_page(run: str, reload_seconds: float = 0.0) -> str:
+    """The page ``--watch`` writes until the run has its first step: it says so, and reloads itself into
+    the report (without ``reload_seconds``: watching stopped before the run started)."""
+    style = resources.files("smdebug.report").joinpath("report.css").read_text("utf-8")
+    if reload_seconds:
+        state = (
+            f"Waiting for the run to write its first step; this page reloads itself every {reload_seconds:g} s "
+            "and becomes the run's report."
+        )
+        reload = (
+            f"<script>setTimeout(function () {{ location.reload(); }}, {reload_seconds * 1000:.0f});</script>"
+        )
+    else:
+        state, reload = "Watching stopped before the run wrote its first step.", ""
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>smdebug report: {escape(run)}</title><style>{style}</style></head><body>",
+            f'<header><h1>smdebug report</h1><div class="meta"><span class="mono">{escape(run)}</span></div></header>',
+            f'<main><section class="live" id="waiting">{escape(state)}</section></main>{reload}',
+            "</body></html>",
+        ]
+    )
+
+
 def _header(data: dict) -> str:
     state = "training ended" if data["training_ended"] else "training not ended (live or interrupted)"
     damaged = {s for steps in (data.get("damaged") or {}).values() for s in steps}
