@@ -911,3 +911,22 @@ def test_a_slow_observer_is_named_once_and_still_sees_every_step(tmp_path, caplo
     assert slow.steps == [0, 1, 2] and trial.steps() == [0, 1, 2]
     logged = [r.getMessage() for r in caplog.records if "'slow'" in r.getMessage()]
     assert len(logged) == 1 and "took 1." in logged[0] and "in smdebug_step_begin" in logged[0], logged
+
+
+def test_the_plugin_api_the_docs_name_is_public_and_in_help_basehook(tmp_path):
+    """docs/writing-a-plugin.md sends plugin authors to help(BaseHook) for its API (BaseHook had no
+    docstring: the list was only the module's) and names every call and override point in its tables."""
+    import re
+
+    doc = (Path(__file__).parents[2] / "docs" / "writing-a-plugin.md").read_text()
+    section = doc[doc.index("## BaseHook's plugin API") : doc.index("**Health**")]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    names = {name for row in rows for name in re.findall(r"`(?:with self\.)?([a-z_]+)", row)}
+    hook = BaseHook(out_dir=str(tmp_path / "run"))
+    try:
+        missing = sorted(name for name in names if not hasattr(hook, name) or name.startswith("_"))
+        assert missing == [], missing
+        undocumented = sorted(name for name in names if name not in (BaseHook.__doc__ or ""))
+        assert undocumented == [], undocumented
+    finally:
+        hook.close()

@@ -28,7 +28,8 @@ Overridden by a plugin (all optional):
 Called by a plugin:
     begin_step(), end_step()      step boundaries; they never raise into training
     next_idle_step()              both at once, cheaply, between two steps that save nothing
-    raise_if_stop_requested()     raises StopTraining once after a rule or the stop signal asked for it
+    raise_if_stop_requested()     raises StopTraining once after a rule or the stop signal asked for it;
+                                  should_stop() asks the same without raising
     anything_due(), is_due(name), any_due(names), has_due_collection(*names), due_collections,
     collections_of(name), layer_wanted(layer)
     save_for_step(name, value)    save a tensor the framework shows if it is due (and list it in its
@@ -44,6 +45,7 @@ Called by a plugin:
                                   or not); record_placement(name, placement) says where a saved shard lies
     record_unsaved_tensor(name, reason)
                                   a tensor that could not be captured (the run's tensor notes list it)
+    write_summary(serialized)     a TensorBoard Summary the framework serialized, to the hook's TensorBoard run
     guard(what), warn_once(...)   never break training: log once, go on
     collections_changed()         collections must be prepared again before the next step
     collections_version           changes whenever collections_of's answers may have: a key for what a
@@ -119,6 +121,8 @@ def set_hook(hook: BaseHook | None) -> None:
 
 
 class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
+    __doc__ = __doc__  # the plugin API the module's docstring lists, for help(BaseHook)
+
     framework: ClassVar[str] = ""
     options_class: ClassVar[type[HookConfig]] = HookConfig
     collection_class: ClassVar[type[Collection]] = Collection
