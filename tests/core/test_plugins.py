@@ -887,7 +887,7 @@ def test_a_plugin_that_hangs_in_an_observation_hook_does_not_stall_training(
     logged = [r.getMessage() for r in caplog.records if "'hanging'" in r.getMessage()]
     assert logged == [
         f"smdebug: plugin 'hanging' failed in {hook_name} and is skipped: PluginHung: it did not return "
-        "within 0.5 s (SMDEBUG_PLUGIN_TIMEOUT); training goes on without its observation hooks"
+        "within 0.5 s (SMDEBUG_PLUGIN_TIMEOUT) and is not called again"
     ], logged
 
 
@@ -930,3 +930,39 @@ def test_the_plugin_api_the_docs_name_is_public_and_in_help_basehook(tmp_path):
         assert undocumented == [], undocumented
     finally:
         hook.close()
+
+
+class HangingOnce:
+    """A plugin whose calls made once (its declaration, a run's store) never return in time."""
+
+    def __init__(self):
+        import threading
+
+        self.release = threading.Event()
+
+    @hookimpl
+    def smdebug_framework(self):
+        self.release.wait(20)
+
+    @hookimpl(tryfirst=True)
+    def smdebug_open_store(self, uri):
+        self.release.wait(20)
+
+
+def test_a_plugin_that_hangs_in_a_call_made_once_does_not_stall_the_process(tmp_path, monkeypatch, caplog):
+    """A plugin whose smdebug_framework hung stalled every configured Python process at its start (and
+    every `import smdebug.<alias>`); one whose smdebug_open_store hung, every hook and Trial."""
+    monkeypatch.setenv("SMDEBUG_PLUGIN_TIMEOUT", "0.5")
+    hanging = HangingOnce()
+    plugins.get_plugin_manager().register(hanging, name="hanging-once")
+    try:
+        assert "dummy" in plugins.frameworks()
+        trial = _saved_run(str(tmp_path / "run"), [np.array([1.0]), np.array([2.0])])
+    finally:
+        hanging.release.set()
+    assert trial.steps() == [0, 1] and trial.tensor("w").value(1).tolist() == [2.0]
+    logged = [r.getMessage() for r in caplog.records if "'hanging-once'" in r.getMessage()]
+    assert logged == [
+        "smdebug: plugin 'hanging-once' failed in smdebug_framework and is skipped: PluginHung: it did not "
+        "return within 0.5 s (SMDEBUG_PLUGIN_TIMEOUT) and is not called again"
+    ], logged

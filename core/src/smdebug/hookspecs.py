@@ -9,10 +9,10 @@ Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation t
 per process and skipped (a firstresult hook then asks the next one, finally the core's); a plugin that
 implements a hook not listed here, or takes an argument its hook does not have, is refused when it loads,
 naming the closest one; hook wrappers (``wrapper=True`` or ``hookwrapper=True``) are honoured. A plugin's
-observation hooks (``smdebug_step_begin``, ``smdebug_step_end``, ``smdebug_tensor_saved``,
-``smdebug_hook_closed``) run on a thread of the plugin's own while the caller waits: a call lasting over a
+observation hooks and the calls made once (``smdebug_framework``, ``smdebug_open_store``, ``smdebug_rules``,
+``smdebug_add_commands``) run on a thread of the plugin's own while the caller waits: a call lasting over a
 second is logged once, and one lasting over ``SMDEBUG_PLUGIN_TIMEOUT`` seconds (5) is no longer waited for
-and the plugin's observation hooks are skipped from then on, so that none can stall training. Plugins are found through the ``smdebug``
+and the plugin is not called there again, so that none can stall training or a process's start. Plugins are found through the ``smdebug``
 entry-point group; the core's own defaults (numpy capture and reductions, the fsspec store, the built-in
 rules, the in-training rule runner, TensorBoard export) implement these same hooks (``smdebug.defaults``).
 """

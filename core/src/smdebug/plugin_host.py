@@ -24,10 +24,10 @@ from smdebug import hookspecs
 from smdebug.exceptions import did_you_mean
 from smdebug.plugin_calls import CallList, PluginCalls
 from smdebug.plugin_isolation import (
-    OBSERVATION_HOOKS,
+    BOUNDED_HOOKS,
     PluginThread,
     isolate,
-    isolate_observer,
+    isolate_bounded,
     isolate_wrapper,
 )
 
@@ -140,7 +140,7 @@ class PluginHost(PluginCalls):
         self._entry_points: dict[str, tuple[metadata.EntryPoint, bool]] = {}
         self.load_errors: dict[str, str] = {}  # entry-point name -> why it failed to load
         self._untrace: Callable[[], Any] | None = None
-        self._threads: dict[str, PluginThread] = {}  # plugin name -> where its observation hooks run
+        self._threads: dict[str, PluginThread] = {}  # plugin name -> where its BOUNDED_HOOKS run
 
     # -- the PluginManager -------------------------------------------------------------------------
     @property
@@ -248,10 +248,10 @@ class PluginHost(PluginCalls):
                     impl.function = isolate_wrapper(impl.function, name, caller.name, self._report)
                 elif caller.name in RAISING_HOOKS or (firstresult and name in self.defaults):
                     continue  # its error is the caller's (the core's own answer of last resort)
-                elif caller.name in OBSERVATION_HOOKS and name not in self.defaults:
+                elif caller.name in BOUNDED_HOOKS and name not in self.defaults:
                     thread = PluginThread(name, self._report)
                     thread = self._threads.setdefault(name, thread)
-                    impl.function = isolate_observer(impl.function, thread, caller.name, self._report)
+                    impl.function = isolate_bounded(impl.function, thread, caller.name, self._report)
                 else:
                     impl.function = isolate(impl.function, name, caller.name, self._report)
 

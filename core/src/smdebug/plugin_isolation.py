@@ -1,6 +1,6 @@
 """Isolating a plugin's hook implementations: an implementation (or hook wrapper) that raises is reported
 once (naming the plugin and the hook) and its call goes on as if it were not there; a plugin's observation
-hooks run on a thread of their own, waited for at most SMDEBUG_PLUGIN_TIMEOUT seconds."""
+hooks and calls made once run on a thread of their own, waited for at most SMDEBUG_PLUGIN_TIMEOUT seconds."""
 
 from __future__ import annotations
 
@@ -68,24 +68,36 @@ def isolate_wrapper(function: Callable, plugin_name: str, hook_name: str, report
     return isolated
 
 
-# Hooks that only observe (their answer is ignored): a plugin's run on a thread of its own, so that one
-# that hangs or is slow cannot stall training (the core's own observers run in place).
-OBSERVATION_HOOKS = frozenset(
-    {"smdebug_step_begin", "smdebug_step_end", "smdebug_tensor_saved", "smdebug_hook_closed"}
+# Hooks a plugin's implementations of run on a thread of the plugin's own, so that one that hangs or is
+# slow cannot stall training or a process's start: the observers (their answer is ignored) and the calls
+# made once (a declaration, a run's store, rules, commands). The core's own run in place; so do the
+# per-tensor capture hooks (a thread switch per tensor) and activation (it runs inside the framework's
+# import).
+BOUNDED_HOOKS = frozenset(
+    {
+        "smdebug_step_begin",
+        "smdebug_step_end",
+        "smdebug_tensor_saved",
+        "smdebug_hook_closed",
+        "smdebug_framework",
+        "smdebug_open_store",
+        "smdebug_rules",
+        "smdebug_add_commands",
+    }
 )
 TIMEOUT_ENV = "SMDEBUG_PLUGIN_TIMEOUT"
-DEFAULT_TIMEOUT = 5.0  # seconds training waits for one observation call before it drops the plugin
+DEFAULT_TIMEOUT = 5.0  # seconds a caller waits for one such call before it drops the plugin
 SLOW = 1.0  # seconds: a call this long is named once (training waited for it)
 
 
 class PluginHung(Exception):
-    """A plugin's observation call did not return within the plugin timeout."""
+    """A plugin's call did not return within the plugin timeout."""
 
 
 class PluginThread:
-    """The thread one plugin's observation hooks run on. The caller waits for each call at most
+    """The thread one plugin's BOUNDED_HOOKS run on. The caller waits for each call at most
     SMDEBUG_PLUGIN_TIMEOUT seconds; a call that takes longer raises PluginHung (reported once), and the
-    plugin's observation hooks are skipped from then on, its thread left to finish on its own."""
+    plugin's calls here are skipped from then on, its thread left to finish on its own."""
 
     def __init__(self, plugin_name: str, report: Callable):
         self.plugin_name = plugin_name
@@ -125,8 +137,7 @@ class PluginThread:
         if not done.acquire(timeout=timeout):
             self.hung = True
             raise PluginHung(
-                f"it did not return within {timeout:g} s ({TIMEOUT_ENV}); training goes on without "
-                "its observation hooks"
+                f"it did not return within {timeout:g} s ({TIMEOUT_ENV}) and is not called again"
             )
         took = time.perf_counter() - start
         if took >= SLOW and not self.slow_named:
@@ -158,8 +169,8 @@ def _serve(calls: queue.SimpleQueue) -> None:
         del function, args, kwargs, outcome, done  # the hook and its values are not held between calls
 
 
-def isolate_observer(function: Callable, thread: PluginThread, hook_name: str, report: Callable) -> Callable:
-    """An observation hook's implementation run on its plugin's thread (``isolate`` otherwise)."""
+def isolate_bounded(function: Callable, thread: PluginThread, hook_name: str, report: Callable) -> Callable:
+    """An implementation of one of BOUNDED_HOOKS, run on its plugin's thread (``isolate`` otherwise)."""
 
     def bounded(*args, **kwargs):
         return thread.call(function, hook_name, args, kwargs)
