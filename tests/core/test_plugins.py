@@ -966,3 +966,133 @@ def test_a_plugin_that_hangs_in_a_call_made_once_does_not_stall_the_process(tmp_
         "smdebug: plugin 'hanging-once' failed in smdebug_framework and is skipped: PluginHung: it did not "
         "return within 0.5 s (SMDEBUG_PLUGIN_TIMEOUT) and is not called again"
     ], logged
+
+
+# -- a storage plugin written from the Store protocol alone --------------------------------------------
+class StagedBytes:
+    def __init__(self, store, relpath):
+        self.store, self.relpath, self.parts, self.size = store, relpath, [], 0
+
+    def write(self, data):
+        self.parts.append(bytes(data))
+        self.size += len(data)
+
+    def commit(self):
+        self.store.write_bytes(self.relpath, b"".join(self.parts))
+
+    def resume(self):
+        pass
+
+    def discard(self):
+        self.parts, self.size = [], 0
+
+    @property
+    def in_memory(self):
+        return self.size
+
+    def spill(self):
+        pass
+
+
+class KVStore:
+    """Only the members of smdebug.types.Store (no delegation to the core's Store): fsspec's memory
+    filesystem under kv://."""
+
+    def __init__(self, uri, is_local):
+        import fsspec
+
+        self.uri, self.is_local = uri, is_local
+        self.root = "/kv/" + uri[len("kv://") :].strip("/")
+        self.fs = fsspec.filesystem("memory")
+
+    def path(self, relpath):
+        return f"{self.root}/{relpath}" if relpath else self.root
+
+    def relative(self, path):
+        return path[len(self.root) + 1 :]
+
+    def describe(self, exc):
+        return f"{type(exc).__name__}: {exc}"
+
+    def write_bytes(self, relpath, data):
+        self.fs.pipe_file(self.path(relpath), bytes(data))
+
+    def create_exclusive(self, relpath, data):
+        if self.fs.exists(self.path(relpath)):
+            raise FileExistsError(relpath)
+        self.write_bytes(relpath, data)
+
+    def remove(self, relpath):
+        try:
+            self.fs.rm_file(self.path(relpath))
+        except FileNotFoundError:
+            pass
+
+    def stage(self, relpath):
+        return StagedBytes(self, relpath)
+
+    def open_write(self, relpath):
+        return self.fs.open(self.path(relpath), "wb")
+
+    def read_bytes(self, relpath, start=None, end=None):
+        return self.fs.cat_file(self.path(relpath))[start:end]
+
+    def read_many(self, relpaths):
+        found = {}
+        for relpath in relpaths:
+            try:
+                found[relpath] = self.read_bytes(relpath)
+            except FileNotFoundError:
+                pass
+        return found
+
+    def read_ranges(self, relpath_ranges):
+        out = []
+        for relpath, start, end in relpath_ranges:
+            try:
+                out.append(self.read_bytes(relpath, start, end))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def exists(self, relpath):
+        return self.fs.exists(self.path(relpath))
+
+    def list(self, relprefix):
+        base = self.path(relprefix)
+        return sorted(self.relative(p) for p in self.fs.find(base)) if self.fs.exists(base) else []
+
+    def list_dirs(self, relprefix):
+        try:
+            entries = self.fs.ls(self.path(relprefix), detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(self.relative(e["name"]) for e in entries if e["type"] == "directory")
+
+
+class KVStorage:
+    def __init__(self, is_local):
+        self.is_local = is_local
+
+    @hookimpl
+    def smdebug_open_store(self, uri):
+        return KVStore(uri, self.is_local) if uri.startswith("kv://") else None
+
+
+@pytest.mark.parametrize("is_local", [False, True])
+def test_a_store_with_only_the_protocols_members_writes_and_reads_runs(is_local, capsys):
+    """A store written from smdebug.types.Store alone (no delegation to the core's Store) lost every step
+    (the writer called its staged file's seal, no member of StagedFile) and no Trial or CLI command could
+    open its runs (they called its probe, no member of Store; a local one's open_regular neither)."""
+    from smdebug import types
+    from smdebug.cli import main
+
+    plugins.get_plugin_manager().register(KVStorage(is_local), name="kv-storage")
+    uri = f"kv://runs/{'local' if is_local else 'remote'}"
+    assert isinstance(plugins.open_store(uri), types.Store)
+    trial = _saved_run(uri, [np.array([1.0, 2.0]), np.array([3.0, 4.0])])
+    assert trial.steps() == [0, 1] and trial.tensor("w").value(1).tolist() == [3.0, 4.0]
+    capsys.readouterr()
+    assert main(["ls", uri]) == 0
+    out = capsys.readouterr().out
+    assert "training ended" in out and "Steps: 0, 1" in out, out

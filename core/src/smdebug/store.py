@@ -27,6 +27,8 @@ from smdebug.exceptions import CorruptRunError
 if TYPE_CHECKING:
     import fsspec
 
+    from smdebug.types import Store as StoreProtocol
+
 # A step staged for a remote store stays in memory up to this size, then spills to a local temp file.
 SPOOL_BYTES = 8 * 1024 * 1024
 # Files up to this size are uploaded with one PUT (retryable as a whole); larger ones are streamed.
@@ -339,22 +341,7 @@ class Store:
             raise OSError(f"{folder} leads out of the output location (a symbolic link); not written")
 
     def probe(self, timeout: float) -> BaseException | None:
-        """List the root once, off the calling thread and waiting at most ``timeout`` seconds: None when
-        the store answered, else what it raised (FileNotFoundError: no such folder), or TimeoutError
-        when it did not answer in time (an endpoint that hangs; the listing goes on in the background)."""
-        outcome: list = []
-
-        def listing():
-            try:
-                self.fs.ls(self.root, detail=False)
-                outcome.append(None)
-            except BaseException as exc:
-                outcome.append(exc)
-
-        thread = threading.Thread(target=listing, name="smdebug-store-probe", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        return outcome[0] if outcome else TimeoutError(f"no answer within {timeout:g} s")
+        return probe(self, timeout)
 
     def exists(self, relpath: str) -> bool:
         path = self.path(relpath)
@@ -568,3 +555,23 @@ def _relpath(relpath: str) -> str:
     if relpath.startswith("/") or "\0" in relpath or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"refusing unsafe path {relpath!r} inside the output location")
     return relpath
+
+
+def probe(store: StoreProtocol, timeout: float) -> BaseException | None:
+    """List a store's root once, off the calling thread and waiting at most ``timeout`` seconds: None when
+    the store answered, else what it raised (FileNotFoundError: no such folder), or TimeoutError when it
+    did not answer in time (an endpoint that hangs; the listing goes on in the background). Any store
+    (``smdebug.types.Store``: a plugin's too) through its ``fs`` and ``root``."""
+    outcome: list = []
+
+    def listing():
+        try:
+            store.fs.ls(store.root, detail=False)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=listing, name="smdebug-store-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return outcome[0] if outcome else TimeoutError(f"no answer within {timeout:g} s")

@@ -7,7 +7,7 @@ import os
 
 from smdebug.exceptions import SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys, to_mode
-from smdebug.store import reach_timeout
+from smdebug.store import probe, reach_timeout
 
 # How long the CLI waits for a remote store's first answer before saying it is unreachable (seconds).
 EXIT_FIRED = 1  # `smdebug rules`: a rule fired
@@ -47,7 +47,7 @@ def reach_trial(path: str, missing_ok: bool = False):
 def _probe(store, missing_ok: bool = False) -> None:
     """List the run's folder once, off the main thread and with a deadline: an unreachable endpoint or
     missing credentials become one clear error instead of minutes of retries and a traceback."""
-    result = store.probe(REACH_TIMEOUT)
+    result = probe(store, REACH_TIMEOUT)
     if isinstance(result, TimeoutError):
         raise SMDebugValueError(f"{store.uri}: cannot read the run: no answer within {REACH_TIMEOUT:g} s")
     if isinstance(result, FileNotFoundError):

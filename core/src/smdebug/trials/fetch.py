@@ -209,6 +209,11 @@ class RecordFetcher:
 
 def _read_head(store, file: str, size: int) -> bytes | BaseException:
     """The first ``size`` bytes of a local file of the run (fewer when it is shorter), or the error."""
+    if not hasattr(store, "open_regular"):  # a plugin's store: what the Store protocol offers
+        try:
+            return store.read_bytes(file, 0, size)
+        except OSError as exc:
+            return exc
     try:
         fd, real_size = store.open_regular(store.path(file))
     except (OSError, CorruptRunError) as exc:

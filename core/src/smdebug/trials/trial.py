@@ -146,9 +146,9 @@ class Trial:
         """A remote store that does not answer (an endpoint that hangs or is down, no credentials) is one
         SMDebugValueError naming the URI and the cause, within SMDEBUG_CLI_REACH_TIMEOUT seconds (20),
         not minutes of the storage client's retries."""
-        from smdebug.store import reach_timeout
+        from smdebug.store import probe, reach_timeout
 
-        problem = self.store.probe(reach_timeout())
+        problem = probe(self.store, reach_timeout())
         if problem is not None and not isinstance(problem, FileNotFoundError):  # (a run not written yet)
             raise SMDebugValueError(f"{self.store.uri}: cannot read the run: {self.store.describe(problem)}")
 

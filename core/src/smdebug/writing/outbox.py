@@ -18,7 +18,7 @@ import time
 from smdebug import layout
 from smdebug.exceptions import OutDirExistsError
 from smdebug.layout import END_OF_JOB_FILE, event_file_path, index_file_path
-from smdebug.store import StagedFile, Store
+from smdebug.store import Store
 from smdebug.writing.ownership import ClaimPublication, release_worker
 from smdebug.writing.settings import CLOSE_RETRY_MAX, RETRY_FIRST, RETRY_MAX
 
@@ -66,7 +66,7 @@ class Publication:
 
     def __init__(self, step: int | None, parts: list):
         self.step = step
-        self.parts = parts  # StagedFile, or (relpath, bytes)
+        self.parts = parts  # a staged file (the store's: any StagedFile protocol object), or (relpath, bytes)
         self.file = None if step is not None else parts[0][0]
         self.memory = 0  # what it counted for in the outbox's memory budget
 
@@ -77,23 +77,23 @@ class Publication:
     def publish(self, store: Store) -> None:
         while self.parts:  # parts already published are not sent again on a retry
             part = self.parts[0]
-            if isinstance(part, StagedFile):
+            if not isinstance(part, tuple):
                 part.commit()
             else:
                 store.write_bytes(*part)
             self.parts.pop(0)
 
     def in_memory(self) -> int:
-        return sum(p.in_memory if isinstance(p, StagedFile) else len(p[1]) for p in self.parts)
+        return sum(len(p[1]) if isinstance(p, tuple) else p.in_memory for p in self.parts)
 
     def spill(self) -> None:
         for p in self.parts:
-            if isinstance(p, StagedFile):
+            if not isinstance(p, tuple):
                 p.spill()
 
     def discard(self) -> None:
         for p in self.parts:
-            if isinstance(p, StagedFile):
+            if not isinstance(p, tuple):
                 p.discard()
         self.parts = []
 

@@ -331,7 +331,7 @@ class RunWriter(Outbox):
                 if waiting is None or waiting is not self._publishing or self._abandoned:
                     break
                 self._lock.wait(1.0)
-            if waiting is not None and waiting.parts and isinstance(waiting.parts[0], StagedFile):
+            if waiting is not None and waiting.parts and not isinstance(waiting.parts[0], tuple):
                 self._outbox.remove(waiting)  # not yet published: append to the staged file itself
                 self._outbox_memory -= waiting.memory
                 st.staged = waiting.parts[0]
@@ -424,8 +424,10 @@ class RunWriter(Outbox):
         )
         parts = []
         if st.staged is not None:
+            seal = getattr(st.staged, "seal", None)  # the core's own (a plugin's commit does it all)
             try:  # the file's last buffered bytes are written now: a full disk may fail only here
-                st.staged.seal()
+                if seal is not None:
+                    seal()
             except Exception as exc:
                 self._fail(st, exc)
                 return
