@@ -1096,3 +1096,32 @@ def test_a_store_with_only_the_protocols_members_writes_and_reads_runs(is_local,
     assert main(["ls", uri]) == 0
     out = capsys.readouterr().out
     assert "training ended" in out and "Steps: 0, 1" in out, out
+
+
+class Watching:
+    def __init__(self):
+        self.names = []
+
+    @hookimpl
+    def smdebug_tensor_saved(self, name, step):
+        self.names.append((step, name))
+
+
+def test_an_observer_sees_reductions_by_the_stored_names_its_hookspec_gives():
+    """smdebug_tensor_saved's docstring gave a reduction's name as '<tensor>_<reduction>'; an observer
+    gets the stored name, smdebug/reductions/<reduction>/<tensor> (abs_<reduction>)."""
+    watching = Watching()
+    plugins.get_plugin_manager().register(watching, name="watching")
+    hook = BaseHook(
+        out_dir="memory://observed-reductions",
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(reductions=["max"], abs_reductions=["mean"]),
+        include_regex=["^w$"],
+    )
+    hook.begin_step()
+    hook.save_for_step("w", np.array([1.0, -3.0]))
+    hook.end_step()
+    hook.close()
+    assert sorted(watching.names) == [(0, "smdebug/reductions/abs_mean/w"), (0, "smdebug/reductions/max/w")]
+    doc = hookspecs.smdebug_tensor_saved.__doc__
+    assert "smdebug/reductions/<reduction>/<tensor>" in doc and "abs_<reduction>" in doc

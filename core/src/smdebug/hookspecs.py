@@ -5,8 +5,8 @@ takes only those it uses, by these names), what to return, and how the answers c
 ``firstresult`` hook stops at the first implementation that returns something other than None (plugins
 registered later are asked first; ``tryfirst``/``trylast`` move one); the others collect every answer.
 
-Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation that raises is logged once
-per process and skipped (a firstresult hook then asks the next one, finally the core's); a plugin that
+Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation that raises, or answers
+with the wrong kind of value (the Returns below), is logged once per process and skipped (a firstresult hook then asks the next one, finally the core's); a plugin that
 implements a hook not listed here, or takes an argument its hook does not have, is refused when it loads,
 naming the closest one; hook wrappers (``wrapper=True`` or ``hookwrapper=True``) are honoured. A plugin's
 observation hooks and the calls made once (``smdebug_framework``, ``smdebug_open_store``, ``smdebug_rules``,
@@ -90,7 +90,8 @@ def smdebug_framework() -> Framework | None:
         plugin that serves no framework (a storage backend, an exporter).
 
     Every answer is used. The first plugin to declare an alias keeps it; a later declaration of the same
-    alias is logged once and ignored.
+    alias is logged once and ignored. Likewise one import name activates one framework only: the first
+    declared with it (a configuration builds one hook); the others are logged once.
     """
 
 
@@ -263,7 +264,8 @@ def smdebug_tensor_saved(hook: BaseHook, name: str, value: np.ndarray, step: int
 
     Args:
         hook: the hook.
-        name: the tensor's name (a reduction's: ``<tensor>_<reduction>`` as smdebug names them).
+        name: the tensor's name; a reduction's is its stored name,
+            ``smdebug/reductions/<reduction>/<tensor>`` (``abs_<reduction>`` for an absolute one).
         value: the host numpy array saved (do not modify it).
         step: the global step number.
         mode: the hook's mode (``ModeKeys``).
