@@ -1125,3 +1125,29 @@ def test_an_observer_sees_reductions_by_the_stored_names_its_hookspec_gives():
     assert sorted(watching.names) == [(0, "smdebug/reductions/abs_mean/w"), (0, "smdebug/reductions/max/w")]
     doc = hookspecs.smdebug_tensor_saved.__doc__
     assert "smdebug/reductions/<reduction>/<tensor>" in doc and "abs_<reduction>" in doc
+
+
+class AsksItself:
+    """An observer whose step-end call reaches another of its own hooks (it lists the rules)."""
+
+    def __init__(self):
+        self.rules_seen = []
+
+    @hookimpl
+    def smdebug_rules(self):
+        return {}
+
+    @hookimpl
+    def smdebug_step_end(self, step):
+        self.rules_seen.append("vanishing_gradient" in plugins.rules())
+
+
+def test_a_plugin_reaching_its_own_hooks_from_its_thread_does_not_wait_on_itself(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("SMDEBUG_PLUGIN_TIMEOUT", "2")
+    asks = AsksItself()
+    plugins.get_plugin_manager().register(asks, name="asks-itself")
+    _saved_run(str(tmp_path / "run"), [np.array([1.0]), np.array([2.0])])
+    assert asks.rules_seen == [True, True]
+    assert not [r for r in caplog.records if "'asks-itself'" in r.getMessage()]

@@ -105,6 +105,7 @@ class PluginThread:
         self.hung = False
         self.slow_named = False
         self._queue: queue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
         self._pid = 0
         self._lock = threading.Lock()
 
@@ -119,12 +120,14 @@ class PluginThread:
                     thread.start()
                 except RuntimeError:  # interpreter shutdown: called in place
                     return None
-                self._queue, self._pid = calls, os.getpid()
+                self._queue, self._thread, self._pid = calls, thread, os.getpid()
             return self._queue
 
     def call(self, function: Callable, hook_name: str, args: tuple, kwargs: dict):
         if self.hung:
             return None  # reported when it hung
+        if threading.current_thread() is self._thread:  # called from its own call: it would wait on itself
+            return function(*args, **kwargs)
         calls = self._started()
         if calls is None:
             return function(*args, **kwargs)
