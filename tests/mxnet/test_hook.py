@@ -293,6 +293,73 @@ def test_a_hybridized_layer_ending_in_an_operator_without_output_names_is_saved(
             )
 
 
+class _Reused(mx.gluon.HybridBlock):
+    """One Dense and one activation block applied three times: twice in a chain, once beside it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.dense = mx.gluon.nn.Dense(5, in_units=5)
+            self.act = mx.gluon.nn.Activation("tanh")
+            self.out = mx.gluon.nn.Dense(3)
+
+    def hybrid_forward(self, F, x):
+        chain = self.act(self.dense(self.act(self.dense(x))))
+        return self.out(chain + self.act(self.dense(x * 2)))
+
+
+class _Outer(mx.gluon.Block):
+    """A plain block calling its (hybridizable) inner block twice in a forward pass."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.inner = mx.gluon.nn.HybridSequential()
+            self.inner.add(mx.gluon.nn.Dense(5, in_units=5, activation="relu"))
+            self.out = mx.gluon.nn.Dense(3)
+
+    def forward(self, x):
+        return self.out(self.inner(self.inner(x)))
+
+
+@pytest.mark.parametrize("model", [_Reused, _Outer])
+def test_a_block_called_several_times_in_a_step_is_saved_per_call_when_hybridized(tmp_path, caplog, model):
+    """Each call of a block is saved under its own number (``<block>_output_0``, ``_1``...) with its own
+    value, hybridized or not: inside one cached graph the reused block's nodes share one name, and a
+    hybridized block called twice reports the same nodes twice."""
+
+    def train(out_dir, hybridize):
+        mx.random.seed(0)
+        with mx.name.NameManager():
+            net = model()
+            loss_fn = mx.gluon.loss.SoftmaxCrossEntropyLoss()
+        net.initialize(mx.init.Xavier())
+        if hybridize:
+            (net.inner if model is _Outer else net).hybridize()
+        hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1), save_all=True)
+        Run(hook, net, loss_fn).train(batches(2, seed=3))
+        hook.close()
+        return create_trial(out_dir), (net.inner[0] if model is _Outer else net.dense).name
+
+    plain, reused = train(str(tmp_path / "plain"), hybridize=False)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        hybrid, _ = train(str(tmp_path / "hybrid"), hybridize=True)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    names = sorted(plain.tensor_names())
+    calls = 3 if model is _Reused else 2
+    assert {f"{reused}_{kind}_{i}" for kind in ("input", "output") for i in range(calls)} <= set(names)
+    assert sorted(hybrid.tensor_names()) == names
+    for name in names:
+        for step in (0, 1):
+            np.testing.assert_allclose(
+                hybrid.tensor(name).value(step),
+                plain.tensor(name).value(step),
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=name,
+            )
+
+
 def test_fused_operators_are_named_in_one_warning(tmp_path, caplog):
     """static_alloc lets MXNet fuse Dense and its activation: the fused nodes are never reported."""
     plain = _train_all(str(tmp_path / "plain"), hybridize=False)

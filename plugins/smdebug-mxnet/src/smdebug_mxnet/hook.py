@@ -315,7 +315,7 @@ class Hook(BaseHook):
     def check_hybridized(self, block) -> None:
         """The model ran as one cached graph: its layers' tensors come only from a graph built while
         their blocks had the hook's forward hook (registered, and wanted by a collection)."""
-        if id(block) in self.taps.by_block or not self.layers_wanted():
+        if id(block) in self.taps.graphs or not self.layers_wanted():
             return
         # (a collection of the model's own inputs/outputs only loses nothing)
         if any(self.layer_wanted(child.name) for child in self.children_of(block)):
