@@ -1,5 +1,6 @@
 """MirroredStrategy on two logical CPU devices (a subprocess: devices are fixed when TensorFlow starts)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -48,15 +49,28 @@ def test_mirrored_strategy_saves_the_first_replica(tmp_path, data):
 
 
 def test_mirrored_strategy_all_workers(tmp_path, data):
-    """include_workers="all": each replica is a worker named after its device, as smdebug 1.0 names it."""
+    """include_workers="all": each replica is a worker named after its device, as smdebug 1.0 names it
+    (its file names hold _job-localhost_replica-0_task-0_device-CPU-0; the Trial gives the device back)."""
     x, y = data
     out = _train(tmp_path, "all")
     trial = create_trial(out)
-    devices = ["_job-localhost_replica-0_task-0_device-CPU-0", "_job-localhost_replica-0_task-0_device-CPU-1"]
-    assert sorted(trial.workers()) == devices
+    devices = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
+    assert trial.workers() == devices
+    assert trial.tensor("labels").workers(1) == devices
     labels = trial.tensor("labels")
     np.testing.assert_array_equal(labels.value(1, worker=devices[0]), y[16:24])
     np.testing.assert_array_equal(labels.value(1, worker=devices[1]), y[24:32])
+    # the form file names hold is that worker too (as this reader named it before)
+    in_files = "_job-localhost_replica-0_task-0_device-CPU-1"
+    np.testing.assert_array_equal(labels.value(1, worker=in_files), y[24:32])
+    python = os.environ.get("SMDEBUG_1034_PYTHON")
+    if python:  # smdebug 1.0.34 names the run's workers alike (run by nox -s tests-tf)
+        code = "import json, sys\nfrom smdebug.trials import create_trial\nt = create_trial(sys.argv[1])\n"
+        code += "print(json.dumps([t.workers(), sorted(t.tensor('labels').workers(1))]))"
+        done = subprocess.run([python, "-c", code, out], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        theirs = json.loads(done.stdout.strip().splitlines()[-1])
+        assert theirs == [devices, devices]
     weights = np.load(out + ".weights.npz")
     start = [
         weights[f"1:{p}"]
@@ -81,7 +95,7 @@ def test_health_finds_a_fault_in_one_replica_at_its_step(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    second = "_job-localhost_replica-0_task-0_device-CPU-1"
+    second = "/job:localhost/replica:0/task:0/device:CPU:1"
     # include_workers "one": the process is worker_0, whichever replica's share held the NaN
     # "all": each replica a worker; the NaN was in the second one's share only
     for workers, worker in (("one", "worker_0"), ("all", second)):

@@ -94,6 +94,19 @@ def parse_index_file_name(relpath: str) -> tuple[int, str] | None:
     return (int(match.group(1)), match.group(2)) if match else None
 
 
+def worker_from_file_name(name: str) -> str:
+    """A worker's name as the Trial shows it, from the form file names hold. A TensorFlow device (each
+    replica of a MirroredStrategy is a worker) is written ``_job-localhost_replica-0_task-0_device-CPU-0``
+    (no ``/`` or ``:`` in a file name) and read back ``/job:localhost/replica:0/task:0/device:CPU:0``, as
+    smdebug 1.0 reads it; any other name (``worker_0``) is itself."""
+    return name.replace("_", "/").replace("-", ":") if name.startswith("_") else name
+
+
+def worker_in_file_name(worker: str) -> str:
+    """The form of a worker's name in file names (``worker_from_file_name``'s inverse)."""
+    return worker.replace("/", "_").replace(":", "-")
+
+
 def is_collections_file(relpath: str) -> bool:
     return COLLECTIONS_FILE_NAME.search(relpath) is not None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 
-from smdebug.exceptions import SMDebugError, SMDebugValueError
+from smdebug.exceptions import SMDebugError, SMDebugValueError, did_you_mean
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.store import probe, reach_timeout
 
@@ -78,6 +78,23 @@ def require_tensor(trial, name: str) -> None:
         close = difflib.get_close_matches(name, trial.tensor_names(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `smdebug ls` lists the saved tensors"
         raise SMDebugValueError(f"tensor {name!r} was not saved in {trial.path}{hint}")
+
+
+def require_worker(trial, worker: str | None) -> str | None:
+    """The run's name of ``worker`` (a TensorFlow device also in its file-name form), or one line naming
+    the nearest worker the run has; None stays None (the first worker)."""
+    if worker is None:
+        return None
+    from smdebug.layout import worker_from_file_name
+
+    workers = trial.workers()
+    for name in (worker, worker_from_file_name(worker)):
+        if name in workers:
+            return name
+    hint = did_you_mean(worker, workers)
+    raise SMDebugValueError(
+        f"worker {worker!r} is not in the run{hint} (workers: {', '.join(workers) or '-'})"
+    )
 
 
 def compact_steps(steps: list[int], limit: int = 8) -> str:

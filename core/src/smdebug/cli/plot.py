@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from smdebug.cli._common import add_mode_argument, open_trial, parse_mode
+from smdebug.cli._common import add_mode_argument, open_trial, parse_mode, require_worker
 
 
 def add_command(subparsers) -> None:
@@ -31,6 +31,7 @@ def run(args) -> int:
     from smdebug.plots import plot
 
     trial = open_trial(args.out_dir)
+    args.worker = require_worker(trial, args.worker)
     mode = parse_mode(args.mode)
     panels = plot(
         trial,

@@ -6,8 +6,15 @@ import sys
 
 import numpy as np
 
-from smdebug.cli._common import add_mode_argument, open_trial, parse_mode, require_tensor, table
-from smdebug.exceptions import CorruptTensorRecord, SMDebugError, SMDebugValueError, did_you_mean
+from smdebug.cli._common import (
+    add_mode_argument,
+    open_trial,
+    parse_mode,
+    require_tensor,
+    require_worker,
+    table,
+)
+from smdebug.exceptions import CorruptTensorRecord, SMDebugError
 from smdebug.modes import ModeKeys
 from smdebug.reductions import numpy_reduction
 
@@ -58,10 +65,7 @@ def run(args) -> int:
     trial = open_trial(args.out_dir)
     require_tensor(trial, args.tensor)
     tensor = trial.tensor(args.tensor)
-    if args.worker is not None and args.worker not in trial.workers():
-        hint = did_you_mean(args.worker, trial.workers())
-        workers = ", ".join(trial.workers())
-        raise SMDebugValueError(f"worker {args.worker!r} is not in the run{hint} (workers: {workers})")
+    args.worker = require_worker(trial, args.worker)
     mode = parse_mode(args.mode)
     query_mode = mode or ModeKeys.GLOBAL
     if args.step is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from smdebug._optional import install_hint
-from smdebug.cli._common import open_trial
+from smdebug.cli._common import open_trial, require_worker
 
 
 def add_command(subparsers) -> None:
@@ -25,8 +25,7 @@ def run(args) -> int:
     from smdebug.tensorboard import export_tensorboard
 
     trial = open_trial(args.out_dir)
-    if args.worker is not None and args.worker not in trial.workers():
-        raise ValueError(f"worker {args.worker!r} not in the run (workers: {', '.join(trial.workers())})")
+    args.worker = require_worker(trial, args.worker)
     counts = export_tensorboard(trial, args.logdir, worker=args.worker)
     modes = ", ".join(m.name for m in trial.modes())
     try:  # writing needs no TensorBoard, viewing does

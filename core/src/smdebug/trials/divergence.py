@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from smdebug.exceptions import CorruptTensorRecord, SMDebugValueError, did_you_mean
+from smdebug.layout import worker_from_file_name
 from smdebug.modes import ModeKeys
 
 COLUMNS = [
@@ -320,12 +321,15 @@ def _worker_pairs(ta, tb, workers) -> list[tuple[str, str]]:
             w1, w2 = workers
         except (TypeError, ValueError):
             raise SMDebugValueError(f"workers: expected two worker names, got {workers!r}") from None
+        named = []
         for w, t, have in ((w1, ta, wa_all), (w2, tb, wb_all)):
-            if w not in have:
+            name = w if w in have else worker_from_file_name(str(w))  # a TF device in its file-name form
+            if name not in have:
                 raise SMDebugValueError(
-                    f"worker {w!r} is not in {t.path} (its workers: {', '.join(have) or '-'})"
+                    f"worker {w!r} is not in {t.path}{did_you_mean(w, have)} (its workers: {', '.join(have) or '-'})"
                 )
-        return [(w1, w2)]
+            named.append(name)
+        return [tuple(named)]
     if len(wa_all) == 1 and len(wb_all) == 1:
         return [(wa_all[0], wb_all[0])]
     common = [w for w in wa_all if w in wb_all]

@@ -15,6 +15,7 @@ from smdebug.exceptions import (
     StepUnavailable,
     TensorUnavailableForStep,
 )
+from smdebug.layout import worker_from_file_name
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import numpy_reduction
 
@@ -176,7 +177,11 @@ class Tensor:
             # the first worker in natural order (the only one, most often: no sorting then)
             worker = next(iter(per_worker)) if len(per_worker) == 1 else min(per_worker, key=_natural)
         elif worker not in per_worker:
-            raise InvalidWorker(worker)
+            # a TensorFlow device also in the form file names hold it (_job-localhost_..._device-CPU-0)
+            named = worker_from_file_name(str(worker))
+            if named not in per_worker:
+                raise InvalidWorker(worker)
+            worker = named
         return per_worker[worker]
 
     # -- values -------------------------------------------------------------------------------------

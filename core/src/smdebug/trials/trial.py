@@ -188,9 +188,7 @@ class Trial:
                 refused: dict[str, str] = {}  # not a regular file, or a link out of the run
                 for relpath, data in sorted(self._read_index_files(new, refused).items()):
                     # the names asked for come back as asked; one spelled otherwise is parsed again
-                    self._load_index(
-                        relpath, data, *(new.get(relpath) or layout.parse_index_file_name(relpath))
-                    )
+                    self._load_index(relpath, data, *(new.get(relpath) or _step_worker(relpath)))
                 for relpath, why in sorted(refused.items()):
                     self._skip_damaged(relpath, *new[relpath], why)
             finally:
@@ -205,7 +203,7 @@ class Trial:
 
     def _wanted(self, relpath: str) -> tuple[int, str] | None:
         """(step, worker) of an index file of a step within range_steps; None for any other file."""
-        parsed = layout.parse_index_file_name(relpath)
+        parsed = _step_worker(relpath)
         if parsed is None or self._range is None:
             return parsed
         start, end = self._range
@@ -217,7 +215,8 @@ class Trial:
             last = self.last_complete_step
         workers = self._workers_for_step.get(last)
         if last >= 0 and workers:
-            self.last_index_token = f"{self.path}/{layout.index_file_path(last, max(workers))}"
+            worker = layout.worker_in_file_name(max(workers))
+            self.last_index_token = f"{self.path}/{layout.index_file_path(last, worker)}"
 
     def _list_index(self) -> list[str]:
         """Index files, listing again only the folders (1000 steps each) still being written."""
@@ -385,7 +384,7 @@ class Trial:
         if not files or (self.loaded_all_steps and set(files) == self._notes_files):
             return
         for relpath, data in sorted(self.store.read_many(files).items()):
-            worker = relpath.rsplit("/", 1)[-1][: -len(".json")]
+            worker = _file_worker(relpath)
             try:
                 placements, unsaved = layout.decode_notes(data)
             except (ValueError, TypeError) as exc:
@@ -597,7 +596,7 @@ class Trial:
         found: dict[str, dict[int, str]] = {}
         files = [p for p in self.store.list(layout.UNSAVED_DIR) if p.endswith(".json")]
         for relpath, data in sorted(self.store.read_many(files).items()):
-            worker = relpath.rsplit("/", 1)[-1][: -len(".json")]
+            worker = _file_worker(relpath)
             try:
                 steps = layout.decode_unsaved(data)
             except (ValueError, KeyError, TypeError) as exc:
@@ -638,6 +637,9 @@ class Trial:
                 logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
                 continue
             if isinstance(record, dict):
+                for part in (record, record.get("first_nonfinite")):  # the worker as workers() names it
+                    if isinstance(part, dict) and isinstance(part.get("worker"), str):
+                        part["worker"] = layout.worker_from_file_name(part["worker"])
                 records.append(record)
         return records
 
@@ -651,13 +653,13 @@ class Trial:
         firings: list[dict] = []
         files = [p for p in self.store.list(FIRINGS_DIR) if p.endswith(".json")]
         for relpath, data in sorted(self.store.read_many(files).items()):
-            worker = relpath.rsplit("/", 1)[-1][: -len(".json")]
+            worker = _file_worker(relpath)
             try:
                 found = decode_firings(data, f"{self.path}/{relpath}")
             except CorruptRunError as exc:
                 logger.warning("smdebug: %s", exc)
                 continue
-            firings += [{**f, "worker": f["worker"] or worker} for f in found]
+            firings += [{**f, "worker": layout.worker_from_file_name(f["worker"] or worker)} for f in found]
         return sorted(firings, key=lambda f: (f["step"], f["time"] or 0.0, f["worker"], f["rule"]))
 
     def first_nonfinite(self) -> dict | None:
@@ -688,6 +690,17 @@ class S3Trial(Trial):
         self.bucket_name, self.prefix_name = bucket_name, prefix_name.strip("/")
         path = f"s3://{bucket_name}/{self.prefix_name}" if self.prefix_name else f"s3://{bucket_name}"
         super().__init__(path, name=name, range_steps=range_steps, **kwargs)
+
+
+def _step_worker(relpath: str) -> tuple[int, str] | None:
+    """(step, worker) of an index file, the worker named as workers() names it."""
+    parsed = layout.parse_index_file_name(relpath)
+    return parsed and (parsed[0], layout.worker_from_file_name(parsed[1]))
+
+
+def _file_worker(relpath: str) -> str:
+    """The worker of a per-worker JSON file (``unsaved_steps/<worker>.json``, ...)."""
+    return layout.worker_from_file_name(relpath.rsplit("/", 1)[-1][: -len(".json")])
 
 
 def _natural(name: str):
