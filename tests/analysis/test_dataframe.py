@@ -84,6 +84,15 @@ def test_bad_reduction_is_a_clear_error(trial):
         to_dataframe(trial, LOSS, reductions=["avg"])
 
 
+def test_a_mistyped_collection_is_a_clear_error(trial, run_dir):
+    """A collection the run has not is one error naming the nearest, not an empty frame."""
+    with pytest.raises(SMDebugValueError, match="collection 'weigths' is not in .*did you mean 'weights'"):
+        to_dataframe(trial, collection="weigths")
+    with pytest.raises(SMDebugValueError, match="did you mean 'gradients'"):
+        to_dataframe(run_dir, collection="gradient", regex="fc")
+    assert len(to_dataframe(trial, collection="weights")) > 0
+
+
 def test_pandas_is_optional(trial, monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(ImportError, match="pip install pandas"):

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from smdebug._optional import require
-from smdebug.exceptions import SMDebugValueError, TensorUnavailableForStep
+from smdebug.exceptions import SMDebugValueError, TensorUnavailableForStep, did_you_mean
+from smdebug.layout import worker_from_file_name
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import ALLOWED_NORMS, ALLOWED_REDUCTIONS, numpy_reduction
 from smdebug.trials.tensor import Tensor
@@ -90,12 +91,24 @@ def to_dataframe(
         if dask:
             return _dask_frame(runs, options)
         return pd.concat([_run_frame(run, options) for run in runs], ignore_index=True)
+    return _frame(source, **options, strict=True)
+
+
+def _frame(source, *, tensor_names, collection, regex, mode, steps, worker, reductions, values, strict: bool):
+    """to_dataframe of one run (a Trial, its path or a Tensor). ``strict``: a collection the run has not is
+    an error naming the nearest (a typo gave an empty frame); a sweep's runs, which need not all have
+    it, are not strict. (A worker the run has not gives no rows.)"""
+    pd = require("pandas", "smdebug's DataFrame export")
     if isinstance(source, str):
         source = create_trial(source)
+    trial = source.trial if isinstance(source, Tensor) else source
+    if strict:
+        _check(trial, collection)
+    if worker is not None and worker not in trial.workers():  # a TensorFlow device in its file-name form
+        worker = worker_from_file_name(str(worker))
     if isinstance(source, Tensor):
-        trial, tensors = source.trial, [source]
+        tensors = [source]
     else:
-        trial = source
         if isinstance(tensor_names, str):
             tensor_names = [tensor_names]
         if tensor_names is None and collection is not None and regex is not None:
@@ -144,6 +157,15 @@ def to_dataframe(
     return df.astype({"step": "int64", "mode_step": "int64"}) if len(df) else df
 
 
+def _check(trial: Trial, collection) -> None:
+    if isinstance(collection, str) and collection not in trial.collections():
+        have = sorted(trial.collections())
+        raise SMDebugValueError(
+            f"collection {collection!r} is not in {trial.path}{did_you_mean(collection, have)} "
+            f"(collections: {', '.join(have) or '-'})"
+        )
+
+
 def _split_reduction(name: str) -> tuple[str, bool]:
     name = str(name)
     key = (name[4:], True) if name.startswith("abs_") else (name, False)
@@ -180,7 +202,7 @@ def _reduction(tensor: Tensor, step: int, worker: str, key, data, value) -> floa
 
 def _run_frame(run, options: dict, template=None):
     """One run's frame with the run's path as first column (conformed to ``template`` when given)."""
-    df = to_dataframe(run, **options)
+    df = _frame(run, **options, strict=False)
     df.insert(0, "run", run if isinstance(run, str) else run.path)
     if template is not None:
         df = df.reindex(columns=list(template.columns)).astype(template.dtypes.to_dict())
