@@ -131,6 +131,11 @@ def test_show_reductions_only_tensor(cli, run_dir, trial):
         (("show", "{run}", "nope"), ["tensor 'nope' was not saved"]),
         (("show", "{run}", "CrossEntropyLoss_output", "--step", "0"), ["did you mean", LOSS]),
         (("show", "{run}", LOSS, "--step", "1", "--mode", "EVAL"), ["not available"]),
+        # a step the tensor was not saved at: its saved steps, the nearest first
+        (
+            ("show", "{run}", LOSS, "--step", "3"),
+            [f"{LOSS} is not available at step 3; the nearest saved is 2; its steps: 0, 2, 4"],
+        ),
         (("show", "{run}", LOSS, "--mode", "sideways"), ["invalid mode"]),
         (("ls", "{missing}"), ["no such file or directory"]),
         (("ls", "{empty}"), ["no smdebug run found"]),

@@ -8,13 +8,14 @@ import numpy as np
 
 from smdebug.cli._common import (
     add_mode_argument,
+    compact_steps,
     open_trial,
     parse_mode,
     require_tensor,
     require_worker,
     table,
 )
-from smdebug.exceptions import CorruptTensorRecord, SMDebugError
+from smdebug.exceptions import CorruptTensorRecord, SMDebugError, SMDebugValueError
 from smdebug.modes import ModeKeys
 from smdebug.reductions import numpy_reduction
 
@@ -95,8 +96,16 @@ def run(args) -> int:
 
 
 def _show_step(trial, tensor, step: int, mode: ModeKeys, worker, full: bool) -> int:
+    saved = tensor.steps(mode=mode)
+    if step not in saved:  # a step it was not saved at: say the steps it was (the nearest first)
+        near = sorted(saved, key=lambda s: (abs(s - step), s))[:1]
+        hint = f"; the nearest saved is {near[0]}" if near else ""
+        which = "" if mode == ModeKeys.GLOBAL else f"{mode.name} "
+        raise SMDebugValueError(
+            f"{tensor.name} is not available at {which}step {step}{hint}; its {which}steps: {compact_steps(saved)}"
+        )
     global_step = trial.global_step(mode, step) if mode != ModeKeys.GLOBAL else step
-    data = tensor._worker_data(step, mode, worker)  # raises StepUnavailable & co. with a clear message
+    data = tensor._worker_data(step, mode, worker)
     step_mode, mode_step = trial.mode_modestep(global_step)
     who = worker or tensor.workers(global_step)[0]
     if worker is None and trial.placements(tensor.name):  # value() assembles a sharded tensor's shards
