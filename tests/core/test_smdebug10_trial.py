@@ -255,3 +255,38 @@ def test_workers_of_a_step_the_tensor_was_not_saved_at_is_tensor_unavailable_for
             trial.tensor("w").workers(step, mode=mode)
     with pytest.raises(TensorUnavailableForStep):
         trial.tensor("loss").workers(2)  # a saved step without this tensor
+
+
+def test_an_unknown_reduction_is_an_smdebug_value_error_naming_the_nearest(finished):
+    """smdebug 1.0 raises SMDebugValueError (a ValueError) for a reduction it does not know."""
+    from smdebug.exceptions import SMDebugValueError
+
+    tensor = create_trial(finished).tensor("w")
+    with pytest.raises(SMDebugValueError, match="unknown reduction 'meen'; did you mean 'mean'"):
+        tensor.reduction_value(2, "meen")
+    with pytest.raises(ValueError):
+        tensor.reduction_value(2, "bogus", abs=True)
+    assert tensor.reduction_value(2, "mean") == 2.0
+
+
+def test_a_tensorflow_device_worker_is_named_as_its_device(tmp_path):
+    """A MirroredStrategy replica's files hold its device as _job-localhost_replica-0_task-0_device-CPU-0
+    (no / or : in file names); smdebug 1.0's Trial names the worker by the device itself, as its
+    documentation of workers() says ("names of different devices in the process")."""
+    devices = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
+    in_files = [d.replace("/", "_").replace(":", "-") for d in devices]
+    runs = [Run(tmp_path / "run", worker=w) for w in in_files]
+    for i, run in enumerate(runs):
+        run.step(0, w=np.full(2, i, np.float32))
+        run.step(1, w=np.full(2, 10 + i, np.float32))
+    runs[0].end()
+    runs[1].writer.close()
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.workers() == devices
+    assert trial.steps() == [0, 1]
+    w = trial.tensor("w")
+    assert w.workers(1) == devices
+    assert w.value(1, worker=devices[1]).tolist() == [11.0, 11.0]
+    assert w.value(1, worker=in_files[1]).tolist() == [11.0, 11.0]  # the file-name form is that worker too
+    assert w.value(1).tolist() == [10.0, 10.0]  # the first worker
+    assert (tmp_path / "run" / trial.last_index_token.split("/run/", 1)[1]).is_file()

@@ -28,7 +28,11 @@ _NUMPY = {
 def numpy_reduction(array, reduction: str, abs: bool = False) -> float:
     """One reduction of an array as a float; a complex array is reduced on its magnitude."""
     if reduction not in _NUMPY:
-        raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_NUMPY)}")
+        from smdebug.exceptions import SMDebugValueError, did_you_mean
+
+        raise SMDebugValueError(  # (smdebug 1.0 raises its SMDebugValueError, a ValueError, too)
+            f"unknown reduction {reduction!r}{did_you_mean(reduction, _NUMPY)}: choose from {', '.join(_NUMPY)}"
+        )
     array = np.asarray(array)
     if array.dtype.kind == "b":
         array = array.astype(np.int64)
