@@ -277,8 +277,9 @@ def test_a_tensorflow_device_worker_is_named_as_its_device(tmp_path):
     in_files = [d.replace("/", "_").replace(":", "-") for d in devices]
     runs = [Run(tmp_path / "run", worker=w) for w in in_files]
     for i, run in enumerate(runs):
-        run.step(0, w=np.full(2, i, np.float32))
-        run.step(1, w=np.full(2, 10 + i, np.float32))
+        loss = {"loss": np.float32(0.5)} if i == 0 else {}  # (Keras' loss: the first replica saves it)
+        run.step(0, w=np.full(2, i, np.float32), **loss)
+        run.step(1, w=np.full(2, 10 + i, np.float32), **loss)
     runs[0].end()
     runs[1].writer.close()
     trial = create_trial(str(tmp_path / "run"))
@@ -290,3 +291,16 @@ def test_a_tensorflow_device_worker_is_named_as_its_device(tmp_path):
     assert w.value(1, worker=in_files[1]).tolist() == [11.0, 11.0]  # the file-name form is that worker too
     assert w.value(1).tolist() == [10.0, 10.0]  # the first worker
     assert (tmp_path / "run" / trial.last_index_token.split("/run/", 1)[1]).is_file()
+    # TensorBoard export: the files are named in the file-name form; a worker's export leaves out the
+    # tensors only another worker saved
+    from smdebug.tensorboard import export_tensorboard
+
+    for worker, logdir in ((None, "tb0"), (devices[1], "tb1"), (in_files[1], "tb2")):
+        export_tensorboard(trial, tmp_path / logdir, worker=worker)
+    assert [p.name for p in (tmp_path / "tb0" / "TRAIN").iterdir()] == [
+        f"000000000000_{in_files[0]}.tfevents"
+    ]
+    for logdir in ("tb1", "tb2"):
+        assert [p.name for p in (tmp_path / logdir / "TRAIN").iterdir()] == [
+            f"000000000000_{in_files[1]}.tfevents"
+        ]

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from smdebug import codec
+from smdebug import codec, layout
 from smdebug.collection import SCALAR_COLLECTIONS, Collection
 from smdebug.exceptions import CorruptTensorRecord, SMDebugError
 from smdebug.modes import ModeKeys, to_mode
@@ -285,6 +285,8 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
     if isinstance(trial, (str, os.PathLike)):
         trial = create_trial(os.fspath(trial))
     logdir = os.fspath(logdir)  # a pathlib.Path too
+    if worker is not None and worker not in trial.workers():  # a TensorFlow device in its file-name form
+        worker = layout.worker_from_file_name(worker)
     collections = list(trial.collections().values())
     colls_of: dict[str, list[Collection]] = {}
     counts = {"scalars": 0, "histograms": 0, "damaged": 0}
@@ -299,6 +301,8 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
                     if progress is not None:
                         progress(name)
                 tensor = trial.tensor(name)
+                if worker is not None and worker not in tensor.workers(step):
+                    continue  # a tensor only another worker saved (a loss only the first replica saves)
                 data = tensor._worker_data(step, ModeKeys.GLOBAL, worker)
                 items = []
                 try:
@@ -323,7 +327,7 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
                     continue
                 writer = writers.get(mode)
                 if writer is None:
-                    who = worker or trial.workers()[0]
+                    who = layout.worker_in_file_name(worker or trial.workers()[0])  # (a TF device has /)
                     writer = writers[mode] = SummaryWriter(logdir, mode, who, step, unique=False)
                 for kind, tag, value in items:
                     if kind == "scalar":
