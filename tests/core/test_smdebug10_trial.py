@@ -22,11 +22,13 @@ from smdebug.writing import RunWriter
 class Run:
     """A run written step by step with RunWriter, its collections file and (at ``end()``) its end marker."""
 
-    def __init__(self, path, worker="worker_0"):
+    def __init__(self, path, worker="worker_0", num_workers=1):
         self.path = str(path)
         self.store = Store(self.path)
         self.writer = RunWriter(self.store, worker)
-        manager = CollectionManager({"weights": Collection("weights", include_regex=["w.*"])})
+        manager = CollectionManager(
+            {"weights": Collection("weights", include_regex=["w.*"])}, num_workers=num_workers
+        )
         self.store.write_bytes(
             layout.collections_file_path(worker), json.dumps(manager.to_json_dict()).encode()
         )
@@ -275,7 +277,7 @@ def test_a_tensorflow_device_worker_is_named_as_its_device(tmp_path):
     documentation of workers() says ("names of different devices in the process")."""
     devices = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
     in_files = [d.replace("/", "_").replace(":", "-") for d in devices]
-    runs = [Run(tmp_path / "run", worker=w) for w in in_files]
+    runs = [Run(tmp_path / "run", worker=w, num_workers=2) for w in in_files]
     for i, run in enumerate(runs):
         loss = {"loss": np.float32(0.5)} if i == 0 else {}  # (Keras' loss: the first replica saves it)
         run.step(0, w=np.full(2, i, np.float32), **loss)
@@ -304,3 +306,34 @@ def test_a_tensorflow_device_worker_is_named_as_its_device(tmp_path):
         assert [p.name for p in (tmp_path / logdir / "TRAIN").iterdir()] == [
             f"000000000000_{in_files[1]}.tfevents"
         ]
+
+
+def test_a_step_only_some_workers_have_written_yet_reads_theirs(tmp_path):
+    """A live run of two workers, worker_1 behind: step 1 is not complete (steps() leaves it out, as
+    smdebug 1.0), but what worker_0 saved of it reads, and workers(1) names worker_0, as smdebug 1.0
+    does; worker_1's value is not yet available (StepNotYetAvailable), a worker the run has not is
+    InvalidWorker."""
+    from smdebug.exceptions import InvalidWorker, StepNotYetAvailable
+
+    runs = [Run(tmp_path / "run", worker=f"worker_{i}", num_workers=2) for i in range(2)]
+    for i, run in enumerate(runs):
+        run.step(0, w=np.full(2, i, np.float32))
+    runs[0].step(1, w=np.full(2, 10, np.float32))
+    trial = create_trial(str(tmp_path / "run"))
+    w = trial.tensor("w")
+    assert trial.steps() == [0] and w.steps() == [0]
+    assert trial.steps(show_incomplete_steps=True) == [0, 1] and w.steps(show_incomplete_steps=True) == [0, 1]
+    assert trial.has_passed_step(1) == StepState.NOT_YET_AVAILABLE
+    assert w.workers(1) == ["worker_0"]
+    assert w.value(1).tolist() == [10.0, 10.0]
+    assert w.value(1, worker="worker_0").tolist() == [10.0, 10.0]
+    assert w.value(1, mode=ModeKeys.TRAIN).tolist() == [10.0, 10.0]
+    with pytest.raises(StepNotYetAvailable):
+        w.value(1, worker="worker_1")
+    with pytest.raises(InvalidWorker):
+        w.value(1, worker="worker_7")
+    with pytest.raises(StepNotYetAvailable):
+        w.value(2)
+    runs[1].step(1, w=np.full(2, 11, np.float32))  # worker_1 catches up: the step is complete
+    assert trial.steps() == [0, 1] and w.workers(1) == ["worker_0", "worker_1"]
+    assert w.value(1, worker="worker_1").tolist() == [11.0, 11.0]

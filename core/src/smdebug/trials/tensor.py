@@ -162,6 +162,8 @@ class Tensor:
                 return per_worker
             if attempt == 0:
                 trial.maybe_refresh(force=True)
+        if per_worker is not None:  # some workers have written it so far (a live run): theirs, as smdebug 1.0
+            return per_worker
         state = self.trial.has_passed_step(step_num, mode)
         if state == StepState.AVAILABLE:
             raise TensorUnavailableForStep(self.name, step_num, mode)
@@ -180,6 +182,13 @@ class Tensor:
             # a TensorFlow device also in the form file names hold it (_job-localhost_..._device-CPU-0)
             named = worker_from_file_name(str(worker))
             if named not in per_worker:
+                g = (
+                    step_num
+                    if read_mode(mode) is ModeKeys.GLOBAL
+                    else self.trial.lookup_global_step(mode, step_num)
+                )
+                if named in self.trial.workers() and not self.trial.is_step_complete(g):
+                    raise StepNotYetAvailable(step_num, read_mode(mode))  # that worker has not written it yet
                 raise InvalidWorker(worker)
             worker = named
         return per_worker[worker]
@@ -223,6 +232,13 @@ class Tensor:
             full[where] = part
             covered[where] = True
         if not covered.all():  # a worker's shard is missing (include_workers="one" saves gathered values)
+            g = (
+                step_num
+                if read_mode(mode) is ModeKeys.GLOBAL
+                else self.trial.lookup_global_step(mode, step_num)
+            )
+            if not self.trial.is_step_complete(g):  # a live run: not every worker has written the step yet
+                raise StepNotYetAvailable(step_num, read_mode(mode))
             raise TensorUnavailableForStep(self.name, step_num, read_mode(mode))
         return full
 
