@@ -140,3 +140,81 @@ def test_report_and_diff_of_runs_on_s3_and_a_report_written_to_s3(cli, bucket, s
     assert "s3://analysis-bucket/pages/report.html" in result.stdout
     html = bucket.cat_file("analysis-bucket/pages/report.html").decode()
     assert html.startswith("<!DOCTYPE html>") and LOSS in html
+
+
+def test_a_watched_s3_run_is_watched_on_through_an_outage(tmp_path, monkeypatch):
+    """smdebug report --watch of a run on S3 whose endpoint stops answering: the watch goes on (it crashed
+    with botocore's traceback and left a page reloading itself for good), says once that it cannot read
+    the run, and Ctrl-C then leaves the page as last read, no longer reloading (without reading the run)."""
+    import signal
+    import subprocess
+    import sys
+
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    running = True
+    for key, value in {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    page, errors = tmp_path / "live.html", tmp_path / "stderr.txt"
+    watcher = None
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("outage-bucket")
+        plugins.reset()
+        train("s3://outage-bucket/run")
+        plugins.reset()
+        fs.rm("outage-bucket/run/training_job_end.ts")  # a run still being written
+        exe = os.path.join(os.path.dirname(sys.executable), "smdebug")
+        command = ["report", "s3://outage-bucket/run", "-o", str(page), "--watch", "--interval", "0.5"]
+        with open(errors, "w") as stderr:
+            watcher = subprocess.Popen(
+                [exe if os.path.exists(exe) else "smdebug", *command, "--no-rules"],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                # Ctrl-C must reach it even when pytest runs as a background job (SIGINT ignored, inherited)
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )
+        deadline = time.monotonic() + 120
+        while not (page.exists() and '"reload_seconds":0.5' in page.read_text()):
+            assert watcher.poll() is None and time.monotonic() < deadline, errors.read_text()
+            time.sleep(0.2)
+        server.stop()
+        running = False
+        deadline = time.monotonic() + 120
+        while "cannot read the run" not in errors.read_text():
+            assert watcher.poll() is None and time.monotonic() < deadline, errors.read_text()[-3000:]
+            time.sleep(0.2)
+        time.sleep(2)  # several more attempts while the endpoint is down
+        assert watcher.poll() is None, errors.read_text()[-3000:]
+        watcher.send_signal(signal.SIGINT)
+        stdout, _ = watcher.communicate(timeout=120)
+        assert watcher.returncode == 130, errors.read_text()[-3000:]
+        assert "Traceback" not in errors.read_text()
+        assert errors.read_text().count("cannot read the run") == 1  # said once per outage
+        html = page.read_text()
+        assert '"reload_seconds":0' in html and '"reload_seconds":0.5' not in html and LOSS in html
+    finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
+        if running:
+            server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from smdebug.exceptions import SMDebugValueError
+from smdebug.exceptions import SMDebugError, SMDebugValueError
 
 
 def add_command(subparsers) -> None:
@@ -56,8 +56,8 @@ def add_command(subparsers) -> None:
 
 def run(args) -> int:
     from smdebug.cli._common import open_trial, reach_trial
-    from smdebug.report import Limits, check_output, write_page, write_report
-    from smdebug.report.page import waiting_page
+    from smdebug.report import Limits, check_output, render, snapshot, write_page, write_report
+    from smdebug.store import is_transient
 
     for name in ("interval", "max_points", "max_steps", "max_cells", "max_curves"):
         if getattr(args, name) <= 0:
@@ -77,39 +77,59 @@ def run(args) -> int:
         print(f"Report written to {path}")
         return 0
     trial = reach_trial(args.run, missing_ok=True)
-    last_change, seen, path = time.monotonic(), None, None
+    last_change, seen, data, outage = time.monotonic(), None, None, None
     try:
         with _sigterm_interrupts():
             _wait_for_run(trial, args, output)
             while True:
-                trial.maybe_refresh(force=True)
-                ended = trial.training_ended()
-                steps = trial.steps(show_incomplete_steps=True)
-                state = (len(steps), steps[-1] if steps else None, ended)
-                if state != seen:
-                    reload = 0 if ended else args.interval
-                    path = write_report(trial, args.output, reload_seconds=reload, **options)
-                    print(
-                        f"{time.strftime('%H:%M:%S')} report written to {path} ({len(steps)} steps)",
-                        file=sys.stderr,
-                    )
-                    seen, last_change = state, time.monotonic()
+                try:
+                    trial.maybe_refresh(force=True)
+                    ended = trial.training_ended()
+                    steps = trial.steps(show_incomplete_steps=True)
+                    state = (len(steps), steps[-1] if steps else None, ended)
+                    if state != seen:
+                        data = snapshot(trial, **options)
+                        write_page(render(data, 0 if ended else args.interval), output)
+                        print(
+                            f"{time.strftime('%H:%M:%S')} report written to {output} ({len(steps)} steps)",
+                            file=sys.stderr,
+                        )
+                        seen, last_change = state, time.monotonic()
+                    outage = None
+                except Exception as exc:  # a remote store that does not answer: watched on, said once
+                    if isinstance(exc, SMDebugError) or trial.store.is_local or not is_transient(exc):
+                        raise
+                    if outage is None:
+                        print(
+                            f"smdebug report: cannot read the run ({trial.store.describe(exc)}); retrying "
+                            f"every {args.interval:g} s",
+                            file=sys.stderr,
+                        )
+                    outage, ended = exc, False
                 if ended:
-                    print(f"Training ended; final report written to {path}")
+                    print(f"Training ended; final report written to {output}")
                     return 0
                 if args.timeout is not None and time.monotonic() - last_change > args.timeout:
-                    write_report(trial, args.output, **options)  # a page that no longer reloads itself
-                    print(f"Stopped watching: no new step for {args.timeout:g} s; report written to {path}")
+                    _final(data, args, output)  # a page that no longer reloads itself
+                    print(f"Stopped watching: no new step for {args.timeout:g} s; report written to {output}")
                     return 0
                 time.sleep(args.interval)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the page left must not go on reloading itself
-        if path is not None:
-            write_report(trial, args.output, **options)
-            print(f"Stopped watching (interrupted); report written to {path}")
-        else:
-            write_page(waiting_page(args.run), output)
+        _final(data, args, output)
+        if data is None:
             print(f"Stopped watching (interrupted) before the run wrote a step; {output} says so")
+        else:
+            print(f"Stopped watching (interrupted); report written to {output}")
         return 130
+
+
+def _final(data, args, output: str) -> None:
+    """The page as last read, no longer reloading itself (rendered again: the run is not read, it may be
+    unreachable); before the run's first step, the waiting page saying that watching stopped."""
+    from smdebug.report import render, write_page
+    from smdebug.report.page import waiting_page
+
+    write_page(waiting_page(args.run) if data is None else render(data), output)
 
 
 @contextlib.contextmanager

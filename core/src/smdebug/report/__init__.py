@@ -11,7 +11,7 @@ import os
 from smdebug.report.data import Limits, collect
 from smdebug.report.page import render
 
-__all__ = ["Limits", "build_report", "check_output", "write_page", "write_report"]
+__all__ = ["Limits", "build_report", "check_output", "render", "snapshot", "write_page", "write_report"]
 
 
 def build_report(
@@ -23,6 +23,12 @@ def build_report(
     reload_seconds: float = 0.0,
 ) -> str:
     """The HTML page of ``trial`` (a Trial or a run's path)."""
+    return render(snapshot(trial, reduction=reduction, rules=rules, limits=limits), reload_seconds)
+
+
+def snapshot(trial, **options) -> dict:
+    """What the page of ``trial`` (a Trial or a run's path) shows, read once (``collect``'s data, which
+    ``render`` makes a page of): a live run's page can be rendered again from it without reading the run."""
     if isinstance(trial, (str, os.PathLike)):
         from smdebug.trials import create_trial
 
@@ -31,8 +37,7 @@ def build_report(
 
     trial.maybe_refresh(force=True)
     with no_refresh([trial]):  # one consistent snapshot of a live run, not a listing per query
-        data = collect(trial, reduction=reduction, rules=rules, limits=limits)
-    return render(data, reload_seconds)
+        return collect(trial, **options)
 
 
 def check_output(output) -> str:
