@@ -318,3 +318,30 @@ def test_two_plugins_claiming_one_framework_import_activate_it_once(toy, caplog)
         f"smdebug: plugins {winner!r} and {loser!r} both serve the import of {toy.import_name}; only "
         f"{winner!r} is activated (SMDEBUG_DISABLE_PLUGINS={winner} activates the other)"
     ], lines
+
+
+class SlowToy(ToyPlugin):
+    @hookimpl
+    def smdebug_activate(self, framework, module):
+        import time
+
+        time.sleep(1.0)
+        return super().smdebug_activate(framework, module)
+
+
+def test_an_activation_that_stalls_is_named_while_it_runs(toy, monkeypatch, caplog):
+    """A plugin whose smdebug_activate stalled the framework's import without a word (it must run inside
+    the import, so it cannot be left behind): one line names it once the plugin timeout has passed."""
+    monkeypatch.setenv("SMDEBUG_PLUGIN_TIMEOUT", "0.05")  # six times over: 0.3 s
+    pm = plugins.get_plugin_manager()
+    pm.unregister(name=toy.import_name)
+    slow = SlowToy(toy.import_name)
+    pm.register(slow, name=toy.import_name)
+    activation.install()
+    importlib.import_module(toy.import_name)
+    assert slow.calls == [(toy.import_name, True)]
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines == [
+        f"smdebug: plugin {toy.import_name!r} has not returned from smdebug_activate for 0.3 s; the import "
+        f"of {toy.import_name} waits for it (SMDEBUG_DISABLE_PLUGINS={toy.import_name} turns it off)"
+    ], lines

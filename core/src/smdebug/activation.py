@@ -139,8 +139,11 @@ def activate(framework, module) -> Any:
             logger.warning("smdebug: not activating %s on import of %s: %s", framework.alias, name, problem)
             return None
         from smdebug import plugins
+        from smdebug.plugin_isolation import watched
 
-        hook = plugins.activate(framework, module)
+        # in place (it attaches to the framework inside its import); a stall is named, never silent
+        with watched(plugins.declared_by(framework.alias), "smdebug_activate", f"the import of {name}"):
+            hook = plugins.activate(framework, module)
     except OutDirExistsError as exc:
         if not _started_by_activated_process():
             _bad_configuration(exc)

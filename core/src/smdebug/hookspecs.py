@@ -222,7 +222,8 @@ def smdebug_activate(framework: Framework, module: Any) -> BaseHook | None:
         The hook you attached (``Hook.create_from_json_file()``), or None.
 
     firstresult. Unlike the other hooks, an exception here reaches the core, which logs it in one line;
-    the framework import still succeeds and the script runs without smdebug.
+    the framework import still succeeds and the script runs without smdebug. It runs in place, inside the
+    import: one still running after 6 x ``SMDEBUG_PLUGIN_TIMEOUT`` seconds (30) is named in one line.
     """
 
 

@@ -10,7 +10,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from smdebug.env import env_number
 
@@ -88,6 +89,9 @@ BOUNDED_HOOKS = frozenset(
 TIMEOUT_ENV = "SMDEBUG_PLUGIN_TIMEOUT"
 DEFAULT_TIMEOUT = 5.0  # seconds a caller waits for one such call before it drops the plugin
 SLOW = 1.0  # seconds: a call this long is named once (training waited for it)
+# An activation may import much of its framework (a hook module, Keras' trainer): waited for longer
+# before it is named (30 s by default)
+PATIENCE = 6
 
 
 class PluginHung(Exception):
@@ -182,3 +186,30 @@ def isolate_bounded(function: Callable, thread: PluginThread, hook_name: str, re
     functools.update_wrapper(isolated, function)
     isolated._smdebug_plain = bounded
     return isolated
+
+
+@contextmanager
+def watched(plugin_name: str | None, hook_name: str, waiting: str) -> Iterator[None]:
+    """A call that must run in place (activation, inside the framework's import): when it lasts over the
+    plugin timeout ``PATIENCE`` times over, one line names the plugin while the call still runs, so a
+    stall is never silent."""
+    timeout = env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT, positive=True) * PATIENCE
+    timer = threading.Timer(
+        timeout,
+        logger.warning,
+        (
+            "smdebug: plugin %r has not returned from %s for %g s; %s waits for it "
+            "(SMDEBUG_DISABLE_PLUGINS=%s turns it off)",
+            plugin_name,
+            hook_name,
+            timeout,
+            waiting,
+            plugin_name,
+        ),
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
