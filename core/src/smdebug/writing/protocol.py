@@ -1,7 +1,7 @@
 """The one contract of a run's writer: everything the hook, the rule runner and close may call.
 
-The core's two writers (RunWriter on threads, ProcessWriter with a child process) implement it, and so can
-a third party's, without subclassing either.
+The core's two writers (RunWriter on threads, ProcessWriter with a child process) implement it; the hook
+depends on this Protocol only. Plugins extend storage (``smdebug_open_store``), not the writer.
 """
 
 from __future__ import annotations
