@@ -55,15 +55,15 @@ if scenario == "train":
 
 
 def train(batches):
-    for i, (x, y) in enumerate(batches):
+    for x, y in batches:
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(4)
         if scenario == "train":  # scalars are cached until the step's end by 1.0.34; saved steps agree
             hook.save_scalar("mean_loss", float(loss.mean().asscalar()))
-            if i < len(batches) - 1:  # after the last step 1.0.34 drops it
-                hook.save_tensor("batch_loss", loss)  # (into a new collection 1.0.34 crashes)
+            # saved at the next step (after the last step: 1.0.34 drops it, the run records it unsaved)
+            hook.save_tensor("batch_loss", loss)  # (into a new collection 1.0.34 crashes)
 
 
 hook.set_mode(smd.modes.TRAIN)

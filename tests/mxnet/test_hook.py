@@ -482,6 +482,26 @@ def test_save_scalar_and_save_tensor(out_dir):
     assert {"before", "np_stats", "after"} <= set(trial.tensor_names(collection="default"))
 
 
+def test_save_tensor_every_step_keeps_the_last_steps_value_as_smdebug_1034(out_dir):
+    """A script calling save_tensor after every step: each call's value is saved at the next step, as by
+    smdebug 1.0.34, the last step's included. The call after the last step has no step left (1.0.34 drops
+    it): it does not displace that step's value, and the run records it as not saved."""
+    net, loss_fn = make_net()
+    hook = _hook(out_dir, net, loss_fn, save_config=smd.SaveConfig(save_interval=1))
+    run = Run(hook, net, loss_fn)
+    for i, batch in enumerate(batches(3)):
+        run.train([batch])
+        hook.save_tensor("batch_index", np.array([float(i)]))
+    hook.close()
+
+    trial = create_trial(out_dir)
+    assert trial.tensor("batch_index").steps() == [1, 2]
+    for step in (1, 2):
+        np.testing.assert_array_equal(trial.tensor("batch_index").value(step), [step - 1.0])
+    unsaved = trial.unsaved_tensors()["worker_0"]
+    assert "batch_index" in unsaved and "after the last step" in unsaved["batch_index"]["reason"]
+
+
 def test_create_from_json_file(tmp_path):
     out = tmp_path / "run"
     config = tmp_path / "hook.json"

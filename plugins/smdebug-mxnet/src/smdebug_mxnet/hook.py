@@ -73,6 +73,7 @@ class Hook(BaseHook):
         self.taps = HybridTaps(self)
         self.pending_tensors: dict = {}  # save_tensor's values, saved when the next step starts
         self.pending_scalars: list = []  # save_scalar's values from before the first step
+        self.pending_step = (None, frozenset())  # (step, names) of save_tensor's values saved at its start
         self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
         self.calls_at_start = 0
         self.deferred: list = []  # (name, engine copy) of the step's block tensors, saved at its end
@@ -412,14 +413,26 @@ class Hook(BaseHook):
         else:
             super().save_scalar(name, value, sm_metric, timestamp)
 
-    def save_pending_tensors(self) -> None:
+    def save_pending_tensors(self, closing: bool = False) -> None:
         if not (self.pending_scalars or self.pending_tensors):
             return
+        step, taken = self.pending_step
+        if closing and step == self.step:
+            # a value given after the last step, whose name that step holds already (from the call before,
+            # as in 1.0.34's run): it has no step of its own, and does not displace the step's value
+            for name in taken & self.pending_tensors.keys():
+                del self.pending_tensors[name]
+                self.record_unsaved_tensor(
+                    name,
+                    f"save_tensor after the last step: step {step} holds the value given before it (as "
+                    "smdebug 1.0.34 saves it, at the next step's start)",
+                )
         scalars, self.pending_scalars = self.pending_scalars, []
         for name, value, sm_metric, timestamp in scalars:
             with self.guard(f"save scalar {name}"):
                 super().save_scalar(name, value, sm_metric, timestamp)
         pending, self.pending_tensors = self.pending_tensors, {}
+        self.pending_step = (self.step, frozenset(pending))
         for name, (value, collections) in pending.items():
             with self.guard(f"save tensor {name}"):
                 super().save_tensor(name, value, collections)
@@ -442,5 +455,5 @@ class Hook(BaseHook):
                 self.save_deferred()
                 self.save_parameters()
         if not self.closed:
-            self.save_pending_tensors()
+            self.save_pending_tensors(closing=True)
         super().close()
