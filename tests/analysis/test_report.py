@@ -638,3 +638,74 @@ def test_a_page_opened_before_the_run_starts_waits_for_it(tmp_path, cli):
     result = cli("report", tmp_path / "never", "-o", page, "--watch", "--interval", "0.2", "--timeout", "1")
     assert result.returncode == 2 and "no smdebug run appeared" in result.stderr
     assert "Watching stopped" in page.read_text() and "location.reload" not in page.read_text()
+
+
+class _Rank(NumpyHook):
+    rank = 0
+
+    def worker_name(self):
+        return f"worker_{self.rank}"
+
+    def num_workers(self):
+        return 2
+
+
+def test_a_live_page_shows_a_step_once_its_last_worker_wrote_it(tmp_path):
+    """--watch over a 2-worker run whose worker_1 writes each step after worker_0: the page is made again
+    when the slower worker completes the step (it waited for the next step, or the end of training, to
+    show it, as the number of steps any worker wrote had not changed)."""
+    src, live, page = tmp_path / "src", tmp_path / "live", tmp_path / "live.html"
+    plugins.reset()
+    hooks = [
+        type(f"Rank{r}", (_Rank,), {"rank": r})(
+            out_dir=str(src), save_config=smdebug.SaveConfig(save_interval=1), include_workers="all"
+        )
+        for r in (0, 1)
+    ]
+    for step in range(3):
+        for hook in hooks:
+            hook.begin_step()
+            hook.save_tensor("MSELoss_output_0", np.float32(1.0 / (step + 1)), "losses")
+            hook.end_step()
+    for hook in hooks:
+        hook.close()
+    plugins.reset()
+
+    def publish(step, worker):  # the event file, then its index (as the writer does)
+        for kind, folder in (("events", f"{step:012d}"), ("index", "000000000")):
+            (live / kind / folder).mkdir(parents=True, exist_ok=True)
+            name = f"{step:012d}_{worker}." + ("tfevents" if kind == "events" else "json")
+            shutil.copy(src / kind / folder / name, live / kind / folder / name)
+
+    shutil.copytree(src / "collections", live / "collections")
+    for step, worker in [(0, "worker_0"), (0, "worker_1"), (1, "worker_0"), (1, "worker_1"), (2, "worker_0")]:
+        publish(step, worker)
+
+    def shown():
+        curve = _curve(page.read_text(), "MSELoss_output_0") if page.exists() else None
+        return curve and curve["series"][0]["x"]
+
+    exe = shutil.which("smdebug", path=os.path.dirname(sys.executable)) or "smdebug"
+    watcher = subprocess.Popen(
+        [exe, "report", str(live), "-o", str(page), "--watch", "--interval", "0.3", "--no-rules"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while shown() != [0, 1]:
+            assert watcher.poll() is None and time.monotonic() < deadline, (shown(), watcher.communicate())
+            time.sleep(0.2)
+        publish(2, "worker_1")  # step 2 complete: no new step number, no end of training
+        deadline = time.monotonic() + 60
+        while shown() != [0, 1, 2]:
+            assert watcher.poll() is None and time.monotonic() < deadline, shown()
+            time.sleep(0.2)
+        assert '"reload_seconds":0.3' in page.read_text()  # still live
+        (live / "training_job_end.ts").write_text("")
+        watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0

@@ -86,7 +86,8 @@ def run(args) -> int:
                     trial.maybe_refresh(force=True)
                     ended = trial.training_ended()
                     steps = trial.steps(show_incomplete_steps=True)
-                    state = (len(steps), steps[-1] if steps else None, ended)
+                    # (and the steps every worker wrote: a slower worker completing one shows it)
+                    state = (len(steps), steps[-1] if steps else None, len(trial.steps()), ended)
                     if state != seen:
                         data = snapshot(trial, **options)
                         write_page(render(data, 0 if ended else args.interval), output)
