@@ -792,3 +792,38 @@ def test_a_second_optimizer_of_the_step_is_recorded_and_judged(out_dir):
     for step in range(FAULT):  # the second optimizer's gradients as it applied them, not the step before's
         value = trial.tensor("gradient/TwoHeads_head_b.weight").reduction_value(step, "l2")
         assert value == pytest.approx(seen[step], rel=1e-5)
+
+
+def test_evaluation_steps_record_no_gradients(tmp_path):
+    # An evaluation step runs no backward pass: the gradients still on the parameters are the last training
+    # step's. Health on must not save them as the EVAL step's (a run without health saves none there).
+    def run(out_dir, health):
+        torch.manual_seed(0)
+        model, criterion = Net(), nn.CrossEntropyLoss()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        hook = smd.Hook(
+            out_dir=out_dir,
+            health=health,
+            save_config=smd.SaveConfig(save_interval=1),
+            include_collections=["weights", "gradients", "losses"],
+        )
+        hook.register_module(model)
+        hook.register_loss(criterion)
+        x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+        for _ in range(2):
+            hook.set_mode(smd.modes.TRAIN)
+            for _ in range(2):
+                opt.zero_grad()
+                criterion(model(x), y).backward()
+                opt.step()
+            hook.set_mode(smd.modes.EVAL)
+            with torch.no_grad():
+                criterion(model(x), y)
+        hook.close()
+        return smd.create_trial(out_dir)
+
+    plain, healthy = run(str(tmp_path / "plain"), False), run(str(tmp_path / "health"), True)
+    grad = "gradient/Net_fc1.weight"
+    assert healthy.tensor(grad).steps(mode=smd.modes.EVAL) == []
+    assert healthy.tensor(grad).steps() == plain.tensor(grad).steps() == [0, 1, 3, 4]
+    assert healthy.tensor("Net_fc1.weight").steps(mode=smd.modes.EVAL) == [0, 1]  # mode steps

@@ -339,6 +339,8 @@ class TorchHealth:
             self._judge_lagged()
         layout = self._current_layout()
         grads = list(map(_GRAD, layout.grad_params))
+        if hook.mode in _UNTRAINED:  # no backward pass: the gradients there are the last training step's
+            grads = [None] * len(grads)
         loss = self._loss[2] if self._loss is not None and self._loss[0] == hook.step else None
         tensors = layout.weights + grads
         if layout.loss_name is not None:
