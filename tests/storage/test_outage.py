@@ -4,6 +4,7 @@ steps land when it comes back; if it never does, close() says exactly which step
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from conftest import ACCESS_KEY, SECRET_KEY
 import smdebug
 from smdebug.exceptions import CorruptRunError
 from smdebug.hook import BaseHook
+from smdebug.store import Store
 from smdebug.trials import create_trial
 
 
@@ -98,7 +100,7 @@ def test_a_bucket_that_appears_late_still_gets_every_step(s3_server, caplog):
     no_credentials_in(caplog)
 
 
-def test_a_value_read_during_an_outage_is_no_damaged_record(s3_server, s3_uri, caplog):
+def test_a_value_read_during_an_outage_is_no_damaged_record(s3_server, s3_uri, caplog, monkeypatch):
     """Reading while the server is down said "skipping a damaged record", raised CorruptTensorRecord (which
     rules pass over as a missing value) and listed the step as damaged for good: the run is not damaged,
     the read fails and works again once the server is back."""
@@ -108,11 +110,56 @@ def test_a_value_read_during_an_outage_is_no_damaged_record(s3_server, s3_uri, c
     trial = create_trial(s3_uri)
     assert trial.steps() == [0, 1, 2]
     s3_server.stop()
+    reads = []
+    read_ranges = Store.read_ranges
+    monkeypatch.setattr(Store, "read_ranges", lambda self, *a: reads.append(a) or read_ranges(self, *a))
     with pytest.raises(OSError, match=r"could not read .*000000000002_worker_0\.tfevents") as info:
         trial.tensor("w").value(2)
+    assert len(reads) == 1  # the store was asked (with its retries) once, not twice
     assert not isinstance(info.value, CorruptRunError)
     assert trial.corrupt_steps() == [] and "damaged" not in caplog.text
     s3_server.start()
     np.testing.assert_array_equal(trial.tensor("w").value(2), value(2))
     assert trial.corrupt_steps() == []
     no_credentials_in(caplog, str(info.value))
+
+
+def test_a_long_outage_records_the_steps_past_the_bound_and_training_goes_on(s3_server, s3_uri, caplog):
+    # The steps waiting for a failing store went to local disk, but their objects and index stayed in
+    # memory, uncounted, for as long as the outage lasted (~2 KB a step whatever the bound). Now they hold
+    # at most half of the bound; the steps past it are recorded unsaved, with the reason, and training
+    # never waits for the store.
+    caplog.set_level(logging.DEBUG, logger="smdebug")
+    bound = 64 * 1024
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1), max_queue_bytes=bound)
+    train(hook, range(0, 2))
+    hook._writer.flush()
+    s3_server.stop()
+    train(hook, range(2, 300))
+    hook._writer.flush()
+    writer = hook._writer
+    assert writer.held_bytes <= bound
+    waiting = writer.pending_steps
+    assert 2 < len(waiting) < 100 and waiting == list(range(2, 2 + len(waiting)))
+    s3_server.start()
+    hook.close()
+    trial = create_trial(s3_uri)
+    assert trial.steps() == list(range(2 + len(waiting)))
+    assert trial.unsaved_steps == list(range(2 + len(waiting), 300))
+    reasons = set(trial.unsaved()["worker_0"].values())
+    assert reasons == {next(iter(reasons))} and "memory bound (max_queue_bytes)" in next(iter(reasons))
+
+
+def test_the_close_timeout_set_before_close_is_the_one_close_keeps(s3_server, s3_uri, monkeypatch):
+    # docs/storage.md: close() returns within SMDEBUG_CLOSE_TIMEOUT; the variable was read when the hook
+    # first saved, so a script setting it before close() waited the default 60 s on a store that is down
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, range(0, 2))
+    hook._writer.flush()
+    s3_server.stop()
+    train(hook, range(2, 4))
+    monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "2")
+    began = time.monotonic()
+    hook.close()
+    assert time.monotonic() - began < 40  # the default would be 60 s
+    assert sorted(hook.failed_steps) == [2, 3]

@@ -18,6 +18,7 @@ from test_writer import GatedStore
 
 from smdebug.modes import ModeKeys
 from smdebug.store import Store
+from smdebug.trials import create_trial
 from smdebug.writing import ProcessWriter, RunWriter
 from smdebug.writing.wire import Names, encode, give
 
@@ -45,7 +46,7 @@ def test_thread_writer_counts_names_and_records(tmp_path):
     trainer = train(writer, 2000, done)  # 2000 records of ~0.7 KB: 1.4 MB held, 8 KB of arrays
     trainer.join(2.0)
     assert trainer.is_alive(), "training should wait: the records held pass the bound"
-    assert len(done) < BOUND // 700 + 2 and writer.queued_bytes <= BOUND
+    assert len(done) < BOUND // 700 + 2 and writer.held_bytes <= BOUND
     store.gate.set()
     trainer.join(60)
     assert not trainer.is_alive()
@@ -178,3 +179,52 @@ def test_the_reduction_name_table_starts_over_on_both_sides_within_its_budget():
         give(Collect(), header, bytearray(b"".join(bytes(b) for b in buffers)), child, None)
         assert got[-1] == (names, [step, 0]) and table.held <= 4096
         assert sum(table._bytes(some) for some in child.values()) <= 4096
+
+
+MIB = 1024 * 1024
+
+
+def bounded_s3_run(s3_uri, tmp_path, steps: int, *, outage=None) -> dict:
+    """bound_run.py saving `steps` steps of a 4 MiB tensor to S3 with a 16 MiB bound; ``outage``: the
+    server, stopped for the training and started again before the hook closes."""
+    cmd = [sys.executable, str(HERE / "bound_run.py"), s3_uri, str(steps), "4", str(16 * MIB)]
+    go = tmp_path / "go"
+    if outage is not None:
+        cmd += ["--go", str(go)]
+        outage.stop()
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        if outage is not None:
+            assert proc.stdout.readline().strip() == "trained", proc.stderr.read()[-2000:]
+            outage.start()
+            go.touch()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_the_bound_holds_what_waits_for_s3_and_what_is_being_uploaded(s3_uri, tmp_path):
+    # To S3, a finished step waited in memory for its upload (up to min(bound, 64 MiB) more), the step
+    # being encoded was staged in memory (up to 8 MiB more) and the upload held the file twice (ours and
+    # the client's copy), none of it counted: 4 MiB steps with a 16 MiB bound allocated ~34 MiB. Now
+    # every one of those bytes counts in the bound (measured: ~13 MiB).
+    result = bounded_s3_run(s3_uri, tmp_path, 16)
+    assert result["peak"] <= 16 * MIB, result
+    trial = create_trial(s3_uri)
+    assert trial.steps() == list(range(17)) and trial.training_ended()
+    assert trial.tensor("big").value(16).nbytes == 4 * MIB
+
+
+def test_an_s3_outage_keeps_the_bound_and_training_going(s3_server, s3_uri, tmp_path):
+    # the server is down while the run trains: its steps wait on local disk (only their objects in
+    # memory), training goes on, and they land once the server is back, before close returns
+    result = bounded_s3_run(s3_uri, tmp_path, 12, outage=s3_server)
+    assert result["peak"] <= 16 * MIB, result
+    trial = create_trial(s3_uri)
+    assert trial.steps() == list(range(13)) and trial.training_ended() and not trial.unsaved_steps
+    np.testing.assert_array_equal(trial.tensor("big").value(12), np.arange(MIB, dtype=np.float32))

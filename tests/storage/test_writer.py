@@ -46,7 +46,7 @@ def test_full_queue_makes_training_wait_and_drops_nothing(tmp_path):
     trainer.join(timeout=1.0)
     assert trainer.is_alive(), "training should wait while the queue is full"
     assert len(progress) < 6
-    assert writer.queued_bytes <= 1000
+    assert writer.held_bytes <= 1000
     store.gate.set()
     trainer.join(timeout=30)
     assert not trainer.is_alive()

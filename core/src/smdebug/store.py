@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
     from smdebug.types import Store as StoreProtocol
 
-# A step staged for a remote store stays in memory up to this size, then spills to a local temp file.
+# A step staged for a remote store stays in memory up to this size (and the writer's bound), then goes to
+# a local temp file.
 SPOOL_BYTES = 8 * 1024 * 1024
 # Files up to this size are uploaded with one PUT (retryable as a whole); larger ones are streamed.
 SINGLE_PUT_BYTES = 64 * 1024 * 1024
@@ -415,7 +416,8 @@ def _create(path: str):
 
 
 class StagedFile:
-    """One file being written: locally a temp file beside its destination, remotely a spooled buffer.
+    """One file being written: locally a temp file beside its destination, remotely a buffer in memory
+    (a local temp file once ``spill`` is called or it passes SPOOL_BYTES).
 
     ``commit`` publishes it whole (rename, or upload); if an upload fails, ``commit`` can be called again.
     """
@@ -424,6 +426,7 @@ class StagedFile:
         self.store = store
         self.relpath = relpath
         self.size = 0
+        self._buf: bytearray | None = None  # a remote file's bytes while in memory
         path = store.path(relpath)
         if store.is_local:
             store._check_folder(path)
@@ -431,17 +434,24 @@ class StagedFile:
             self._file = _create(self._tmp)
         else:
             self._tmp = None
-            self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+            self._file = None
+            self._buf = bytearray()
 
-    def write(self, data: bytes) -> None:
-        self._file.write(data)
-        self.size += len(data)
+    def write(self, data) -> None:
+        n = memoryview(data).nbytes
+        if self._buf is not None and len(self._buf) + n > SPOOL_BYTES:
+            self.spill()  # before the bytes are added: memory never holds more than SPOOL_BYTES
+        if self._buf is not None:
+            self._buf += data
+        else:
+            self._file.write(data)
+        self.size += n
 
     def resume(self) -> None:
         """Write on after ``seal`` or a failed ``commit`` (which may have read the buffer)."""
         if self._tmp is not None and self._file.closed:
             self._file = open(self._tmp, "ab")
-        else:
+        elif self._file is not None:
             self._file.seek(0, os.SEEK_END)
 
     def seal(self) -> None:
@@ -453,14 +463,14 @@ class StagedFile:
     @property
     def in_memory(self) -> int:
         """Bytes this file holds in memory (0 once spilled to disk)."""
-        if self._tmp is not None or getattr(self._file, "_rolled", True):
-            return 0
-        return self.size
+        return 0 if self._buf is None else len(self._buf)
 
     def spill(self) -> None:
         """Move a remote file's buffer to a local temp file, to keep memory bounded while it waits."""
-        if self._tmp is None and not self._file._rolled:
-            self._file.rollover()
+        if self._buf is not None:
+            self._file = tempfile.TemporaryFile()
+            self._file.write(self._buf)
+            self._buf = None
 
     def commit(self) -> None:
         path = self.store.path(self.relpath)
@@ -470,7 +480,12 @@ class StagedFile:
             os.replace(self._tmp, path)
             self._tmp = None
             return
-        fs, f = self.store.fs, self._file
+        fs = self.store.fs
+        if self._buf is not None:  # handed over as it is: the client's copy is the only one made
+            fs.pipe_file(path, self._buf)
+            self._buf = None
+            return
+        f = self._file
         f.seek(0)
         if self.size <= SINGLE_PUT_BYTES:
             fs.pipe_file(path, f.read())
@@ -481,8 +496,10 @@ class StagedFile:
         f.close()
 
     def discard(self) -> None:
+        self._buf = None
         try:
-            self._file.close()
+            if self._file is not None:
+                self._file.close()
         except OSError:  # its buffered bytes could not be written (a full disk): they are not wanted
             pass
         finally:

@@ -303,11 +303,13 @@ class Trial:
         self._damaged.setdefault(worker, {})[step] = why
         logger.warning("smdebug: skipping damaged step %d of %s: %s", step, worker, why)
 
-    def read_record(self, loc: Location | _StepData, tname: str, step: int, mode: ModeKeys) -> bytes:
+    def read_record(
+        self, loc: Location | _StepData, tname: str, step: int, mode: ModeKeys, failed=None
+    ) -> bytes:
         """The payload of one saved record; a damaged one is reported once (file, offset) and skipped
-        by raising CorruptTensorRecord."""
+        by raising CorruptTensorRecord. ``failed``: the error a read of it just gave (not asked again)."""
         where = f"{self.path}/{loc.event_file}"
-        raw = self._fetcher.get(loc.event_file, loc.start, loc.length)
+        raw = self._fetcher.get(loc.event_file, loc.start, loc.length) if failed is None else failed
         if isinstance(raw, BaseException) and not self.store.is_local:
             from smdebug.store import is_transient
 
@@ -340,7 +342,7 @@ class Trial:
                 return value
         # not the usual dense record, or a damaged one: the full decoder, which says what is wrong
         mode = read_mode(mode)
-        payload = self.read_record(loc, tname, step, mode)
+        payload = self.read_record(loc, tname, step, mode, buf if isinstance(buf, BaseException) else None)
         where = f"{self.path}/{loc.event_file}: record at offset {loc.start}"
         try:
             value = codec.decode_tensor_value(payload)

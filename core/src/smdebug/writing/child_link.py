@@ -104,7 +104,7 @@ class ChildLink:
             "uri": self._uri,
             "worker": self.worker,
             "max_queue_bytes": self.max_queue_bytes,
-            "close_timeout": self.close_timeout,
+            "close_timeout": self._close_timeout,
             "claim_token": self._claim_token,  # the claim is this process's writer's, made already
             "log_level": logger.getEffectiveLevel(),
             "ring": [self._ring.fd, len(self._ring.map)] if self._ring is not None else None,

@@ -18,16 +18,22 @@ import time
 from smdebug import layout
 from smdebug.exceptions import OutDirExistsError
 from smdebug.layout import END_OF_JOB_FILE, event_file_path, index_file_path
-from smdebug.store import Store
+from smdebug.store import SINGLE_PUT_BYTES, Store
 from smdebug.writing.ownership import ClaimPublication, release_worker
 from smdebug.writing.settings import CLOSE_RETRY_MAX, RETRY_FIRST, RETRY_MAX
 
 logger = logging.getLogger("smdebug")
 
-OUTBOX_MAX_BYTES = 64 * 1024 * 1024  # the outbox's memory budget: at most this, or the queue's bound
 # What a waiting publication holds besides its files' bytes in memory: its objects, the staged file's,
 # the paths (measured: ~1.5 KB a one-scalar step).
 PUBLICATION_BYTES = 1536
+# An upload holds a file's bytes twice: the bytes handed to the store's client, and the copy the client
+# makes to send them (measured with s3fs: +8.6 MiB for an 8 MiB PUT). Larger files are streamed in parts.
+UPLOAD_COPIES = 2
+_WAITING_FULL = (
+    "not kept: the store was failing and the steps waiting for it filled their share of the writer's memory "
+    "bound (max_queue_bytes)"
+)
 
 
 def format_steps(steps) -> str:
@@ -86,6 +92,18 @@ class Publication:
     def in_memory(self) -> int:
         return sum(len(p[1]) if isinstance(p, tuple) else p.in_memory for p in self.parts)
 
+    def objects(self) -> int:
+        """What it holds in memory besides its staged files: its objects and its index."""
+        return PUBLICATION_BYTES + sum(len(p[1]) for p in self.parts if isinstance(p, tuple))
+
+    def sending(self) -> int:
+        """What it holds in memory while it is sent to a remote store: its objects, and each file twice
+        (the bytes handed to the client, and the client's copy)."""
+        held = self.objects()
+        for p in self.parts:
+            held += UPLOAD_COPIES * (len(p[1]) if isinstance(p, tuple) else min(p.size, SINGLE_PUT_BYTES))
+        return held
+
     def spill(self) -> None:
         for p in self.parts:
             if not isinstance(p, tuple):
@@ -102,13 +120,14 @@ class Outbox:
     """The publishing half of a writer (RunWriter): the outbox, its publisher thread and close's drain.
 
     The writer provides ``store`` (set before ``_store_ready``), ``uri``, ``worker``, ``max_queue_bytes``,
-    ``failed_steps``, ``failed_files``, ``written_steps``, ``refused``, ``_unwritten`` and ``_describe``."""
+    ``failed_steps``, ``failed_files``, ``written_steps``, ``refused``, ``_unwritten`` and ``_describe``,
+    and its memory account: ``_lock`` (a Condition), ``_held`` (the bytes it holds, guarded by it) and
+    ``_limit``. Waiting steps and uploads in flight count in ``_held`` too."""
 
     _end_written = False
 
     def _start_outbox(self, claim: tuple[str, str | None] | None, claim_token: str | None) -> None:
         # the publisher's state, guarded by _lock
-        self._lock = threading.Condition()
         self._outbox: collections.deque = collections.deque()
         self._outbox_memory = 0
         self._publishing = None  # the publication being sent right now
@@ -186,35 +205,69 @@ class Outbox:
             self._lock.notify_all()
         logger.warning("smdebug: %s did not answer within the close timeout (%g s)", self.uri, timeout)
 
-    def _publish(self, pub: Publication) -> None:
+    def _publish(self, pub: Publication, counted: int = 0) -> None:
         """Hand a finished step or file to the publisher (in order: a live reader must never see step
-        n+1 before step n)."""
+        n+1 before step n). ``counted``: what its staged file already counts in the writer's bound."""
         if self.refused:
+            self._count(-counted)
             self._given_up(pub, self.refused, quiet=True)
             return
-        budget = min(self.max_queue_bytes, OUTBOX_MAX_BYTES)
+        extra = pub.objects()
         with self._lock:
             # A healthy store slower than the encoder (a rename and a write a step) makes the encoder
-            # wait, and so training at the queue's bound, rather than the outbox grow without end. A
-            # failing store does not: training goes on, the waiting steps spilled to disk.
+            # wait, and so training at the bound, rather than the outbox grow without end. A failing
+            # store does not: training goes on, the waiting steps spilled to disk.
             while (
                 self._outbox
-                and self._outbox_memory + PUBLICATION_BYTES > budget
+                and self._held + extra > self._limit
                 and not (self._failing or self._abandoned or self._draining_over())
                 and self._publisher.is_alive()
             ):
                 self._lock.wait(0.5)
-        memory = pub.in_memory()
-        # Waiting steps go to local disk beyond the memory budget (spilled before the publisher can see
-        # them, so never while it reads them).
-        if self._outbox_memory + memory > budget:
+            failing = self._failing
+        keep = counted  # what its staged file counts: none once on disk
+        if failing:  # waiting steps go to local disk (before the publisher can see them)
             pub.spill()
-            memory = pub.in_memory()
+            keep = 0
         with self._lock:
-            pub.memory = memory + PUBLICATION_BYTES
+            if self._failing and self._outbox and self._outbox_memory + extra > self._limit // 2:
+                # a long outage: what the waiting steps hold in memory (their objects, their index) has
+                # reached its share of the bound; the next steps are recorded unsaved, training goes on
+                self._held -= counted
+                self._given_up(pub, _WAITING_FULL)
+                self._lock.notify_all()
+                return
+            pub.memory = keep + extra
+            self._held += pub.memory - counted
             self._outbox_memory += pub.memory
             self._outbox.append(pub)
             self._lock.notify_all()
+
+    def _parked(self) -> int:
+        """What steps waiting for a failing store hold (their objects): training never waits on it."""
+        return self._outbox_memory if self._failing else 0
+
+    def _count(self, nbytes: int) -> None:
+        """Count nbytes more (fewer when negative) in what the writer holds."""
+        if nbytes:
+            with self._lock:
+                self._held += nbytes
+                self._lock.notify_all()
+
+    def _spill_waiting(self) -> None:
+        """The store fails: the steps waiting for it go to local disk, keeping only their objects in
+        memory (called by the publisher, under _lock, so never while it reads them)."""
+        for pub in self._outbox:
+            if isinstance(pub, Publication) and pub.memory > pub.objects():
+                pub.spill()
+                self._held -= pub.memory - pub.objects()
+                self._outbox_memory -= pub.memory - pub.objects()
+                pub.memory = pub.objects()
+        self._lock.notify_all()
+
+    def _forget_outbox(self) -> None:
+        self._held -= self._outbox_memory
+        self._outbox_memory = 0
 
     def _draining_over(self) -> bool:
         return self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
@@ -226,11 +279,19 @@ class Outbox:
             pub = self._next()
             if pub is None:
                 break
+            # an upload holds the file's bytes (and the client's copy) while it is in flight: beyond
+            # what the step counts, when it waited on disk for a failing store
+            flight = 0
+            if not self.store.is_local and isinstance(pub, Publication):
+                flight = max(0, pub.sending() - pub.memory)
+            self._count(flight)
             try:
                 pub.publish(self.store)
             except Exception as exc:
+                self._count(-flight)
                 self._attempt_failed(pub, exc)
             else:
+                self._count(-flight)
                 self._attempt_succeeded(pub)
         self._finish_close()
 
@@ -292,6 +353,7 @@ class Outbox:
                         reason,
                     )
                     self._backoff = RETRY_FIRST
+                    self._spill_waiting()
                 else:
                     cap = CLOSE_RETRY_MAX if self._drain_deadline is not None else RETRY_MAX
                     self._backoff = min(self._backoff * 2, cap)
@@ -337,11 +399,12 @@ class Outbox:
         if self._outbox and self._outbox[0] is pub:
             self._outbox.popleft()
             self._outbox_memory -= pub.memory
+            self._held -= pub.memory
 
     def _refuse_outbox(self) -> None:
         while self._outbox:
             self._given_up(self._outbox.popleft(), self.refused, quiet=True)
-        self._outbox_memory = 0
+        self._forget_outbox()
 
     def _warn_unsaved(self, what: str, reason: str, step: int | None = None) -> None:
         """Warn of a step or file that could not be saved, once for a run of them failing alike (a full
@@ -376,7 +439,7 @@ class Outbox:
             why = self._last_error or "not written before the close timeout"
             while self._outbox:
                 self._given_up(self._outbox.popleft(), why, quiet=True)
-            self._outbox_memory = 0
+            self._forget_outbox()
             end_of_job, failing, refused = self._end_of_job, self._failing, self.refused
         if refused or self.store is None:
             return

@@ -72,7 +72,7 @@ class ProcessWriter(ChildLink):
         self._uri = uri
         self.worker = worker
         self.max_queue_bytes = max_queue_bytes or max_queue_bytes_from_env()
-        self.close_timeout = close_timeout_from_env() if close_timeout is None else close_timeout
+        self._close_timeout = close_timeout  # None: SMDEBUG_CLOSE_TIMEOUT when it is needed
         # what the child reported (this process's writer, while there is one, keeps its own)
         self._failed_steps: dict[int, str] = {}
         self._failed_files: dict[str, str] = {}
@@ -85,7 +85,7 @@ class ProcessWriter(ChildLink):
             store,
             worker,
             self.max_queue_bytes,
-            self.close_timeout,
+            self._close_timeout,
             uri=uri,
             claim=claim,
             claim_token=claim_token,
@@ -247,6 +247,12 @@ class ProcessWriter(ChildLink):
             self._batch.append(("file", relpath, data))
             self._send()
 
+    @property
+    def close_timeout(self) -> float:
+        """Seconds close() (and flush) wait at most: as given, else SMDEBUG_CLOSE_TIMEOUT as it is set
+        when they are called (a script may set it just before closing)."""
+        return close_timeout_from_env() if self._close_timeout is None else self._close_timeout
+
     def flush(self, timeout: float | None = None) -> bool:
         if self._closed or self._forked():
             return True
@@ -364,7 +370,7 @@ class ProcessWriter(ChildLink):
             store if store is not None else self._store,
             self.worker,
             self.max_queue_bytes,
-            self.close_timeout,
+            self._close_timeout,
             uri=self._uri,
             claim_token=self._claim_token,  # the name is claimed already, by this process's first writer
         )

@@ -24,7 +24,7 @@ from smdebug import codec, layout
 from smdebug.layout import event_file_path, index_file_path
 from smdebug.modes import ModeKeys
 from smdebug.store import StagedFile, Store, redact
-from smdebug.writing.outbox import Outbox, Publication
+from smdebug.writing.outbox import UPLOAD_COPIES, Outbox, Publication
 from smdebug.writing.settings import (
     BATCH_BYTES,
     RESERVE_BYTES,
@@ -49,6 +49,7 @@ class _OpenStep:
     tensors: list = field(default_factory=list)
     shapes: list = field(default_factory=list)
     failed: bool = False
+    counted: int = 0  # what it still counts in the writer's bound (a remote store's step: until sent)
 
 
 class RunWriter(Outbox):
@@ -79,8 +80,13 @@ class RunWriter(Outbox):
         # the bound covers the encoder's cache of headers per name and (in a writer process) the table of
         # reduction names it was sent: the queue holds the rest
         self._templates = codec.Templates(cache_bytes(self.max_queue_bytes))
-        self._queue_limit = self.max_queue_bytes - 2 * cache_bytes(self.max_queue_bytes)
-        self.close_timeout = close_timeout_from_env() if close_timeout is None else close_timeout
+        self._limit = self.max_queue_bytes - 2 * cache_bytes(self.max_queue_bytes)
+        # A remote store's step holds its bytes until it is sent: staged in memory (or not, on disk),
+        # then the upload's two copies. So each record counts twice, from its queueing until its step is
+        # sent; a local step's files are on disk once encoded.
+        local = self.store.is_local if self.store is not None else Store.is_plain_local(self.uri)
+        self._copies = 1 if local else UPLOAD_COPIES
+        self._close_timeout = close_timeout  # None: SMDEBUG_CLOSE_TIMEOUT when it is needed
         self.failed_steps: dict[int, str] = {}  # steps that will never be saved -> why
         self.failed_files: dict[str, str] = {}
         self.written_steps: list[int] = []
@@ -90,13 +96,15 @@ class RunWriter(Outbox):
         # then competes with training for the GIL): the batch and what it holds in bytes.
         self._batch: list = []
         self._batch_bytes = 0
-        self._queued_bytes = 0
+        # What the writer holds for the user within its bound, guarded by _lock: queued records, steps
+        # being encoded or waiting to be sent, uploads in flight. Training waits while it is at the bound.
+        self._held = 0
+        self._lock = threading.Condition()
         self._names_bytes = NamesBytes()
         self._step_has_data = False  # anything queued for the step that end_step will finish
         # steps the training thread gave data to that are not written yet (not every step of the run: a
         # long run would hold them all)
         self._unwritten: set[int] = set()
-        self._room = threading.Condition()
         self._open: _OpenStep | None = None
         self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
         self._closed = False
@@ -119,8 +127,8 @@ class RunWriter(Outbox):
         bytes the caller already counted in the queue with ``reserve`` (before copying the tensor)."""
         nbytes = int(array.nbytes) + record_bytes(name)  # every byte held for it, not just the array's
         if reserved:
-            with self._room:
-                self._queued_bytes += nbytes - reserved
+            with self._lock:
+                self._held += (nbytes - reserved) * self._copies
         else:
             self.reserve(nbytes)
         self._step_has_data = True
@@ -147,13 +155,14 @@ class RunWriter(Outbox):
         """Wait until the queue has room for ``nbytes`` more and count them in it (write_tensor does;
         a caller that copies a tensor for the writer waits before copying, so that the copy is within the
         bound, then passes ``reserved=nbytes``). One item is always admitted into an empty queue however
-        large it is."""
-        with self._room:
-            while self._queued_bytes and self._queued_bytes + nbytes > self._queue_limit:
+        large it is (the objects of steps waiting for a failing store aside)."""
+        nbytes *= self._copies
+        with self._lock:
+            while self._held > self._parked() and self._held + nbytes > self._limit:
                 if self._batch:
                     self._send_batch()  # the encoder frees room only for what it has been given
-                self._room.wait()
-            self._queued_bytes += nbytes
+                self._lock.wait()
+            self._held += nbytes
 
     def _send_batch(self) -> None:
         if self._batch:
@@ -185,8 +194,15 @@ class RunWriter(Outbox):
         write_copy(self, step, mode, mode_step, name, view, time.time())
 
     @property
-    def queued_bytes(self) -> int:
-        return self._queued_bytes
+    def held_bytes(self) -> int:
+        """What the writer holds for the user now (queued records, staged steps, uploads in flight)."""
+        return self._held
+
+    @property
+    def close_timeout(self) -> float:
+        """Seconds close() (and flush) wait at most: as given, else SMDEBUG_CLOSE_TIMEOUT as it is set
+        when they are called (a script may set it just before closing)."""
+        return close_timeout_from_env() if self._close_timeout is None else self._close_timeout
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far has been handled: written, or waiting for a failing store
@@ -266,16 +282,18 @@ class RunWriter(Outbox):
                             self._backlog_unsaved(self._open.step)
                     elif self._open is not None and item[1]:
                         self._finish(self._open.step)
-                    elif self._open is not None and self._open.staged is not None:
-                        self._open.staged.discard()
+                    elif self._open is not None:
+                        self._discard_staged(self._open)
                     return
             except Exception as exc:  # the writer thread must survive anything
                 logger.warning("smdebug: writer error: %s", self._describe(exc))
             finally:
                 if kind in ("tensor", "scalars", "shape"):
-                    with self._room:
-                        self._queued_bytes -= item[7 if kind != "shape" else 6]
-                        self._room.notify_all()
+                    nbytes, st = item[7 if kind != "shape" else 6] * self._copies, self._open
+                    if self._copies > 1 and st is not None and st.step == item[1] and not st.failed:
+                        st.counted += nbytes  # held by its step until sent (staged, then uploaded)
+                    else:
+                        self._count(-nbytes)
                 if kind == "stop":
                     with self._lock:
                         self._encoded_all = True
@@ -294,8 +312,7 @@ class RunWriter(Outbox):
         st = self._open
         if st is not None:  # the step being encoded goes too: its files would be incomplete
             self._open = None
-            if st.staged is not None:
-                st.staged.discard()
+            self._discard_staged(st)
             self.failed_steps.setdefault(st.step, _BACKLOG)
         if step not in self.failed_steps:
             self.failed_steps[step] = _BACKLOG
@@ -334,12 +351,16 @@ class RunWriter(Outbox):
             if waiting is not None and waiting.parts and not isinstance(waiting.parts[0], tuple):
                 self._outbox.remove(waiting)  # not yet published: append to the staged file itself
                 self._outbox_memory -= waiting.memory
+                st.counted = waiting.memory  # what it counts goes with it
                 st.staged = waiting.parts[0]
                 st.staged.resume()
                 return st
         try:
             st.staged = self.store.stage(event_file_path(st.step, self.worker))
             st.staged.write(self.store.read_bytes(event_file_path(st.step, self.worker)))
+            if self._copies > 1:
+                st.counted = self._copies * st.staged.size
+                self._count(st.counted)
         except Exception as exc:
             self._fail(st, exc)
         return st
@@ -350,9 +371,14 @@ class RunWriter(Outbox):
             self._warn_unsaved(f"step {st.step}", reason, st.step)
         st.failed = True
         self.failed_steps[st.step] = reason
+        self._discard_staged(st)
+
+    def _discard_staged(self, st: _OpenStep) -> None:
         if st.staged is not None:
             st.staged.discard()
             st.staged = None
+        self._count(-st.counted)
+        st.counted = 0
 
     def _tensor(self, step, mode, mode_step, name, array, wall_time) -> None:
         st = self._step(step, mode, mode_step)
@@ -416,8 +442,7 @@ class RunWriter(Outbox):
         self._open = None
         self._ended = st
         if st.failed or not (st.tensors or st.shapes):
-            if st.staged is not None:
-                st.staged.discard()
+            self._discard_staged(st)
             return
         index = layout.encode_index(
             st.mode.name, st.mode_step, event_file_path(step, self.worker), st.tensors, st.shapes
@@ -432,9 +457,10 @@ class RunWriter(Outbox):
                 self._fail(st, exc)
                 return
             parts.append(st.staged)
-        st.staged = None  # the publication owns it now
+        st.staged = None  # the publication owns it now, and what it counts in the bound
+        counted, st.counted = st.counted, 0
         parts.append((index_file_path(step, self.worker), index))
-        self._publish(Publication(step, parts))
+        self._publish(Publication(step, parts), counted)
 
 
 def write_copy(
