@@ -210,3 +210,36 @@ def test_ls_escapes_control_characters_and_caps_column_widths(tmp_path, capsys):
     assert "b\\nforged" in printed
     assert long_name in printed  # printed whole, once; no other row padded to it
     assert len(printed) < 10_000 + 53 * 200, len(printed)
+
+
+def edit_meta(run, **changes):
+    path = os.path.join(run, INDEX1)
+    with open(path) as f:
+        index = json.load(f)
+    index.update(changes)
+    with open(path, "w") as f:
+        f.write(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    "changes, problem",
+    [
+        # a meta, an entry or a shape of the wrong JSON type raised AttributeError out of create_trial
+        # ('list' object has no attribute 'get') and `smdebug ls` said "cannot read the run"
+        ({"meta": [1]}, "meta is a JSON list"),
+        ({"tensor_payload": [[1, 2]]}, "tensor_payload is a JSON list"),
+        ({"shape_payload": ["x"]}, "shape_payload is a JSON str"),
+        # an event file named outside the run made values() of the tensor raise ValueError ("refusing
+        # unsafe path"), losing its good steps too; the step was not listed as damaged
+        (
+            {"meta": {"mode": "GLOBAL", "mode_step": 1, "event_file_name": "../../../etc/passwd"}},
+            "not a file",
+        ),
+        ({"meta": {"mode": "GLOBAL", "mode_step": 1, "event_file_name": "/etc/passwd"}}, "not a file"),
+        ({"meta": {"mode": "GLOBAL", "mode_step": 1, "event_file_name": "events/a\x00b"}}, "not a file"),
+    ],
+)
+def test_an_index_of_the_wrong_shape_or_naming_a_file_out_of_the_run_skips_its_step(run, changes, problem):
+    edit_meta(run, **changes)
+    assert_step_skipped(run, problem)
+    assert sorted(create_trial(run).tensor("a").values()) == [0, 2]

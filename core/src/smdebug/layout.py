@@ -30,6 +30,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 
 from smdebug.exceptions import SMDebugValueError
 
@@ -200,8 +201,8 @@ def bounded_int(value, what: str, low: int = 0) -> int:
 
 def decode_index(data: bytes) -> IndexRecord:
     """Parse an index file; ValueError, KeyError or TypeError when it is malformed."""
-    index = load_json(data)
-    meta = index[META]
+    index = _object(load_json(data), "the index")
+    meta = _object(index[META], META)
     mode_step = meta.get(MODE_STEP)
     event_file = meta.get(EVENT_FILE_NAME)
     tensors = [
@@ -211,13 +212,15 @@ def decode_index(data: bytes) -> IndexRecord:
             bounded_int(t[LENGTH], LENGTH),
             crc if isinstance(crc := t.get(CRC32C), int) else None,
         )
-        for t in index.get(TENSOR_PAYLOAD) or ()
+        for t in map(_object, index.get(TENSOR_PAYLOAD) or (), repeat(TENSOR_PAYLOAD))
     ]
     if tensors and not isinstance(event_file, str):
         raise ValueError(f"{META}.{EVENT_FILE_NAME} is missing")
+    if isinstance(event_file, str) and not _inside_run(event_file):
+        raise ValueError(f"{META}.{EVENT_FILE_NAME} {event_file[:80]!r} is not a file of the run")
     shapes = [
         (_name(s[TENSORNAME]), tuple(d if d is None else bounded_int(d, SHAPE, -1) for d in s[SHAPE]))
-        for s in index.get(SHAPE_PAYLOAD) or []
+        for s in map(_object, index.get(SHAPE_PAYLOAD) or [], repeat(SHAPE_PAYLOAD))
     ]
     return IndexRecord(
         meta.get(MODE, "GLOBAL"),
@@ -225,6 +228,20 @@ def decode_index(data: bytes) -> IndexRecord:
         event_file,
         tensors,
         shapes,
+    )
+
+
+def _object(value, what: str):
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _inside_run(relpath: str) -> bool:
+    """Whether a path an index names is a relative path inside the run (no /, .. or NUL)."""
+    parts = relpath.split("/")
+    return (
+        not relpath.startswith("/") and "\0" not in relpath and all(p not in ("", ".", "..") for p in parts)
     )
 
 
