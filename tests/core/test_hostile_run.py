@@ -243,3 +243,19 @@ def test_an_index_of_the_wrong_shape_or_naming_a_file_out_of_the_run_skips_its_s
     edit_meta(run, **changes)
     assert_step_skipped(run, problem)
     assert sorted(create_trial(run).tensor("a").values()) == [0, 2]
+
+
+def test_an_index_folder_that_is_a_file_is_named(run, caplog):
+    # index/000000000 replaced by a file: the run read as one with no steps, without a word
+    import shutil
+
+    folder = os.path.join(run, "index", "000000000")
+    shutil.rmtree(folder)
+    with open(folder, "w") as f:
+        f.write("x")
+    trial = create_trial(run)
+    assert trial.steps() == []
+    said = [r.getMessage() for r in caplog.records if "is not a folder" in r.getMessage()]
+    assert len(said) == 1 and "index/000000000" in said[0] and "steps 0-999" in said[0], said
+    listed = cli("ls", run)
+    assert "Traceback" not in listed.stderr and "index/000000000 is not a folder" in listed.stderr

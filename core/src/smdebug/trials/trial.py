@@ -180,6 +180,16 @@ class Trial:
                 parsed = self._wanted(relpath)
                 if parsed is not None:
                     new[relpath] = parsed
+                elif layout.last_step_of_index_dir(relpath) is not None:  # a file named as a folder
+                    self._loaded_index.add(relpath)  # said once
+                    last = layout.last_step_of_index_dir(relpath)
+                    logger.warning(
+                        "smdebug: %s/%s is not a folder: steps %d-%d of every worker are not read",
+                        self.path,
+                        relpath,
+                        last + 1 - layout.STEPS_PER_INDEX_DIR,
+                        last,
+                    )
         if new:
             # fetched concurrently; loaded in step order so a step is known whole or not at all
             collecting = gc.isenabled()
