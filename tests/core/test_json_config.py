@@ -350,3 +350,32 @@ def test_not_an_object(tmp_path):
         load_hook_config(write(tmp_path, "[1, 2]"))
     with pytest.raises(ConfigError, match=r"HookParameters.*expected a JSON object"):
         parse_hook_config({"LocalPath": "/tmp/x", "HookParameters": "save_interval=1"})
+
+
+def test_save_raw_tensor_false_without_reductions_is_ignored_as_in_smdebug_10(caplog):
+    # smdebug 1.0 reads save_raw_tensor only alongside reductions; honouring "false" alone saved nothing
+    for where, config in (
+        ("HookParameters", {"LocalPath": "/tmp/x", "HookParameters": {"save_raw_tensor": "false"}}),
+        (
+            "CollectionConfigurations[weights]",
+            {
+                "LocalPath": "/tmp/x",
+                "CollectionConfigurations": [
+                    {"CollectionName": "weights", "CollectionParameters": {"save_raw_tensor": "False"}}
+                ],
+            },
+        ),
+    ):
+        caplog.clear()
+        parsed = parse_hook_config(config)
+        reduction = (
+            parsed.reduction_config
+            if where == "HookParameters"
+            else parsed.collections["weights"].reduction_config
+        )
+        assert reduction.save_raw_tensor is True
+        assert f"{where}.save_raw_tensor=false is ignored without reductions" in caplog.text
+    with_reductions = parse_hook_config(
+        {"LocalPath": "/tmp/x", "HookParameters": {"reductions": "l2", "save_raw_tensor": "false"}}
+    )
+    assert with_reductions.reduction_config == ReductionConfig(norms=["l2"], save_raw_tensor=False)

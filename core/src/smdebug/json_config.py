@@ -275,12 +275,22 @@ def _reduction_config(params: dict, where: str) -> ReductionConfig | None:
     if not any(k in params for k in _REDUCTION_KEYS):
         return None
     reductions = params.get("reductions")
-    # smdebug ignores save_raw_tensor/save_shape without reductions; we honour them. With no reduction
-    # asked for, the raw tensor stays saved unless explicitly turned off.
-    raw_default = not to_str_list(reductions, f"{where}.reductions")
+    save_raw = to_bool(params.get("save_raw_tensor", True), f"{where}.save_raw_tensor")
+    if not to_str_list(reductions, f"{where}.reductions"):
+        # as in smdebug 1.0, without reductions the raw tensor is what is saved: turning it off would
+        # save nothing (save_shape, which only adds, is honoured)
+        if not save_raw:
+            logger.warning(
+                "smdebug: %s.save_raw_tensor=false is ignored without reductions (the tensors would not "
+                "be saved at all): raw values are saved",
+                where,
+            )
+        save_raw = True
+    elif "save_raw_tensor" not in params:
+        save_raw = False
     return ReductionConfig.from_reductions_string(
         reductions,
-        save_raw_tensor=to_bool(params.get("save_raw_tensor", raw_default), f"{where}.save_raw_tensor"),
+        save_raw_tensor=save_raw,
         save_shape=to_bool(params.get("save_shape", False), f"{where}.save_shape"),
         field=f"{where}.reductions",
     )
