@@ -114,7 +114,8 @@ class DuePlanning:
                 ]
                 self.warn_once(
                     f"empty:{coll.name}",
-                    "smdebug: collection %r has no include_regex or tensor names: it saves nothing%s",
+                    "smdebug: collection %r has no include_regex or tensor names: it saves only what "
+                    "save_tensor adds to it%s",
                     coll.name,
                     did_you_mean(coll.name, [n for n in known if n != coll.name]),
                 )
