@@ -55,6 +55,16 @@ def graph_tensors(arg) -> list | None:
     return None
 
 
+def read(variable) -> tf.Tensor:
+    """The variable's value at this point of the run call. A reference variable's (TF 1.x's, as
+    ``tf.compat.v1.disable_v2_behavior()`` makes them) read shares its buffer, which the optimizer then
+    updates in place: it is copied (a resource variable's read is a value already)."""
+    value = variable.read_value()
+    if variable.dtype.base_dtype != variable.dtype:  # a reference dtype (float32_ref)
+        return tf.raw_ops.Snapshot(input=value)
+    return value
+
+
 def record_apply(optimizer, apply, grads_and_vars, global_step=None, name=None):
     """``apply(grads_and_vars, global_step, name)``, the optimizer's own ``apply_gradients``, with its
     gradients and variables recorded for the graph's SessionHook."""
@@ -70,7 +80,7 @@ def record_apply(optimizer, apply, grads_and_vars, global_step=None, name=None):
                 if grad is None:
                     continue
                 if variable.ref() not in reads:
-                    reads[variable.ref()] = (variable, variable.read_value())
+                    reads[variable.ref()] = (variable, read(variable))
                 grads.append(
                     (tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad, variable)
                 )

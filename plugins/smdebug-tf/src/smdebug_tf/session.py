@@ -155,7 +155,7 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
             with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/weights"):
                 for v in variables:
                     read = before.get(v.ref())
-                    found[v.name] = read if read is not None else v.read_value()
+                    found[v.name] = read if read is not None else tfgraph.read(v)
             for a in records:
                 grads = [(g.name, g) for g, _ in a.gradients]
                 self.include_names(CollectionKeys.GRADIENTS, [n for n, _ in grads])
@@ -171,7 +171,7 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
                 for coll in self.get_collections().values():
                     for name, obj in getattr(coll, "graph_objects", {}).items():
                         if name not in found and getattr(obj, "graph", graph) is graph:
-                            found[name] = obj.read_value() if isinstance(obj, tf.Variable) else obj
+                            found[name] = tfgraph.read(obj) if isinstance(obj, tf.Variable) else obj
             for op in graph.get_operations():  # what the collections' patterns match (include_regex)
                 if op.name.startswith(tfgraph.SCOPE + "/") or not graph.is_fetchable(op):
                     continue

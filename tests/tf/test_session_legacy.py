@@ -1,0 +1,93 @@
+"""SessionHook in TF 1.x code as legacy scripts write it: ``tf.compat.v1.disable_v2_behavior()``, whose
+reference variables an optimizer updates in place, and two graphs trained one after the other, each by a
+MonitoredTrainingSession of its own, with the same hook (one subprocess: the other tests run eagerly)."""
+
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from test_session import _run
+
+from smdebug.trials import create_trial
+
+LR = 0.1
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    tf.compat.v1.disable_v2_behavior()  # reference variables, updated in place
+    import smdebug.tensorflow as smd
+
+    LR = 0.1
+
+    hook = smd.SessionHook(
+        out_dir=sys.argv[1],
+        save_config=smd.SaveConfig(save_interval=1),
+        reduction_config=smd.ReductionConfig(reductions=["max"], norms=["l2"], save_raw_tensor=True),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(8, 3)).astype("float32")
+    ys = rng.normal(size=(8, 1)).astype("float32")
+    for _ in range(2):  # two graphs, one session each, the same hook
+        with tf.Graph().as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+            y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+            w = tf.compat.v1.get_variable("w", [3, 1], initializer=tf.compat.v1.initializers.constant(0.5))
+            loss = tf.compat.v1.losses.mean_squared_error(y, tf.matmul(x, w))
+            optimizer = hook.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(LR))
+            train_op = optimizer.minimize(loss)
+            with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+                for _ in range(3):
+                    sess.run(train_op, feed_dict={x: xs, y: ys})
+    hook.close()
+    print(json.dumps({"xs": xs.tolist(), "ys": ys.tolist()}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def legacy_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("legacy")
+    script = tmp / "train.py"
+    script.write_text(SCRIPT)
+    out = str(tmp / "run")
+    printed = json.loads(_run([sys.executable, str(script), out]).stdout.strip().splitlines()[-1])
+    return out, np.array(printed["xs"], np.float64), np.array(printed["ys"], np.float64)
+
+
+def test_reference_variables_are_saved_as_the_step_starts(legacy_run):
+    out, xs, ys = legacy_run
+    trial = create_trial(out)
+    (grad,) = trial.tensor_names(collection="gradients")
+    kernel = trial.tensor("w:0")
+    for first in (0, 3):  # each graph starts from its initializer
+        np.testing.assert_array_equal(kernel.value(first), np.full((3, 1), 0.5, np.float32))
+    for step in (0, 1, 2, 3, 4):
+        w = kernel.value(step).astype(np.float64)
+        # the step's gradient was computed with the weights saved at that step, which it then updated
+        np.testing.assert_allclose(
+            trial.tensor(grad).value(step), 2 * xs.T @ (xs @ w - ys) / len(xs), rtol=1e-4
+        )
+        if step != 2:
+            np.testing.assert_allclose(
+                kernel.value(step + 1), w - LR * trial.tensor(grad).value(step), rtol=1e-5
+            )
+        # the reductions are of the value saved (the graph computes both from one read)
+        assert kernel.reduction_value(step, "max") == pytest.approx(w.max(), rel=1e-6)
+        assert kernel.reduction_value(step, "l2") == pytest.approx(np.linalg.norm(w), rel=1e-6)
+
+
+def test_two_graphs_one_after_the_other_continue_the_steps(legacy_run):
+    out, xs, ys = legacy_run
+    trial = create_trial(out)
+    assert trial.steps() == [0, 1, 2, 3, 4, 5]
+    assert trial.tensor_names(collection="losses") == ["mean_squared_error/value:0"]
+    loss = trial.tensor("mean_squared_error/value:0")
+    for step in range(6):  # the loss of the weights saved at the step
+        w = trial.tensor("w:0").value(step).astype(np.float64)
+        assert loss.value(step) == pytest.approx(np.mean((xs @ w - ys) ** 2), rel=1e-5)
