@@ -164,8 +164,9 @@ def test_global_step_of_global_mode_is_the_step(finished):
     assert trial.global_step(ModeKeys.GLOBAL, 4) == 4
     assert trial.global_step("global", 10) == 10
     assert trial.global_step(ModeKeys.TRAIN, 3) == 6
-    with pytest.raises(StepUnavailable):
-        trial.global_step(ModeKeys.TRAIN, 9)
+    # a mode step not saved has no global step: None, as smdebug 1.0 returns (as mode() and mode_step() do)
+    assert trial.global_step(ModeKeys.TRAIN, 9) is None
+    assert trial.global_step(ModeKeys.PREDICT, 0) is None
 
 
 def test_value_past_the_end_of_a_finished_run_is_step_unavailable(finished):

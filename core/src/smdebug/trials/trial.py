@@ -464,16 +464,15 @@ class Trial:
         """The global step of a mode step known so far (-1 when none), without reading anything."""
         return step if mode == ModeKeys.GLOBAL else self._mode_to_global[mode].get(step, -1)
 
-    def global_step(self, mode, mode_step: int) -> int:
-        """The global step of a mode step (the step itself for GLOBAL); StepUnavailable when unsaved."""
+    def global_step(self, mode, mode_step: int) -> int | None:
+        """The global step of a mode step (the step itself for GLOBAL); None for a mode step not saved (as
+        smdebug 1.0, and as mode_modestep of a global step not saved)."""
         mode = read_mode(mode)
         if mode == ModeKeys.GLOBAL:
             return mode_step
         if mode_step not in self._mode_to_global[mode]:
             self.maybe_refresh(force=True)
-        if mode_step not in self._mode_to_global[mode]:
-            raise StepUnavailable(mode_step, mode)
-        return self._mode_to_global[mode][mode_step]
+        return self._mode_to_global[mode].get(mode_step)
 
     def mode_modestep(self, global_step: int) -> tuple[ModeKeys | None, int | None]:
         """(mode, mode step) of a saved global step; (None, None) for a step not saved (as smdebug 1.0)."""
