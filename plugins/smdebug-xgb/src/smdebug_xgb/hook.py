@@ -103,6 +103,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self._rounds_done = self.step + 1
         self._round_offset = self._mode_offset = 0
         self._training: _Training | None = None
+        self._round: int | None = None  # the step before_iteration began (after_iteration saves it)
         self._stray = False  # a copy training outside distributed training: it saves nothing
 
     @classmethod
@@ -148,6 +149,15 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self._training = _Training(_params_of_train_call())
         return model
 
+    def before_iteration(self, model, epoch: int, evals_log) -> bool:
+        # The round's step begins before any callback's after_iteration: a checkpoint that another
+        # callback (xgboost's TrainingCheckPoint) writes in this round, listed before or after the hook,
+        # is recorded as of this round when the next one begins (or the hook closes).
+        if not (self.closed or self._stray):
+            with self.guard("start a boosting round"):
+                self._begin_round(model, epoch)
+        return False
+
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
         if self.closed or self._stray:
             return False
@@ -167,12 +177,18 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return model
 
     # -- one boosting round -------------------------------------------------------------------------
-    def _save_round(self, model, epoch: int, evals_log) -> None:
+    def _begin_round(self, model, epoch: int) -> None:
         if self._training is None:  # called without before_training (a hand-written training loop)
             self.before_training(model)
         step = self._round_offset + epoch
         self._rounds_done = max(self._rounds_done, step + 1)
         self.begin_step(step, mode_step=self._mode_offset + epoch)
+        self._round = step
+
+    def _save_round(self, model, epoch: int, evals_log) -> None:
+        if self._training is None or self._round != self._round_offset + epoch:  # no before_iteration
+            self._begin_round(model, epoch)
+        self._round = None
         try:
             if not self.anything_due():
                 return
