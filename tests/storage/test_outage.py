@@ -163,3 +163,26 @@ def test_the_close_timeout_set_before_close_is_the_one_close_keeps(s3_server, s3
     hook.close()
     assert time.monotonic() - began < 40  # the default would be 60 s
     assert sorted(hook.failed_steps) == [2, 3]
+
+
+def test_a_long_outage_holds_no_file_descriptor_per_waiting_step(s3_server, s3_uri):
+    # each step waiting on local disk for a failing store kept an open temp file: an outage longer than
+    # the process's file limit (often 1024) failed every later step with "Too many open files"
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, range(0, 2))
+    hook._writer.flush()
+    s3_server.stop()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 400), hard))
+    try:
+        train(hook, range(2, 600))
+        hook._writer.flush()
+        assert hook._writer.pending_steps == list(range(2, 600))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    s3_server.start()
+    hook.close()
+    assert hook.failed_steps == {}
+    assert create_trial(s3_uri).steps() == list(range(600))

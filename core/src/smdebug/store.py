@@ -427,6 +427,7 @@ class StagedFile:
         self.relpath = relpath
         self.size = 0
         self._buf: bytearray | None = None  # a remote file's bytes while in memory
+        self._spilled: str | None = None  # then a local temp file's path (open only while written)
         path = store.path(relpath)
         if store.is_local:
             store._check_folder(path)
@@ -444,6 +445,8 @@ class StagedFile:
         if self._buf is not None:
             self._buf += data
         else:
+            if self._file is None:  # a spilled remote file, written on
+                self._file = open(self._spilled, "ab")
             self._file.write(data)
         self.size += n
 
@@ -451,14 +454,15 @@ class StagedFile:
         """Write on after ``seal`` or a failed ``commit`` (which may have read the buffer)."""
         if self._tmp is not None and self._file.closed:
             self._file = open(self._tmp, "ab")
-        elif self._file is not None:
-            self._file.seek(0, os.SEEK_END)
 
     def seal(self) -> None:
         """Written whole: a local temp file is closed (a step waiting to be published holds no buffer
         nor file descriptor)."""
         if self._tmp is not None:
             self._file.close()
+        elif self._file is not None:  # a spilled remote file: no descriptor held while it waits
+            self._file.close()
+            self._file = None
 
     @property
     def in_memory(self) -> int:
@@ -468,8 +472,11 @@ class StagedFile:
     def spill(self) -> None:
         """Move a remote file's buffer to a local temp file, to keep memory bounded while it waits."""
         if self._buf is not None:
-            self._file = tempfile.TemporaryFile()
-            self._file.write(self._buf)
+            # a named file, closed while it waits: a long outage's thousands of waiting steps hold no
+            # file descriptor each
+            fd, self._spilled = tempfile.mkstemp(prefix="smdebug-staged-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(self._buf)
             self._buf = None
 
     def commit(self) -> None:
@@ -485,15 +492,18 @@ class StagedFile:
             fs.pipe_file(path, self._buf)
             self._buf = None
             return
-        f = self._file
-        f.seek(0)
-        if self.size <= SINGLE_PUT_BYTES:
-            fs.pipe_file(path, f.read())
-        else:
-            with fs.open(path, "wb") as out:
-                while chunk := f.read(8 * 1024 * 1024):
-                    out.write(chunk)
-        f.close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        with open(self._spilled, "rb") as f:
+            if self.size <= SINGLE_PUT_BYTES:
+                fs.pipe_file(path, f.read())
+            else:
+                with fs.open(path, "wb") as out:
+                    while chunk := f.read(8 * 1024 * 1024):
+                        out.write(chunk)
+        _unlink(self._spilled)
+        self._spilled = None
 
     def discard(self) -> None:
         self._buf = None
@@ -505,6 +515,9 @@ class StagedFile:
         finally:
             if self._tmp is not None:
                 _unlink(self._tmp)
+            if self._spilled is not None:
+                _unlink(self._spilled)
+                self._spilled = None
 
 
 def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
