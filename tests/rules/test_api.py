@@ -265,6 +265,30 @@ def test_parse_actions():
         parse_actions("reboot")
 
 
+def test_a_rules_actions_are_checked_when_it_is_built(trial, caplog):
+    """A bad action is an error naming the rule when the rule is made (smdebug 1.0 parses its action
+    string in the constructor too), not the first time it fires; an action that needs AWS (email, sms)
+    is warned about once, not at every firing."""
+
+    class EveryOtherStep(Rule):
+        def __init__(self, base_trial, action_str=""):
+            super().__init__(base_trial, action_str)
+
+        def invoke_at_step(self, step):
+            return step % 2 == 0
+
+    with pytest.raises(SMDebugValueError, match="EveryOtherStep: action 'reboot' is not supported"):
+        EveryOtherStep(trial, "reboot")
+    with pytest.raises(SMDebugValueError, match="VanishingGradient: action '{bad' is not valid JSON"):
+        create_rule("vanishing_gradient", trial, action_str="{bad")
+    caplog.set_level("WARNING", logger="smdebug")
+    rule = EveryOtherStep(trial, '{"name": "email", "endpoint": "someone@example.com"}')
+    assert evaluate_rule(rule) == [0, 2]
+    assert [r.getMessage() for r in caplog.records].count(
+        "smdebug: the email action needs SageMaker; it is ignored here"
+    ) == 1
+
+
 def test_numpy_helpers_of_rules_on_odd_tensors(tmp_path):
     """Rules judge boolean tensors and skip empty ones instead of failing."""
     import smdebug

@@ -31,10 +31,26 @@ class Rule(ABC):
         self.base_trial = base_trial
         self.other_trials = list(other_trials or [])
         self.trials = [base_trial, *self.other_trials]
-        self.action_str = action_str
         self.rule_name = type(self).__name__
+        self.action_str = action_str
         self.logger = logger
         self.req_tensors = RequiredTensors(base_trial, self.other_trials)
+
+    @property
+    def action_str(self) -> str:
+        return self._action_str
+
+    @action_str.setter
+    def action_str(self, value) -> None:
+        # parsed when given, so that a bad action is an error here, not at the first firing, and an
+        # action that needs AWS is warned about once
+        from smdebug.rules.actions import parse_actions
+
+        try:
+            self._actions = parse_actions(value)
+        except SMDebugValueError as exc:
+            raise SMDebugValueError(f"{type(self).__name__}: {exc}") from None
+        self._action_str = value
 
     def set_required_tensors(self, step: int) -> None:  # noqa: B027 (optional, not abstract)
         """Optionally declare the tensors a step needs: ``self.req_tensors.add(name, steps)`` (or
@@ -61,11 +77,9 @@ class Rule(ABC):
     def run_actions(self, step: int) -> None:
         """Take the actions of ``action_str`` for a firing: "stoptraining" leaves the stop signal in
         the base trial's folder, which the hook writing that run honours at its next step."""
-        if not self.action_str:
-            return
-        from smdebug.rules.actions import STOP_TRAINING, parse_actions, write_stop_signal
+        from smdebug.rules.actions import STOP_TRAINING, write_stop_signal
 
-        if STOP_TRAINING in parse_actions(self.action_str):
+        if STOP_TRAINING in getattr(self, "_actions", ()):
             write_stop_signal(self.base_trial.path, self.rule_name, step, getattr(self, "reason", ""))
 
     # -- parsing of string parameters ---------------------------------------------------------------
