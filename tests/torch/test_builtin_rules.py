@@ -20,6 +20,8 @@ CASES = [
     ("all_zero", {"tensor_regex": "relu_output"}, sc.all_zero),
     ("unchanged_tensor", {"collection_names": "weights"}, sc.unchanged_tensor),
     ("loss_not_decreasing", {}, sc.loss_not_decreasing),
+    # a loss that diverges to infinity and NaN did not decrease either
+    ("loss_not_decreasing", {"num_steps": "3"}, sc.exploding_tensor),
     ("check_input_images", {"regex": ".*ConvNet_input_0", "threshold_samples": "64"}, sc.check_input_images),
     ("dead_relu", {}, sc.dead_relu),
     ("confusion", {}, sc.confusion),

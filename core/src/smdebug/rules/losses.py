@@ -34,12 +34,13 @@ class _LossRule(BuiltinRule):
                 regexes.append(LOSS_FALLBACK_REGEX)
         return self._names(step, collections, regexes)
 
-    def _losses(self, step: int, mode=ModeKeys.GLOBAL, mode_step=None) -> dict[str, float]:
-        """Scalar losses saved at a (global) step, by name; non-scalar matches are ignored."""
+    def _losses(self, step: int, mode=ModeKeys.GLOBAL, mode_step=None, finite=True) -> dict[str, float]:
+        """Scalar losses saved at a (global) step, by name; non-scalar matches are ignored, and so are
+        NaN and infinite losses unless ``finite`` is False."""
         out = {}
         for name in self._loss_names(step):
             value = self._scalar(name, step if mode_step is None else mode_step, mode)
-            if value is not None and np.isfinite(value):
+            if value is not None and (np.isfinite(value) or not finite):
                 out[name] = value
         return out
 
@@ -101,7 +102,8 @@ class LossNotDecreasing(_LossRule):
         if self._last_check is not None and current < self._last_check + self.num_steps:
             return False
         checked, fired = False, False
-        for name, loss in self._losses(step, mode, current).items():
+        # a loss that became NaN or infinite did not decrease: it is judged too
+        for name, loss in self._losses(step, mode, current, finite=False).items():
             earlier = [
                 s
                 for s in trial.tensor(name).steps(mode=mode)
@@ -111,10 +113,14 @@ class LossNotDecreasing(_LossRule):
             if not earlier:
                 continue
             before = self._scalar(name, earlier[-1], mode)
-            if before is None:
+            if before is None or not np.isfinite(before):
                 continue
             checked = True
-            if loss >= before * (1 - self.diff_percent / 100) and not fired:
+            if not np.isfinite(loss) and not fired:
+                fired = self._hit(
+                    f"{name}: {loss} at step {current} (it was {before:.4g} at step {earlier[-1]})"
+                )
+            elif loss >= before * (1 - self.diff_percent / 100) and not fired:
                 fired = self._hit(
                     f"{name}: {loss:.4g} at step {current} vs {before:.4g} at step {earlier[-1]} "
                     f"(needed a drop of {self.diff_percent:g}%)"
