@@ -6,6 +6,7 @@ import time
 
 import pytest
 import rule_scenarios as sc
+import torch
 
 from smdebug.exceptions import RuleEvaluationConditionMet, StopTraining
 from smdebug.rules import create_rule, evaluate_rule, invoke_rule
@@ -78,6 +79,43 @@ def test_unchanged_tensor_needs_num_steps_saved_steps(tmp_path):
         str(tmp_path / "bad"), "unchanged_tensor", tensor_regex="fc1.weight", num_steps="5"
     )
     assert fired == [4]
+
+
+def _train_and_evaluate(out, frozen):
+    """Three rounds of 4 training steps then 3 evaluation steps (weights saved in both modes)."""
+    torch.manual_seed(0)
+    x, y = sc.regression_data()
+    model, loss_fn = sc.MLP(), torch.nn.MSELoss()
+    model.fc1.requires_grad_(not frozen)
+    hook = sc.make_hook(out)
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
+    for _ in range(3):
+        hook.set_mode(sc.smd.modes.TRAIN)
+        for _ in range(4):
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        hook.set_mode(sc.smd.modes.EVAL)
+        with torch.no_grad():
+            for _ in range(3):
+                loss_fn(model(x), y)
+    hook.close()
+
+
+def test_unchanged_tensor_compares_weights_between_training_steps(tmp_path):
+    """Weights do not change while a model is evaluated: on a healthy run that evaluates between
+    rounds of training, unchanged_tensor stays quiet; a frozen layer still fires, at training steps."""
+    good, bad = str(tmp_path / "good"), str(tmp_path / "bad")
+    _train_and_evaluate(good, frozen=False)
+    _train_and_evaluate(bad, frozen=True)
+    quiet, rule = fired_steps(good, "unchanged_tensor", collection_names="weights")
+    assert quiet == [], rule.reason
+    fired, rule = fired_steps(bad, "unchanged_tensor", collection_names="weights")
+    trial = create_trial(bad)
+    assert fired and all(trial.mode_modestep(s)[0] == sc.smd.modes.TRAIN for s in fired), fired
+    assert "fc1.weight" in rule.reason
 
 
 def test_similar_across_runs(tmp_path):

@@ -153,11 +153,19 @@ class UnchangedTensor(BuiltinRule):
         self.equal_nan = p.to_bool(self.rule_name, "equal_nan", equal_nan)
 
     def invoke_at_step(self, step):
+        mode, mode_step = self.base_trial.mode_modestep(step)
         for tname in self._names(step, self.collection_names, self.tensor_regex):
-            steps = [s for s in self.base_trial.tensor(tname).steps() if s <= step][-self.num_steps :]
-            if len(steps) < self.num_steps or steps[-1] != step:
+            tensor = self.base_trial.tensor(tname)
+            # A tensor saved in TRAIN mode is compared between TRAIN steps only, as weight_update_ratio
+            # does: weights saved while evaluating do not change, by design.
+            use, current = (ModeKeys.TRAIN, mode_step) if tensor.steps(mode=ModeKeys.TRAIN) else (None, step)
+            if use is not None and mode != use:
+                continue
+            saved = tensor.steps(mode=use) if use is not None else tensor.steps()
+            steps = [s for s in saved if s <= current][-self.num_steps :]
+            if len(steps) < self.num_steps or steps[-1] != current:
                 continue  # no verdict before num_steps saved steps
-            values = [self._value(tname, s) for s in steps]
+            values = [self._value(tname, s, use or ModeKeys.GLOBAL) for s in steps]
             if any(v is None or numeric(v) is None for v in values):
                 continue
             last = values[-1]
@@ -166,7 +174,8 @@ class UnchangedTensor(BuiltinRule):
                 and np.allclose(v, last, rtol=self.rtol, atol=self.atol, equal_nan=self.equal_nan)
                 for v in values[:-1]
             ):
-                return self._hit(f"{tname} did not change over steps {', '.join(map(str, steps))}")
+                which = "TRAIN steps" if current != step else "steps"  # mode steps, when they differ
+                return self._hit(f"{tname} did not change over {which} {', '.join(map(str, steps))}")
         return False
 
 
