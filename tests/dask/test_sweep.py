@@ -5,6 +5,7 @@ one error row and the others complete; the same on moto's S3 server."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -78,6 +79,27 @@ def test_a_damaged_run_is_one_error_row_and_the_others_complete(sweep, serial):
     assert "malformed collections file" in damaged.iloc[0].error
     others = serial[serial.run != sweep["damaged"]]
     assert len(others) == (N_RUNS + 1) * len(RULES) and not (others.status == "error").any()
+
+
+def test_a_run_with_a_damaged_step_says_its_rows_skipped_it(sweep, client, tmp_path):
+    """A run whose one step is damaged is judged without it, and each of its rows says so (the reader's
+    warning goes to the log of the Dask worker, where the user never looks); the CLI lists such a row."""
+    damaged = tmp_path / "one-bad-step"
+    shutil.copytree(Path(sweep["root"]) / "run-00", damaged)
+    index = sorted(damaged.glob("index/*/000000000005_*.json"))[0]
+    index.write_text("{cut short")
+    for where in ({}, {"client": client}):
+        df = evaluate_runs([str(damaged)], ["exploding_tensor", "vanishing_gradient"], **where)
+        assert list(df.status) == ["ok", "ok"], df
+        assert list(df.note) == ["damaged steps skipped: 5"] * 2, df
+    done = subprocess.run(
+        [sys.executable, "-m", "smdebug", "rules", str(damaged), str(Path(sweep["root"]) / "run-02")]
+        + ["--workers", "1", "--rule", "exploding_tensor"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "damaged steps skipped: 5" in done.stdout, done.stdout + done.stderr
 
 
 def test_step_ranges_give_what_the_single_run_invoker_gives(sweep, serial):

@@ -69,7 +69,8 @@ def _print_table(rows: list[dict], skipped: dict, show_all: bool = False) -> Non
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     runs = list(dict.fromkeys(row["run"] for row in rows))
-    shown = rows if show_all else [row for row in rows if row["status"] in ("fired", "error")]
+    # an ok row with a note (damaged steps skipped, a live run not followed to its end) is shown too
+    shown = rows if show_all else [row for row in rows if row["status"] in ("fired", "error") or row["note"]]
     # runs under one folder are named relative to it
     parent = os.path.commonprefix([r.rsplit("/", 1)[0] + "/" for r in runs]).rsplit("/", 1)[0]
     where = f" in {parent}" if parent and len(runs) > 1 else ""

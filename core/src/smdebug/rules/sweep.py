@@ -229,6 +229,12 @@ def _rows(paths, specs, baselines, results, skipped_rules: dict) -> list[dict]:
             if skipped:  # a default rule that needs parameters: said once, not per run
                 skipped_rules.setdefault(spec.label, skipped)
                 continue
+            damaged = sorted({s for chunk in chunks for s in chunk.get("damaged", ())})
+            if damaged:  # the rule judged the run without these steps
+                text = ", ".join(map(str, damaged[:6])) + (
+                    f", ... ({len(damaged)} steps)" if damaged[6:] else ""
+                )
+                note = "; ".join(n for n in (note, f"damaged steps skipped: {text}") if n)
             if not (fired or error) and all(chunk.get("unmatched") for chunk in chunks):
                 error = chunks[0]["unmatched"]  # a typo in the tensors to check: not "ok"
             status = "fired" if fired else "error" if error else "ok"

@@ -128,10 +128,24 @@ def evaluate_task(
         pass
     except Exception as exc:  # one broken rule does not stop the others
         out["error"] = describe_error(exc)
+    # steps of the range that are damaged (a malformed index, a record the rule could not read) were
+    # skipped: the row says so, as the run's reader logs it only where the task ran
+    out["damaged"] = [
+        s
+        for s in _damaged_steps(trial, other_trials)
+        if s >= start_step and (end_step is None or s < end_step)
+    ]
     unmatched = getattr(rule, "unmatched", None)
     if unmatched is not None:
         out["unmatched"] = unmatched()  # the user's choice of tensors matched none in these steps
     return out
+
+
+def _damaged_steps(trial, other_trials) -> set:
+    try:
+        return {s for t in [trial, *other_trials] for s in t.corrupt_steps()}
+    except Exception:  # the record of damage is not worth failing the row for
+        return set()
 
 
 def _evaluate(rule, invoke, live, steps, trial, start_step, end_step, timeout, out, cancelled) -> None:
@@ -240,6 +254,7 @@ def error_result(error: str) -> dict:
         "tensors": [],
         "error": error,
         "note": "",
+        "damaged": [],
         "ended": False,
         "skipped": "",
     }
