@@ -289,6 +289,22 @@ def test_a_rules_actions_are_checked_when_it_is_built(trial, caplog):
     ) == 1
 
 
+def test_smdebug_1_exceptions_a_rule_may_use(trial):
+    """smdebug 1.0's exceptions are importable, and a rule raising NoMoreProfilerData ends invoke_rule
+    quietly with what fired so far, as 1.0's invoker does."""
+    from smdebug.exceptions import NoMoreProfilerData, SMDebugCustomerError, SMDebugError
+
+    assert issubclass(SMDebugCustomerError, SMDebugError)
+
+    class UntilStepTwo(Rule):
+        def invoke_at_step(self, step):
+            if step == 2:
+                raise NoMoreProfilerData(1234)
+            return True
+
+    assert invoke_rule(UntilStepTwo(trial)) == [0, 1]
+
+
 def test_numpy_helpers_of_rules_on_odd_tensors(tmp_path):
     """Rules judge boolean tensors and skip empty ones instead of failing."""
     import smdebug

@@ -23,6 +23,10 @@ class SMDebugNotImplementedError(SMDebugError, NotImplementedError):
     pass
 
 
+class SMDebugCustomerError(SMDebugError):
+    """A mistake of the user's (smdebug 1.0's name, kept for code that catches it)."""
+
+
 class ConfigError(SMDebugValueError):
     """A hook configuration (arguments or JSON file) is invalid; the message names the field."""
 
@@ -165,6 +169,17 @@ class RuleEvaluationConditionMet(SMDebugError):
         return (
             f"Evaluation of the rule {self.rule_name} at step {self.step} resulted in the condition being met"
         )
+
+
+class NoMoreProfilerData(SMDebugError):
+    """smdebug 1.0's end of a profiler rule's data: a rule raising it ends ``invoke_rule``, as in 1.0."""
+
+    def __init__(self, timestamp):
+        super().__init__(timestamp)
+        self.timestamp = timestamp
+
+    def __str__(self):
+        return f"Looking for timestamp {self.timestamp} and reached end of training."
 
 
 class InsufficientInformationForRuleInvocation(SMDebugError):

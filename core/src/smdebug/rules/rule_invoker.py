@@ -6,6 +6,7 @@ import logging
 
 from smdebug.exceptions import (
     NoMoreData,
+    NoMoreProfilerData,
     RuleEvaluationConditionMet,
     StepUnavailable,
     TensorUnavailable,
@@ -42,6 +43,9 @@ def invoke_rule(rule_obj, start_step: int = 0, end_step: int | None = None, rais
                 fired.append(step)
                 if exc.end_of_rule:
                     break
+            except NoMoreProfilerData as exc:  # smdebug 1.0's way for a rule to end its evaluation
+                logger.info("smdebug: rule %s: %s", name, exc)
+                break
             step = _next_step(trial, step)
     except NoMoreData as exc:
         logger.info("smdebug: rule %s reached the end of the run: %s", name, exc)
