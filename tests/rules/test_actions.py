@@ -185,6 +185,26 @@ def test_rules_are_checked_when_added(tmp_path):
     hook.close()
 
 
+def test_a_rule_reading_a_collection_the_hook_does_not_save_is_warned_about(tmp_path, caplog):
+    """vanishing_gradient on a hook that saves no gradients would judge nothing and never fire: adding
+    it says so (SageMaker saves a rule's default collections for it); saved, or chosen otherwise: quiet."""
+    caplog.set_level("WARNING", logger="smdebug")
+    hook = make_hook(str(tmp_path / "run"), include=("weights", "losses"))
+    hook.add_rule("vanishing_gradient")
+    assert (
+        "rule vanishing_gradient reads the 'gradients' collection, which this hook does not save"
+        in caplog.text
+    )
+    caplog.clear()
+    hook.add_rule("exploding_tensor", collection_names="weights")
+    hook.add_rule("weight_update_ratio")
+    hook.close()
+    hook = make_hook(str(tmp_path / "run2"))
+    hook.add_rule("vanishing_gradient")
+    hook.close()
+    assert "does not save" not in caplog.text
+
+
 def test_the_hook_honours_a_stop_signal_at_its_next_step(tmp_path):
     out = str(tmp_path / "run")
     hook = make_hook(out)

@@ -127,9 +127,35 @@ class RuleRunner:
         else:
             obj = create_rule(rule, self.trial, **params)
         self.entries.append(_Entry(obj, actions))
+        self._warn_unsaved(obj, params)
         if self.hook.dry_run:
             logger.warning("smdebug: the hook is a dry run: nothing is saved, so its rules never run")
         return obj
+
+    def _warn_unsaved(self, rule, params: dict) -> None:
+        """A built-in rule reading a built-in collection (gradients, weights, losses) that the hook does
+        not save would judge nothing, silently: say so when it is added (SageMaker saves the collections
+        of a rule's default configuration for it)."""
+        from smdebug.rules import rule_configs
+
+        name = getattr(rule, "name", "")
+        if (
+            name not in rule_configs.ALL
+            or self.hook.save_all
+            or {"collection_names", "tensor_regex"} & set(params)
+        ):
+            return
+        for config in rule_configs.get(name).get("CollectionConfigurations", []):
+            collection = config["CollectionName"]
+            builtin = "include_regex" not in config["CollectionParameters"]
+            if builtin and collection not in self.hook.include_collections:
+                logger.warning(
+                    "smdebug: rule %s reads the %r collection, which this hook does not save: it judges "
+                    "nothing until the hook saves it (include_collections=[..., %r])",
+                    name,
+                    collection,
+                    collection,
+                )
 
     def step_ended(self, step: int) -> None:
         if self.entries and self._step_written(step):
