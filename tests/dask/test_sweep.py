@@ -205,6 +205,36 @@ def test_a_custom_rule_from_its_source_file_on_the_workers(sweep, client, tmp_pa
     assert on_workers.iloc[0].fired_steps == create_trial(runs[0]).steps()
 
 
+WALKTHROUGH_RULE = """
+from smdebug.rules.rule import Rule
+
+
+class CustomGradientRule(Rule):
+    def __init__(self, base_trial, other_trials, threshold="10.0"):
+        super().__init__(base_trial, other_trials)
+        self.threshold = float(threshold)
+
+    def invoke_at_step(self, step):
+        for tname in self.base_trial.tensor_names(collection="gradients"):
+            t = self.base_trial.tensor(tname)
+            abs_mean = t.reduction_value(step, "mean", abs=True)
+            if abs_mean > self.threshold:
+                return True
+        return False
+"""
+
+
+def test_a_walkthrough_rule_judges_every_run_the_first_too(sweep, tmp_path):
+    """The walkthrough's constructor takes other_trials (optional, it says): such a rule over a sweep
+    judges each run, the first one included (it was skipped as 'the baseline of the comparison')."""
+    source = tmp_path / "my_custom_rule.py"
+    source.write_text(WALKTHROUGH_RULE)
+    runs = find_runs(sweep["root"])[:3]
+    df = evaluate_runs(runs, [(f"{source}:CustomGradientRule", {"threshold": "0"})])
+    assert list(df.status) == ["fired"] * 3, df[["status", "error", "note"]]
+    assert df.iloc[0].fired_steps == create_trial(runs[0]).steps()
+
+
 def test_a_worker_lost_mid_task_is_retried(sweep, client, tmp_path):
     from sweep_runs import DiesOnceRule
 

@@ -38,6 +38,9 @@ class RuleSpec:
     label: str = ""
     step_independent: bool = False
     compares: bool = False  # takes other_trial(s) and none was given: compared with the baseline runs
+    # the baseline run is judged too, without other trials: a custom rule, whose other_trials the
+    # walkthrough calls optional (only a built-in comparison, similar_across_runs, needs them)
+    baseline_too: bool = False
     optional: bool = False  # from the default set: skipped (not an error) when it needs parameters
 
     def build(self, trial, other_trials=()):
@@ -58,6 +61,7 @@ def rule_specs(rules=None, *, with_comparisons: bool = True) -> list[RuleSpec]:
     """RuleSpecs from names (``"vanishing_gradient"``), ``rule_configs`` entries, Rule classes, or pairs
     of one of those and its parameters (``("loss_not_decreasing", {"num_steps": 5})``). None: every
     built-in rule (those needing parameters are then skipped)."""
+    from smdebug.rules.base import BuiltinRule
     from smdebug.rules.builtin import CUSTOM_RULE_MODULE, builtin_rules, find_rule
     from smdebug.rules.rule import Rule
 
@@ -105,6 +109,7 @@ def rule_specs(rules=None, *, with_comparisons: bool = True) -> list[RuleSpec]:
                 label=label,
                 step_independent=bool(independent),
                 compares=compares,
+                baseline_too=compares and not issubclass(cls, BuiltinRule),
                 optional=optional,
             )
         )

@@ -273,7 +273,7 @@ def tasks_of(sweep_id: str, i: int, paths: list, plan: dict, specs, baselines, p
     tasks = []
     for j, spec in enumerate(specs):
         others = tuple(b for b in baselines if b != paths[i]) if spec.compares else ()
-        if spec.compares and not others:
+        if spec.compares and not others and not spec.baseline_too:
             continue  # the baseline itself
         if not plan["ended"]:
             chunks = [None]
