@@ -55,7 +55,8 @@ def evaluate_runs(runs, rules=None, **options):
       one-line warning, and the tasks run in this process); neither: in this process. Trials given
       as runs are read again from their path where the tasks run.
     - Rules that compare runs (``other_trial(s)``) compare each run with ``baseline`` (a run or a list;
-      default: the first run); the baseline's own row is skipped.
+      default: the first run); the baseline's own row is skipped, except for a custom rule (its
+      ``other_trials`` optional, as the walkthrough says), which judges the baseline without them.
     - ``start_step``/``end_step``: the steps start <= step < end; ``steps_per_task``: the size of a
       step range (default 250); ``timeout``: how long to wait for a new step of a live run (default:
       until it ends); ``stop_training``: the first rule firing on a live run leaves the stop signal.
