@@ -148,7 +148,9 @@ class RuleRunner:
         for config in rule_configs.get(name).get("CollectionConfigurations", []):
             collection = config["CollectionName"]
             builtin = "include_regex" not in config["CollectionParameters"]
-            if builtin and collection not in self.hook.include_collections:
+            # losses are saved by default, if not as "losses" then within another collection (XGBoost's
+            # metrics): only the collections a hook saves when asked are checked
+            if builtin and collection != "losses" and collection not in self.hook.include_collections:
                 logger.warning(
                     "smdebug: rule %s reads the %r collection, which this hook does not save: it judges "
                     "nothing until the hook saves it (include_collections=[..., %r])",
