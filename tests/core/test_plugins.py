@@ -387,6 +387,26 @@ def test_hook_smdebug_add_commands():
     assert done.returncode == 2 and "invalid choice: 'no-such-command'" in done.stderr
 
 
+class Crashing:
+    @hookimpl
+    def smdebug_add_commands(self, subparsers):
+        subparsers.add_parser("crash").set_defaults(func=lambda args: 1 / 0)
+
+
+def test_a_command_failing_unexpectedly_exits_2_not_1(capsys):
+    # exit code 1 is an answer (diff: the runs differ; rules: a rule fired): a bug must not read as one
+    from smdebug.cli import main
+
+    pm = plugins.get_plugin_manager()
+    pm.register(Crashing(), name="crashing")
+    try:
+        assert main(["crash"]) == 2
+    finally:
+        pm.unregister(name="crashing")
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "smdebug crash: internal error: ZeroDivisionError: division by zero" in err
+
+
 # -- the plugin host: validation, wrappers, monitoring, tracing, `smdebug plugins` -------------------
 class Misspelled:
     @hookimpl

@@ -12,6 +12,7 @@ import difflib
 import os
 import re
 import sys
+import traceback
 
 from smdebug import __version__
 from smdebug.exceptions import SMDebugError
@@ -87,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         # One clear line, not a traceback: these are problems with the input, not bugs.
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"smdebug {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a bug: its traceback, and not exit code 1, an answer (diff: they differ)
+        traceback.print_exc()
+        print(f"smdebug {args.command}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
 
 
