@@ -156,7 +156,7 @@ class Tensor:
         mode = read_mode(mode)
         trial = self.trial
         for attempt in (0, 1):
-            g = step_num if mode is ModeKeys.GLOBAL else trial.lookup_global_step(mode, step_num)
+            g = trial.lookup_global_step(mode, step_num)
             per_worker = self._steps.get(g)
             if per_worker is not None and trial.is_step_complete(g):
                 return per_worker
@@ -182,11 +182,7 @@ class Tensor:
             # a TensorFlow device also in the form file names hold it (_job-localhost_..._device-CPU-0)
             named = worker_from_file_name(str(worker))
             if named not in per_worker:
-                g = (
-                    step_num
-                    if read_mode(mode) is ModeKeys.GLOBAL
-                    else self.trial.lookup_global_step(mode, step_num)
-                )
+                g = self.trial.lookup_global_step(read_mode(mode), step_num)
                 if named in self.trial.workers() and not self.trial.is_step_complete(g):
                     raise StepNotYetAvailable(step_num, read_mode(mode))  # that worker has not written it yet
                 raise InvalidWorker(worker)
@@ -232,11 +228,7 @@ class Tensor:
             full[where] = part
             covered[where] = True
         if not covered.all():  # a worker's shard is missing (include_workers="one" saves gathered values)
-            g = (
-                step_num
-                if read_mode(mode) is ModeKeys.GLOBAL
-                else self.trial.lookup_global_step(mode, step_num)
-            )
+            g = self.trial.lookup_global_step(read_mode(mode), step_num)
             if not self.trial.is_step_complete(g):  # a live run: not every worker has written the step yet
                 raise StepNotYetAvailable(step_num, read_mode(mode))
             raise TensorUnavailableForStep(self.name, step_num, read_mode(mode))
