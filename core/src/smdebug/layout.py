@@ -99,7 +99,8 @@ def worker_from_file_name(name: str) -> str:
     """A worker's name as the Trial shows it, from the form file names hold. A TensorFlow device (each
     replica of a MirroredStrategy is a worker) is written ``_job-localhost_replica-0_task-0_device-CPU-0``
     (no ``/`` or ``:`` in a file name) and read back ``/job:localhost/replica:0/task:0/device:CPU:0``, as
-    smdebug 1.0 reads it; any other name (``worker_0``) is itself."""
+    smdebug 1.0 reads it; any other name (``worker_0``, a device name already) is itself, so a name a
+    user gives in either form can be passed through it."""
     return name.replace("_", "/").replace("-", ":") if name.startswith("_") else name
 
 

@@ -285,7 +285,7 @@ def export_tensorboard(trial, logdir: str, *, worker: str | None = None, progres
     if isinstance(trial, (str, os.PathLike)):
         trial = create_trial(os.fspath(trial))
     logdir = os.fspath(logdir)  # a pathlib.Path too
-    if worker is not None and worker not in trial.workers():  # a TensorFlow device in its file-name form
+    if worker is not None:  # (a TensorFlow device also in its file-name form)
         worker = layout.worker_from_file_name(worker)
     collections = list(trial.collections().values())
     colls_of: dict[str, list[Collection]] = {}

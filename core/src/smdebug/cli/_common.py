@@ -87,10 +87,9 @@ def require_worker(trial, worker: str | None) -> str | None:
         return None
     from smdebug.layout import worker_from_file_name
 
-    workers = trial.workers()
-    for name in (worker, worker_from_file_name(worker)):
-        if name in workers:
-            return name
+    workers, name = trial.workers(), worker_from_file_name(worker)
+    if name in workers:
+        return name
     hint = did_you_mean(worker, workers)
     raise SMDebugValueError(
         f"worker {worker!r} is not in the run{hint} (workers: {', '.join(workers) or '-'})"

@@ -104,7 +104,7 @@ def _frame(source, *, tensor_names, collection, regex, mode, steps, worker, redu
     trial = source.trial if isinstance(source, Tensor) else source
     if strict:
         _check(trial, collection)
-    if worker is not None and worker not in trial.workers():  # a TensorFlow device in its file-name form
+    if worker is not None:  # (a TensorFlow device also in its file-name form)
         worker = worker_from_file_name(str(worker))
     if isinstance(source, Tensor):
         tensors = [source]

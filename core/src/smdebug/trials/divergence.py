@@ -323,7 +323,7 @@ def _worker_pairs(ta, tb, workers) -> list[tuple[str, str]]:
             raise SMDebugValueError(f"workers: expected two worker names, got {workers!r}") from None
         named = []
         for w, t, have in ((w1, ta, wa_all), (w2, tb, wb_all)):
-            name = w if w in have else worker_from_file_name(str(w))  # a TF device in its file-name form
+            name = worker_from_file_name(str(w))  # (a TF device also in its file-name form)
             if name not in have:
                 raise SMDebugValueError(
                     f"worker {w!r} is not in {t.path}{did_you_mean(w, have)} (its workers: {', '.join(have) or '-'})"
