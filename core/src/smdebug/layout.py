@@ -217,7 +217,7 @@ def decode_index(data: bytes) -> IndexRecord:
     ]
     if tensors and not isinstance(event_file, str):
         raise ValueError(f"{META}.{EVENT_FILE_NAME} is missing")
-    if isinstance(event_file, str) and not _inside_run(event_file):
+    if isinstance(event_file, str) and not is_inside_run(event_file):
         raise ValueError(f"{META}.{EVENT_FILE_NAME} {event_file[:80]!r} is not a file of the run")
     shapes = [
         (_name(s[TENSORNAME]), tuple(d if d is None else bounded_int(d, SHAPE, -1) for d in s[SHAPE]))
@@ -238,8 +238,8 @@ def _object(value, what: str):
     return value
 
 
-def _inside_run(relpath: str) -> bool:
-    """Whether a path an index names is a relative path inside the run (no /, .. or NUL)."""
+def is_inside_run(relpath: str) -> bool:
+    """Whether a path is a relative path inside the run (no leading /, no empty, . or .. part, no NUL)."""
     parts = relpath.split("/")
     return (
         not relpath.startswith("/") and "\0" not in relpath and all(p not in ("", ".", "..") for p in parts)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from smdebug.env import env_number
 from smdebug.exceptions import CorruptRunError
+from smdebug.layout import is_inside_run
 
 if TYPE_CHECKING:
     import fsspec
@@ -341,9 +342,6 @@ class Store:
         if os.path.isdir(folder) and not self._is_inside(folder):
             raise OSError(f"{folder} leads out of the output location (a symbolic link); not written")
 
-    def probe(self, timeout: float) -> BaseException | None:
-        return probe(self, timeout)
-
     def exists(self, relpath: str) -> bool:
         path = self.path(relpath)
         if self.is_local:
@@ -581,8 +579,7 @@ def _protocols(fs) -> tuple[str, ...]:
 
 
 def _relpath(relpath: str) -> str:
-    parts = relpath.split("/")
-    if relpath.startswith("/") or "\0" in relpath or any(p in ("", ".", "..") for p in parts):
+    if not is_inside_run(relpath):
         raise ValueError(f"refusing unsafe path {relpath!r} inside the output location")
     return relpath
 
