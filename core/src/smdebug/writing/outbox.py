@@ -75,13 +75,16 @@ class Publication:
         self.parts = parts  # a staged file (the store's: any StagedFile protocol object), or (relpath, bytes)
         self.file = None if step is not None else parts[0][0]
         self.memory = 0  # what it counted for in the outbox's memory budget
+        self.cancelled = False  # close() gave up on it: a request outlived the close timeout
 
     @property
     def what(self) -> str:
         return f"step {self.step}" if self.step is not None else f"file {self.file}"
 
     def publish(self, store: Store) -> None:
-        while self.parts:  # parts already published are not sent again on a retry
+        # parts already published are not sent again on a retry; once cancelled, none is begun (the
+        # step's index comes last: a step whose event file outlived close stays invisible to readers)
+        while self.parts and not self.cancelled:
             part = self.parts[0]
             if not isinstance(part, tuple):
                 part.commit()
@@ -198,6 +201,7 @@ class Outbox:
             for pub in self._outbox:
                 if pub.file is not None:
                     self.failed_files.setdefault(pub.file, why)
+                pub.cancelled = True
                 if pub is not self._publishing:  # its temp files go now, not at interpreter exit
                     pub.discard()
             if self._end_of_job and not self._end_written:
