@@ -527,6 +527,40 @@ def test_hook_from_json_config(tmp_path, binary, monkeypatch):
     assert smd.Hook.hook_from_config() is None
 
 
+@pytest.mark.parametrize(
+    "hook_parameters, collection_parameters, metrics, trees",
+    [
+        # as smdebug 1.0: the save keys a JSON config leaves out take XGBoost's defaults (every 10 rounds)
+        ({"start_step": "3"}, None, [10, 20], [10, 20]),
+        ({"end_step": "12"}, None, [0, 10], [0, 10]),
+        ({"save_steps": "1,2"}, None, [0, 1, 2, 10, 20], [0, 1, 2, 10, 20]),
+        ({"train.save_interval": "4"}, None, [0, 10, 20], [0, 10, 20]),  # boosting rounds are GLOBAL steps
+        # a collection's own keys over the hook's, the rest XGBoost's defaults
+        ({"start_step": "3"}, {"end_step": "15"}, [10, 20], [10]),
+    ],
+)
+def test_json_config_keys_left_out_take_xgboosts_defaults(
+    tmp_path, binary, hook_parameters, collection_parameters, metrics, trees
+):
+    dtrain = binary[0]
+    out_dir = str(tmp_path / "run")
+    trees_config = {"CollectionName": "trees"}
+    if collection_parameters:
+        trees_config["CollectionParameters"] = collection_parameters
+    config = {
+        "LocalPath": out_dir,
+        "HookParameters": hook_parameters,
+        "CollectionConfigurations": [trees_config],
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    hook = smd.Hook.create_from_json_file(str(path))
+    xgb.train(PARAMS, dtrain, 25, evals=[(dtrain, "train")], verbose_eval=False, callbacks=[hook])
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("train-logloss").steps() == metrics
+    assert trial.tensor("trees/Node").steps() == trees
+
+
 def test_get_hook_creates_from_json(tmp_path, monkeypatch):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"LocalPath": str(tmp_path / "run")}))

@@ -356,7 +356,10 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         activated = _activated_from(cls, path)
         if activated is not None:  # the script asks for the hook its import already made of this file
             return activated
-        hook = cls.from_config(load_hook_config(path))
+        # as smdebug 1.0, save keys the file leaves out are the hook's default's (XGBoost: every 10 steps)
+        default = cls.default_save_config
+        defaults = default.get_save_config(ModeKeys.GLOBAL).to_json_dict() if default else None
+        hook = cls.from_config(load_hook_config(path, save_defaults=defaults))
         hook.config_path = os.path.realpath(path)
         return hook
 

@@ -107,9 +107,11 @@ def find_tensorboard_dir() -> str | None:
     return _tensorboard_section(data, path) if isinstance(data, dict) else None
 
 
-def load_hook_config(path: str) -> HookConfig:
+def load_hook_config(path: str, save_defaults: dict | None = None) -> HookConfig:
+    """The hook configuration of the file at ``path``; ``save_defaults``: the save keys (save_interval,
+    ...) of a mode the file configures only in part, as smdebug 1.0's ``default_values`` (XGBoost's)."""
     data = _read_json(path)
-    config = parse_hook_config(data, source=path)
+    config = parse_hook_config(data, source=path, save_defaults=save_defaults)
     if not (isinstance(data, dict) and data.get("TensorBoardOutputConfig")):
         tb_dir = find_tensorboard_dir()
         if tb_dir is not None:  # as smdebug on SageMaker: the TensorBoard config file decides
@@ -142,15 +144,15 @@ def _tensorboard_section(section: Any, where: str) -> str:
 
 
 # -- parsing ----------------------------------------------------------------------------------------------
-def parse_hook_config(data: dict, source: str = "<dict>") -> HookConfig:
+def parse_hook_config(data: dict, source: str = "<dict>", save_defaults: dict | None = None) -> HookConfig:
     """Build a HookConfig from the SageMaker JSON form; errors are prefixed with `source`."""
     try:
-        return _parse(data)
+        return _parse(data, save_defaults or {})
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
 
 
-def _parse(data: Any) -> HookConfig:
+def _parse(data: Any, save_defaults: dict) -> HookConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"invalid value {data!r} (expected a JSON object)")
     for key in data:
@@ -177,8 +179,10 @@ def _parse(data: Any) -> HookConfig:
     hook = _params(data, "HookParameters", "HookParameters")
     _check_keys(hook, HOOK_KEYS, "HookParameters")
     hook_modes = _save_params(hook, "HookParameters")
+    given = any(hook_modes.values())
+    hook_modes = {m: {**save_defaults, **p} for m, p in hook_modes.items()}
     args: dict[str, Any] = {"out_dir": out_dir}
-    if any(hook_modes.values()):
+    if given:  # (else the hook's own default)
         args["save_config"] = SaveConfig({m: SaveConfigMode(**p) for m, p in hook_modes.items()})
     args["reduction_config"] = _reduction_config(hook, "HookParameters")
     for key in ("dry_run", "save_all", "export_tensorboard", "health"):
