@@ -306,6 +306,57 @@ def test_second_training_continues_the_steps(out_dir, binary):
     assert trial.tensor("train-logloss").value(3)[0] == pytest.approx(history["train"]["logloss"][1])
 
 
+@pytest.mark.parametrize("save_best", [False, True])
+@pytest.mark.parametrize("stopper_first", [True, False])
+def test_the_round_early_stopping_ends_on_is_saved_whatever_the_callbacks_order(
+    out_dir, binary, save_best, stopper_first
+):
+    # xgboost calls the callbacks' after_iteration until one returns True: an EarlyStopping listed
+    # before the hook stops boosting without the hook seeing the last round
+    dtrain, dvalid, _, _, _, y_valid = binary
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["metrics", "predictions", "labels", "trees", "feature_importance"],
+        validation_data=dvalid,
+    )
+    stopper = xgb.callback.EarlyStopping(rounds=2, save_best=save_best)
+    history = {}
+    booster = xgb.train(
+        {**PARAMS, "eta": 1.0, "max_depth": 4},
+        dtrain,
+        100,
+        evals=[(dvalid, "validation")],
+        evals_result=history,
+        verbose_eval=False,
+        callbacks=[stopper, hook] if stopper_first else [hook, stopper],
+    )
+    hook.close()
+    rounds = len(history["validation"]["logloss"])
+    assert rounds < 100 and booster.best_iteration < rounds - 1  # it stopped early
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == list(range(rounds))
+    assert [trial.tensor("validation-logloss").value(s)[0] for s in range(rounds)] == pytest.approx(
+        history["validation"]["logloss"]
+    )
+    last = rounds - 1  # saved from the model as it was after that round (not the best one save_best keeps)
+    full = xgb.train(
+        {**PARAMS, "eta": 1.0, "max_depth": 4},
+        dtrain,
+        rounds,
+        evals=[(dvalid, "validation")],
+        verbose_eval=False,
+    )
+    np.testing.assert_allclose(trial.tensor("predictions").value(last), full.predict(dvalid), rtol=1e-6)
+    np.testing.assert_array_equal(trial.tensor("labels").value(last), y_valid.astype(np.float32))
+    trees = full.trees_to_dataframe()
+    assert trial.tensor("trees/Node").value(last).tolist() == trees[trees.Tree == last].Node.tolist()
+    scores = full.get_score(importance_type="weight")
+    assert trial.tensor("feature_importance/weight/f0").value(last)[0] == pytest.approx(
+        scores["f0"] / sum(scores.values())
+    )
+
+
 def test_multi_target_trees_xgboost_cannot_dump_or_explain_are_recorded_in_one_line(out_dir, caplog_smdebug):
     X, y = make_data(task="regression")
     dtrain = xgb.DMatrix(X, label=np.column_stack([y, -y]))

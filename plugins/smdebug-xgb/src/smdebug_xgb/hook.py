@@ -104,6 +104,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self._round_offset = self._mode_offset = 0
         self._training: _Training | None = None
         self._round: int | None = None  # the step before_iteration began (after_iteration saves it)
+        self._pending = None  # (booster, evals log) of that round, for after_training when it was skipped
         self._stray = False  # a copy training outside distributed training: it saves nothing
 
     @classmethod
@@ -156,9 +157,13 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         if not (self.closed or self._stray):
             with self.guard("start a boosting round"):
                 self._begin_round(model, epoch)
+            # xgboost updates this booster and log in place; a callback listed before the hook that stops
+            # boosting (EarlyStopping) keeps the hook's after_iteration from being called for this round
+            self._pending = (model, evals_log)
         return False
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
+        self._pending = None
         if self.closed or self._stray:
             return False
         with self.guard("save a boosting round"):
@@ -170,6 +175,13 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return False
 
     def after_training(self, model):
+        if self._pending is not None and self._round is not None and not self.closed:
+            # the last round, which another callback stopped on before the hook's turn: saved from the
+            # booster as that round left it (EarlyStopping(save_best=True) hands on a shorter copy)
+            booster, evals_log = self._pending
+            with self.guard("save a boosting round"):
+                self._save_round(booster, self._round - self._round_offset, evals_log)
+        self._pending = None
         # A Dask worker's copy is done (the end-of-job marker is its original's to write, once every
         # worker is done); the original's run stays open for more training.
         self.close() if self.is_copy else self.flush()
