@@ -520,6 +520,30 @@ def test_data_from_files(out_dir, tmp_path, binary):
     )
 
 
+def test_a_csv_file_with_missing_values(out_dir, tmp_path, binary):
+    # empty fields are missing values, as xgboost's own CSV reader (and so smdebug 1.0) takes them
+    _, _, X, y, Xv, yv = binary
+    Xv = Xv.copy()
+    Xv[::3, 1] = np.nan
+    Xv[1::4, 4] = np.nan
+    rows = [
+        ",".join("" if np.isnan(v) else repr(float(v)) for v in (label, *row)) for label, row in zip(yv, Xv)
+    ]
+    (tmp_path / "valid.csv").write_text("\n".join(rows) + "\n")
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["labels", "predictions"],
+        validation_data=(str(tmp_path / "valid.csv"), "csv"),
+    )
+    booster, _ = train(hook, xgb.DMatrix(X, label=y), xgb.DMatrix(Xv, label=yv), rounds=2)
+    trial = smd.create_trial(out_dir)
+    np.testing.assert_array_equal(trial.tensor("labels").value(1), yv.astype(np.float32))
+    np.testing.assert_allclose(
+        trial.tensor("predictions").value(1), booster.predict(xgb.DMatrix(Xv)), rtol=1e-6
+    )
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

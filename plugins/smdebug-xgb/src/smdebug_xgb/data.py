@@ -47,15 +47,20 @@ def load_data(argument: str, data) -> xgb.DMatrix | None:
 
 
 def _read_csv(path: str) -> xgb.DMatrix:
-    """Rows of numbers, the label first (SageMaker's XGBoost layout); the delimiter is sniffed."""
+    """Rows of numbers, the label first (SageMaker's XGBoost layout); the delimiter is sniffed. An empty
+    field is a missing value, as xgboost's own CSV reader takes it."""
     with open(path, encoding="utf-8") as f:
         first = f.readline()
     try:
         delimiter = csv.Sniffer().sniff(first, delimiters=",;\t |").delimiter
     except csv.Error:
         delimiter = ","
-    table = np.loadtxt(path, delimiter=delimiter, ndmin=2, dtype=np.float64)
+    table = np.loadtxt(path, delimiter=delimiter, ndmin=2, dtype=np.float64, converters=_number_or_missing)
     return xgb.DMatrix(table[:, 1:], label=table[:, 0])
+
+
+def _number_or_missing(field: str) -> float:
+    return float(field) if field.strip() else np.nan
 
 
 def _read_libsvm(path: str) -> xgb.DMatrix:
