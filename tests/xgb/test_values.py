@@ -520,6 +520,32 @@ def test_data_from_files(out_dir, tmp_path, binary):
     )
 
 
+def test_a_ranking_libsvm_file_with_query_ids(out_dir, tmp_path):
+    # "<label> qid:<query> <index>:<value> ...", as xgboost's own libsvm reader (and so smdebug 1.0) reads it
+    rng = np.random.default_rng(0)
+    X, qid = rng.normal(size=(60, 3)), np.repeat(np.arange(6), 10)
+    y = rng.integers(0, 3, 60).astype(float)
+    lines = [
+        f"{label:g} qid:{q} " + " ".join(f"{j}:{float(v)!r}" for j, v in enumerate(row))
+        for label, q, row in zip(y, qid, X)
+    ]
+    (tmp_path / "valid.libsvm").write_text("\n".join(lines) + "\n")
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["labels", "predictions"],
+        validation_data=(str(tmp_path / "valid.libsvm"), "libsvm"),
+    )
+    np.testing.assert_array_equal(hook.validation_data.get_group(), [10] * 6)
+    dtrain = xgb.DMatrix(X, label=y, qid=qid)
+    booster = xgb.train({"objective": "rank:ndcg", "nthread": 1}, dtrain, 2, callbacks=[hook])
+    trial = smd.create_trial(out_dir)
+    np.testing.assert_array_equal(trial.tensor("labels").value(1), y.astype(np.float32))
+    np.testing.assert_allclose(
+        trial.tensor("predictions").value(1), booster.predict(xgb.DMatrix(X)), rtol=1e-6
+    )
+
+
 def test_a_csv_file_with_missing_values(out_dir, tmp_path, binary):
     # empty fields are missing values, as xgboost's own CSV reader (and so smdebug 1.0) takes them
     _, _, X, y, Xv, yv = binary

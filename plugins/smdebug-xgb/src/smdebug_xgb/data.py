@@ -64,8 +64,9 @@ def _number_or_missing(field: str) -> float:
 
 
 def _read_libsvm(path: str) -> xgb.DMatrix:
-    """``<label>[:<weight>] <index>:<value> ...`` lines; indices are column numbers as written."""
-    labels, weights, rows, cols, values = [], [], [], [], []
+    """``<label>[:<weight>] [qid:<query>] <index>:<value> ...`` lines; indices are column numbers as
+    written."""
+    labels, weights, queries, rows, cols, values = [], [], [], [], [], []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             parts = line.split("#", 1)[0].split()
@@ -78,10 +79,18 @@ def _read_libsvm(path: str) -> xgb.DMatrix:
                 index, sep, value = item.partition(":")
                 if not sep:
                     raise ValueError(f"line {number}: {item!r} is not <index>:<value>")
+                if index == "qid":  # a ranking file's query id
+                    queries.append(int(value))
+                    continue
                 rows.append(len(labels) - 1)
                 cols.append(int(index))
                 values.append(float(value))
     shape = (len(labels), max(cols) + 1 if cols else 0)
     matrix = scipy.sparse.csr_matrix((values, (rows, cols)), shape=shape)
     has_weights = any(w != 1.0 for w in weights)
-    return xgb.DMatrix(matrix, label=np.array(labels), weight=np.array(weights) if has_weights else None)
+    return xgb.DMatrix(
+        matrix,
+        label=np.array(labels),
+        weight=np.array(weights) if has_weights else None,
+        qid=np.array(queries) if queries and len(queries) == len(labels) else None,
+    )
