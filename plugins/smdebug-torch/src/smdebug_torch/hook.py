@@ -446,6 +446,9 @@ class Hook(BaseHook):
         if self.in_step and self._shards.pending:
             with self.guard("save the sharded tensors"):
                 self._shards.flush()  # e.g. the weights of a step without backward
+        if self._shards.in_flight is not None:
+            with self.guard("save the sharded tensors"):
+                self._shards.resolve()  # the step's reductions, gathered since its backward pass
         super().end_step()
 
     def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
