@@ -98,6 +98,17 @@ def test_an_infinite_unsaved_step_is_skipped_not_an_overflow(run, caplog):
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
 
 
+def test_a_damaged_unsaved_steps_record_is_warned_of_once(run, caplog):
+    """Reading both trial.unsaved_steps and trial.unsaved() warned twice of the same damaged file."""
+    os.makedirs(os.path.join(run, "unsaved_steps"), exist_ok=True)
+    with open(os.path.join(run, "unsaved_steps", "worker_0.json"), "w") as f:
+        f.write('{"worker": "worker_0", "unsaved_st')
+    trial = create_trial(run)
+    assert trial.unsaved_steps == [] and trial.unsaved() == {} and trial.unsaved_steps == []
+    warned = [r.getMessage() for r in caplog.records if "is not readable" in r.getMessage()]
+    assert len(warned) == 1 and "unsaved_steps/worker_0.json" in warned[0], warned
+
+
 @pytest.mark.parametrize("which", [INDEX1, COLLECTIONS])
 def test_deeply_nested_json_names_the_file(run, which):
     with open(os.path.join(run, which), "w") as f:

@@ -125,6 +125,7 @@ class Trial:
         self._done_index_dirs: set[str] = set()  # index folders no worker writes into any more
         self._fetcher = RecordFetcher(self.store)
         self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
+        self._unreadable: set[tuple[str, str]] = set()  # damaged run files already warned about
         # worker -> step -> what is wrong: steps whose index file is damaged (skipped) or holds a damaged
         # record (found when read)
         self._damaged: dict[str, dict[int, str]] = {}
@@ -400,13 +401,20 @@ class Trial:
             try:
                 placements, unsaved = layout.decode_notes(data)
             except (ValueError, TypeError) as exc:
-                logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
+                self._warn_unreadable(relpath, exc)
                 continue
             for name, placement in placements.items():
                 self._placements.setdefault(name, {})[worker] = placement
             if unsaved:
                 self._unsaved_tensors[worker] = unsaved
         self._notes_files = set(files)
+
+    def _warn_unreadable(self, relpath: str, exc: Exception) -> None:
+        """Warn once of a damaged run file (its readers are asked again and again: ``unsaved_steps`` reads
+        ``unsaved()``, a live trial reloads its notes)."""
+        if (relpath, str(exc)) not in self._unreadable:
+            self._unreadable.add((relpath, str(exc)))
+            logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
 
     def placements(self, tname: str) -> dict[str, dict]:
         """Per worker, where its saved value of a sharded tensor lies in the full tensor (global_shape,
@@ -611,7 +619,7 @@ class Trial:
             try:
                 steps = layout.decode_unsaved(data)
             except (ValueError, KeyError, TypeError) as exc:
-                logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
+                self._warn_unreadable(relpath, exc)
                 continue
             if self._range is not None:
                 start, end = self._range
@@ -645,7 +653,7 @@ class Trial:
             try:
                 record = layout.load_json(data)
             except ValueError as exc:
-                logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
+                self._warn_unreadable(relpath, exc)
                 continue
             if isinstance(record, dict):
                 for part in (record, record.get("first_nonfinite")):  # the worker as workers() names it
