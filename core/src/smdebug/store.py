@@ -14,13 +14,13 @@ import itertools
 import os
 import re
 import stat
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from smdebug import staging
 from smdebug.env import env_number
 from smdebug.exceptions import CorruptRunError
 from smdebug.layout import is_inside_run
@@ -435,6 +435,7 @@ class StagedFile:
             self._tmp = None
             self._file = None
             self._buf = bytearray()
+            staging.sweep()  # (once a process) what killed processes left waiting on this machine
 
     def write(self, data) -> None:
         n = memoryview(data).nbytes
@@ -472,7 +473,7 @@ class StagedFile:
         if self._buf is not None:
             # a named file, closed while it waits: a long outage's thousands of waiting steps hold no
             # file descriptor each
-            fd, self._spilled = tempfile.mkstemp(prefix="smdebug-staged-")
+            fd, self._spilled = staging.spill_file(self.store.uri, self.relpath)
             with os.fdopen(fd, "wb") as f:
                 f.write(self._buf)
             self._buf = None
