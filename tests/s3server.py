@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -80,3 +81,70 @@ def serving(bucket: str, access_key: str, secret_key: str) -> Iterator[S3Server]
         server.stop()
         os.environ.clear()
         os.environ.update(saved)
+
+
+class StallingProxy:
+    """A TCP proxy on 127.0.0.1 in front of a server (moto's) that starts stalling on request: after
+    ``stall(matching)`` it takes every request holding ``matching`` (any request: b"") and never answers it
+    (a frozen endpoint); after ``trickle(seconds)`` it answers one byte every ``seconds`` (an endpoint too
+    slow for a per-read timeout to notice). ``release()`` answers normally again; ``close()`` drops every
+    connection."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self._server = socket.socket()
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(128)
+        self.port = self._server.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._stalled: bytes | None = None  # what a request holds to go unanswered (None: none)
+        self._trickle = 0.0
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall(self, matching: bytes = b"") -> None:
+        self._stalled = matching
+
+    def trickle(self, seconds: float) -> None:
+        self._trickle = seconds
+
+    def release(self) -> None:
+        self._stalled = None
+        self._trickle = 0.0
+
+    def close(self) -> None:
+        self._closed = True
+        self.release()
+        for s in [self._server, *self._sockets]:
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client = self._server.accept()[0]
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                return
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._answers, args=(upstream, client), daemon=True).start()
+
+    def _requests(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                stalled = self._stalled
+                if stalled is None or stalled not in data:  # else the server never sees it: no answer
+                    dst.sendall(data)
+
+    def _answers(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if self._trickle:
+                    for i in range(len(data)):
+                        time.sleep(self._trickle)
+                        dst.sendall(data[i : i + 1])
+                else:
+                    dst.sendall(data)

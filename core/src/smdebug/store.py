@@ -57,6 +57,19 @@ def reach_timeout() -> float:
     return env_number(REACH_TIMEOUT_ENV, 20.0, positive=True)
 
 
+# How long one remote read (a listing, a batch of files or ranges) may take before it is given up
+# (seconds), plus a second per READ_RATE bytes asked for: an endpoint that stops answering mid-read, or
+# answers a byte at a time, must not hang a reader.
+READ_TIMEOUT_ENV = "SMDEBUG_READ_TIMEOUT"
+READ_RATE = 1024 * 1024
+
+
+def read_timeout(nbytes: int = 0) -> float:
+    """The seconds one remote read of ``nbytes`` may take: $SMDEBUG_READ_TIMEOUT (default 60) plus a
+    second per MiB."""
+    return env_number(READ_TIMEOUT_ENV, 60.0, positive=True) + nbytes / READ_RATE
+
+
 class Store:
     """Reads and writes the files of one run under ``root``."""
 
@@ -67,11 +80,13 @@ class Store:
             self._fs = None
             self.root = _local_root(root).rstrip("/") or "/"
             self.is_local = True
+            self._bounded = False
             self._secrets = []
             self._inside: dict[str, bool] = {}
             self._root_real: str | None = None
             return
         import fsspec
+        from fsspec.asyn import AsyncFileSystem
 
         if fs is None:
             protocol = fsspec.core.split_protocol(root)[0]
@@ -99,6 +114,9 @@ class Store:
         self.uri = redact(root)
         self._fs = fs
         self.is_local = "file" in _protocols(fs)
+        # fsspec's async filesystems (s3, gcs, http...) take a deadline per call and cancel the call
+        # at it; a read from another filesystem waits for its client's own timeouts
+        self._bounded = not self.is_local and isinstance(fs, AsyncFileSystem)
         if not self.is_local:
             # an object store cannot list a key with an empty folder name (``bucket/a//run``): one slash
             path = _DOUBLED_SLASHES.sub("/", path)
@@ -195,6 +213,21 @@ class Store:
         return self.fs.open(path, "wb")
 
     # -- reading ------------------------------------------------------------------------------------
+    def _read(self, call, *args, nbytes: int = 0, **kwargs):
+        """A read of the remote filesystem, given up after read_timeout(nbytes) seconds (TimeoutError
+        naming the store) when its filesystem takes a deadline."""
+        if not self._bounded:
+            return call(*args, **kwargs)
+        from fsspec.exceptions import FSTimeoutError
+
+        timeout = read_timeout(nbytes)
+        try:
+            return call(*args, timeout=timeout, **kwargs)
+        except FSTimeoutError as exc:
+            raise TimeoutError(
+                f"{self.uri} did not answer within {timeout:g} s ({READ_TIMEOUT_ENV})"
+            ) from exc
+
     def read_bytes(self, relpath: str, start: int | None = None, end: int | None = None) -> bytes:
         path = self.path(relpath)
         if self.is_local:
@@ -203,7 +236,8 @@ class Store:
                 return read_at(fd, start or 0, size if end is None else min(end, size))
             finally:
                 os.close(fd)
-        return self.fs.cat_file(path, start=start, end=end)
+        size = end - (start or 0) if end is not None and end >= 0 and (start or 0) >= 0 else 0
+        return self._read(self.fs.cat_file, path, start=start, end=end, nbytes=size)
 
     def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes]:
         """Fetch several whole files; remote filesystems fetch them concurrently. Missing ones are left out."""
@@ -222,8 +256,8 @@ class Store:
         todo = relpaths
         for attempt in range(READ_ATTEMPTS):
             # start=0: one ranged GET per file (s3fs would otherwise ask for each file's size first)
-            fetched = self.fs.cat(
-                [self.path(p) for p in todo], on_error="return", batch_size=READ_BATCH, start=0
+            fetched = self._read(
+                self.fs.cat, [self.path(p) for p in todo], on_error="return", batch_size=READ_BATCH, start=0
             )
             failed = []
             for key, value in fetched.items():
@@ -273,10 +307,23 @@ class Store:
             paths = [self.path(relpath_ranges[i][0]) for i in todo]
             starts = [relpath_ranges[i][1] for i in todo]
             ends = [relpath_ranges[i][2] for i in todo]
+            nbytes = sum(max(0, e - b) for b, e in zip(starts, ends))
             try:
-                got = self.fs.cat_ranges(paths, starts, ends, on_error="return", batch_size=READ_BATCH)
+                got = self._read(
+                    self.fs.cat_ranges,
+                    paths,
+                    starts,
+                    ends,
+                    on_error="return",
+                    batch_size=READ_BATCH,
+                    nbytes=nbytes,
+                )
             except TypeError:  # a filesystem whose cat_ranges takes neither
-                got = self.fs.cat_ranges(paths, starts, ends)
+                got = self._read(self.fs.cat_ranges, paths, starts, ends, nbytes=nbytes)
+            except TimeoutError as exc:  # no answer: asking again would wait as long again
+                for i in todo:
+                    out[i] = exc
+                break
             retry = []
             for i, value in zip(todo, got):
                 out[i] = value
@@ -347,7 +394,7 @@ class Store:
         if self.is_local:
             return os.path.exists(path)
         self.fs.invalidate_cache(path)  # another process may have written it since we last listed
-        return self.fs.exists(path)
+        return self._read(self.fs.exists, path)
 
     def list(self, relprefix: str) -> list[str]:
         """Every file under relprefix (recursively), as sorted paths relative to the root."""
@@ -359,7 +406,7 @@ class Store:
         else:
             self.fs.invalidate_cache(base)
             try:
-                found = self.fs.find(base)
+                found = self._read(self.fs.find, base)
             except FileNotFoundError:
                 found = []
         return sorted(self.relative(p) for p in found if ".tmp-" not in p)
@@ -375,7 +422,7 @@ class Store:
             return sorted(f"{relprefix}/{n}" for n in names)
         self.fs.invalidate_cache(base)
         try:
-            entries = self.fs.ls(base, detail=True)
+            entries = self._read(self.fs.ls, base, detail=True)
         except FileNotFoundError:
             return []
         return sorted(self.relative(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory")
