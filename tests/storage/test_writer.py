@@ -112,3 +112,28 @@ def test_a_value_changed_after_saving_is_saved_as_it_was(tmp_path):
     hook.close()
     trial = create_trial(str(tmp_path / "run"))
     assert [float(trial.tensor("x").value(s)[0]) for s in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("published", [True, False], ids=["published", "in-outbox"])
+def test_an_earlier_step_written_again_keeps_what_it_held(tmp_path, published):
+    """More tensors for a step finished before the last one (a health recorder's rows written after the
+    step's own saves, then a value saved into the trigger's step): the step's files are published again
+    whole, not replaced by the new tensors alone."""
+    store = GatedStore(str(tmp_path / "run"))
+    if published:
+        store.gate.set()
+    writer = RunWriter(store, "worker_0")
+    for step in range(3):
+        writer.write_tensor(step, ModeKeys.TRAIN, step, "loss", np.float32(step))
+        writer.end_step(step)
+    for step in (1, 2, 1):
+        writer.write_tensor(step, ModeKeys.TRAIN, step, f"later_{step}", np.arange(3) + step)
+        writer.end_step(step)
+    store.gate.set()
+    assert writer.close() == {}
+    trial = create_trial(str(tmp_path / "run"))
+    for step in range(3):
+        assert trial.tensor("loss").value(step) == step
+        assert trial.mode_step(step) == step
+    assert trial.tensor("later_1").steps() == [1] and trial.tensor("later_2").steps() == [2]
+    np.testing.assert_array_equal(trial.tensor("later_1").value(1), [1, 2, 3])

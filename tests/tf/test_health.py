@@ -562,3 +562,35 @@ def test_mixed_precision_custom_loop_overflows_are_not_reported(out_dir):
     assert not np.isfinite(trial.tensor("gradients/mlp/hidden/kernelGrad").reduction_value(0, "l2"))
     # the loss as computed, not as scaled
     assert trial.tensor("loss").reduction_value(3, "l2") == pytest.approx(losses[3], rel=1e-3)
+
+
+def test_a_trigger_in_validation_keeps_what_the_epoch_saved_and_its_own_row(out_dir):
+    """A NaN in the epoch's second validation batch: the recorder writes its rows into steps the hook had
+    already written after they ended (the epoch's training logs, saved as validation begins), and the
+    epoch's val_* logs go into the triggering step after its row: each step keeps both."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3, name="a"), keras.layers.Dense(1, name="b")],
+        name="m",
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 4)).astype("float32")
+    y = x.sum(1, keepdims=True)
+    x_val = x[:16].copy()
+    x_val[12, 1] = np.nan  # the second validation batch of 8: global step 5 (4 training steps first)
+    hook = smd.KerasHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    model.fit(x, y, batch_size=8, epochs=1, validation_data=(x_val, y[:16]), callbacks=[hook], verbose=0)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["mode"], first["direction"]) == (5, "EVAL", "input")
+    loss = trial.tensor("loss")
+    # step 3, the epoch's last training step: its training logs (saved whatever the configuration) and
+    # its recorded row
+    assert loss.value(3).shape == ()
+    assert np.isfinite(loss.reduction_value(3, "l2"))
+    # step 5, the trigger: its own row (the recorder's first non-finite step) and the epoch's val_loss
+    assert not np.isfinite(loss.reduction_value(5, "l2"))
+    assert np.isfinite(trial.tensor("m/a/kernel").reduction_value(5, "l2"))
+    assert not np.isfinite(trial.tensor("val_loss").value(5))

@@ -107,6 +107,7 @@ class RunWriter(Outbox):
         self._unwritten: set[int] = set()
         self._open: _OpenStep | None = None
         self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
+        self._highest = -1  # the highest step finished: one at or below it may be written again
         self._closed = False
         self._start_outbox(claim, claim_token)
         self._thread = threading.Thread(target=self._run, name=f"smdebug-writer-{worker}", daemon=True)
@@ -329,12 +330,36 @@ class RunWriter(Outbox):
             ended = self._ended
             if ended is not None and ended.step == step and not ended.failed:
                 self._open = self._reopen(ended)
+            elif step <= self._highest and (earlier := self._earlier(step)) is not None:
+                self._open = self._reopen(earlier)
             else:
                 self._open = _OpenStep(step, mode, mode_step)
                 if self.refused:
                     self._open.failed = True
                     self.failed_steps[step] = self.refused
         return self._open
+
+    def _earlier(self, step: int) -> _OpenStep | None:
+        """The records of a step finished before the last one, written again (a health recorder's rows
+        after a step's own saves, a value saved into an ended step after later steps were written), from
+        its index: in the outbox or in the store. None when this writer published none for it."""
+        if step in self.failed_steps:
+            return None
+        with self._lock:
+            waiting = next((p for p in self._outbox if p.step == step), None)
+            index = next((p[1] for p in waiting.parts if isinstance(p, tuple)), None) if waiting else None
+        try:
+            if index is None:
+                index = self.store.read_bytes(index_file_path(step, self.worker))
+            record = layout.decode_index(index)
+            mode = ModeKeys[record.mode] if isinstance(record.mode, str) else ModeKeys(record.mode)
+        except Exception:  # none (or not readable): the step is written as a new one
+            return None
+        tensors = [layout.tensor_entry(*t) for t in record.tensors]
+        shapes = [layout.shape_entry(name, shape) for name, shape in record.shapes]
+        return _OpenStep(
+            step, mode, record.mode_step if record.mode_step is not None else step, None, tensors, shapes
+        )
 
     def _reopen(self, ended: _OpenStep) -> _OpenStep:
         """More tensors for a step that already ended (save_scalar after training): the step's files are
@@ -441,6 +466,7 @@ class RunWriter(Outbox):
             return
         self._open = None
         self._ended = st
+        self._highest = max(self._highest, step)
         if st.failed or not (st.tensors or st.shapes):
             self._discard_staged(st)
             return
