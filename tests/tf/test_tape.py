@@ -1,6 +1,10 @@
 """Custom training loops: hook.wrap_tape (eager, tf.function, XLA) and hook.wrap_optimizer."""
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -161,3 +165,66 @@ def test_record_tensor_value_saves_a_metric_at_the_metrics_steps(out_dir, data, 
 
     with pytest.raises(SMDebugTypeError, match=r"record_tensor_value\('traced'\).*symbolic"):
         traced(tf.constant(1.0))
+
+
+TAPE_SCRIPT = """
+import sys, threading, time
+import numpy as np, tensorflow as tf, keras
+tf.config.threading.set_inter_op_parallelism_threads(4)  # TensorFlow runs independent ops at once
+import smdebug.tensorflow as smd
+from tfmodels import batches, make_model
+
+hook = smd.KerasHook(out_dir=sys.argv[1], save_config=smd.SaveConfig(save_interval=1),
+                     include_collections=["weights", "biases", "gradients", "losses", "optimizer_variables"])
+running, most, lock = [0], [0], threading.Lock()
+
+def watched(method):
+    def call(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.2)  # a slow host: the step's other host calls are ready meanwhile
+            return method(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+    return call
+
+hook.tape_tensors = watched(hook.tape_tensors)
+hook.traced_optimizer_variables = watched(hook.traced_optimizer_variables)
+model = make_model()
+optimizer = hook.wrap_optimizer(keras.optimizers.Adam())
+loss_fn = keras.losses.SparseCategoricalCrossentropy()
+
+@tf.function
+def step(x, y):
+    with hook.wrap_tape(tf.GradientTape()) as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+rng = np.random.default_rng(0)
+for xb, yb in batches(rng.normal(size=(24, 4)).astype("float32"), rng.integers(0, 3, size=24)):
+    step(xb, yb)
+hook.close()
+print(most[0])
+"""
+
+
+def test_a_traced_steps_host_calls_run_one_at_a_time(tmp_path):
+    """In a tf.function, TensorFlow may run the tape's host call (gradients, weights, loss) and the
+    wrapped optimizer's (its variables) at once on two threads: the hook must take them one at a time
+    (they both update its state; together, step 0's first variables were lost about one run in three)."""
+    out = str(tmp_path / "run")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(Path(__file__).parent)}
+    proc = subprocess.run(
+        [sys.executable, "-c", TAPE_SCRIPT, out], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "1"  # never two host calls at once
+    trial = create_trial(out)
+    assert trial.steps() == [0, 1, 2]
+    for step in trial.steps():
+        names = set(trial.tensor_names(step=step))
+        assert {"loss", "mlp/hidden/kernel", "gradients/mlp/hidden/kernelGrad", "adam/iteration"} <= names

@@ -15,6 +15,18 @@ import numpy as np
 import tensorflow as tf
 
 
+def host_call(hook, function):
+    """``function`` for a tf.py_function of a traced step: TensorFlow runs independent ops at once on
+    its threads (the tape's values and the optimizer's variables, say), and the hook takes them one at
+    a time."""
+
+    def call(*args):
+        with hook.tf_state.host_lock:
+            return function(*args)
+
+    return call
+
+
 def in_xla_context() -> bool:
     """Whether the code being traced is compiled by XLA (where no host call can run)."""
     try:
@@ -48,7 +60,7 @@ class WrappedTape:
                     "under XLA.",
                 )
             else:
-                self.due = tf.py_function(self.host_step_begin, [], Tout=tf.bool)
+                self.due = tf.py_function(host_call(self.hook, self.host_step_begin), [], Tout=tf.bool)
                 self.hook.tf_state.traced_tape = (tf.compat.v1.get_default_graph(), self)
         return self
 
@@ -102,7 +114,7 @@ class WrappedTape:
 
         tf.cond(
             self.due,
-            lambda: tf.py_function(save, values, Tout=tf.bool),
+            lambda: tf.py_function(host_call(hook, save), values, Tout=tf.bool),
             lambda: tf.constant(False),
         )
 
@@ -123,7 +135,9 @@ class WrappedTape:
 
         tf.cond(
             self.due,
-            lambda: tf.py_function(save, [tf.convert_to_tensor(v) for v in variables], Tout=tf.bool),
+            lambda: tf.py_function(
+                host_call(hook, save), [tf.convert_to_tensor(v) for v in variables], Tout=tf.bool
+            ),
             lambda: tf.constant(False),
         )
 
@@ -159,4 +173,4 @@ def record_health(hook, pairs, loss, scale=None) -> None:
         hook.tape_health(names, values)
         return np.bool_(True)
 
-    tf.py_function(record, [vector], Tout=tf.bool)
+    tf.py_function(host_call(hook, record), [vector], Tout=tf.bool)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -80,6 +81,8 @@ class TFState:
         self.fitting = False  # between on_train_begin and on_train_end
         self.pending: list = []  # (method, arguments) of save_scalar/save_tensor calls before the first step
         self.traced_tape = None  # (graph, WrappedTape) of the custom loop's step being traced
+        # a traced step's host calls (smdebug_tf.tape), which TensorFlow may run at once on two threads
+        self.host_lock = threading.Lock()
         self.health = None  # with health=True: smdebug_tf.health.KerasHealth
         self.tape_health = None  # (graph or None, loss): a wrapped tape's step awaiting its optimizer
         self.kept_kinds = (None, frozenset())  # (key, kinds) the health steps keep for a trigger
