@@ -75,3 +75,50 @@ def test_a_run_with_nothing_to_note_has_no_tensor_notes(out_dir):
     hook.close()
     assert not os.path.exists(os.path.join(out_dir, "tensor_notes"))  # as smdebug 1.0 writes the run
     assert smd.create_trial(out_dir).unsaved_tensors() == {}
+
+
+class WithOddOutputs(nn.Module):
+    """Returns a real tensor, one on the meta device, a nested tensor and a complex32 one."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+        return self.fc(x), torch.empty(2, device="meta"), nested, torch.ones(2, dtype=torch.complex32)
+
+
+def test_tensors_without_values_take_nothing_else_of_the_step_with_them(out_dir, caplog):
+    """A meta or nested tensor among a step's tensors saved as reductions: recorded unsaved, the step's
+    other reductions saved (a meta output made every reduction of the step fail in the writer)."""
+    model = WithOddOutputs()
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "outputs"],
+        reduction_config=smd.ReductionConfig(reductions=["mean", "max"], norms=["l2"], save_raw_tensor=True),
+    )
+    hook.get_collection("outputs").include("WithOddOutputs_output")
+    hook.register_module(model)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        for _ in range(2):
+            model(torch.ones(1, 3))[0].sum().backward()
+    hook.close()
+    assert "plugin 'pytorch' failed" not in caplog.text
+    assert "writer error" not in caplog.text
+    trial = smd.create_trial(out_dir)
+    for name in ("WithOddOutputs_fc.weight", "WithOddOutputs_output_0", "WithOddOutputs_output_3"):
+        for step in (0, 1):
+            assert set(trial.tensor(name).reduction_values(step)) == {
+                ("mean", False),
+                ("max", False),
+                ("l2", False),
+            }, (name, step)
+    weight = model.fc.weight.detach()
+    assert (
+        trial.tensor("WithOddOutputs_fc.weight").reduction_value(1, "l2") == torch.linalg.norm(weight).item()
+    )
+    assert trial.tensor("WithOddOutputs_output_3").value(0).dtype == "complex64"  # numpy has no complex32
+    unsaved = trial.unsaved_tensors()["worker_0"]
+    assert sorted(unsaved) == ["WithOddOutputs_output_1", "WithOddOutputs_output_2"]

@@ -40,14 +40,23 @@ def is_wrapper(value: torch.Tensor) -> bool:
 
 
 _PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
+_META = torch.device("meta")
+
+
+def has_no_values(value: torch.Tensor) -> bool:
+    """A tensor whose values cannot be brought to the host as one array: a wrapper subclass, a tensor on
+    the meta device (no data) or a nested tensor (no single shape)."""
+    return value.is_meta or value.is_nested or is_wrapper(value)
 
 
 def to_numpy(value: torch.Tensor) -> np.ndarray | None:
     """Copy a tensor to a host array it does not share memory with (the writer encodes it later); None
-    for a wrapper subclass (the core then records it as not captured, naming its type)."""
-    if is_wrapper(value):
+    for a tensor without values of its own (the core then records it as not captured, saying why)."""
+    if has_no_values(value):
         return None
     t = _plain(value)
+    if t.dtype == torch.complex32:  # numpy has no complex32
+        return t.to(torch.complex64).cpu().numpy()
     if t.dtype in _UPCAST:
         t = t.float()  # a new tensor already
         return t.cpu().numpy()
@@ -79,10 +88,10 @@ def _prepared(value: torch.Tensor) -> torch.Tensor | None:
     t = _plain(value)
     if t.numel() == 0:
         return None  # undefined: numpy says so (the core then saves no reduction of it)
+    if t.is_complex():
+        t = t.abs()  # complex values have no order: reduced on their magnitude, as numpy_reduction
     if t.dtype in _LOW_PRECISION:
         return t.float()
-    if t.is_complex():
-        return t.abs()  # complex values have no order: reduced on their magnitude, as numpy_reduction
     if not t.is_floating_point():  # integers and booleans, as numpy computes them
         return t.double()
     return t
@@ -217,17 +226,23 @@ def _groups(values: list) -> list[tuple[list[int], bool]]:
 def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
     dtypes = tuple(map(_dtype_of, values)) if _PLAIN_TYPES.issuperset(map(type, values)) else None
     if dtypes and _PLAIN_FLOATS.issuperset(dtypes) and set(map(_layout_of, values)) == {torch.strided}:
-        key = (tuple(pairs), dtypes, tuple(map(_shape_of, values)), tuple(map(_device_of, values)))
+        devices = tuple(map(_device_of, values))
+        try:
+            key = (tuple(pairs), dtypes, tuple(map(_shape_of, values)), devices)
+        except RuntimeError:  # a nested tensor has no shape: the path below leaves it to the core
+            key = None
         plan = _plans.get(key)
-        if plan is None:
+        # (a meta tensor's results could not reach the host: the path below leaves it to the core)
+        if plan is None and key is not None and _META not in devices:
             if len(_plans) >= PLANS:
                 _plans.clear()
             plan = _plans[key] = _Plan(values, pairs)
-        return plan.run(values, pairs)
+        if plan is not None:
+            return plan.run(values, pairs)
     present = [
         (i, t)
         for i, v in enumerate(values)
-        if isinstance(v, torch.Tensor) and not (v.is_meta or is_wrapper(v))  # (no values to reduce here)
+        if isinstance(v, torch.Tensor) and not has_no_values(v)  # (no values to reduce here)
         for t in [_prepared(v)]
         if t is not None
     ]
