@@ -163,6 +163,38 @@ def test_registering_twice_warns_and_does_not_double_count(out_dir, caplog):
     assert smd.create_trial(out_dir).steps() == [0, 1]
 
 
+@pytest.mark.parametrize("submodule_first", [False, True])
+def test_registering_a_submodule_of_a_registered_model_does_not_double_the_steps(
+    out_dir, caplog, submodule_first
+):
+    """A model and one of its submodules both registered (either order): one step per forward call of
+    the model, its tensors named within the model (the submodule's forward inside it started a second
+    step, and its parameters were saved twice, under a second name)."""
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "fc"],
+    )
+    hook.get_collection("fc").include("^fc_output")
+    model = Small()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        for module in (model.fc, model) if submodule_first else (model, model.fc):
+            hook.register_module(module)
+    assert "Small" in caplog.text and "Linear" in caplog.text
+    for _ in range(3):
+        model(torch.ones(1, 3)).sum().backward()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2]
+    assert trial.tensor_names() == [
+        "Small_fc.weight",
+        "fc_output_0",
+        "gradient/Small_fc.bias",
+        "gradient/Small_fc.weight",
+    ]
+    assert trial.tensor("gradient/Small_fc.weight").steps() == [0, 1, 2]
+
+
 def test_copies_and_pickles_of_a_registered_model_carry_no_hook(out_dir):
     hook = smd.Hook(
         out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]

@@ -116,6 +116,20 @@ class Hook(BaseHook):
             logger.warning("smdebug: %s is already registered with this hook", module._get_name())
             return
         model_name = sharded.class_name(module)
+        owner = next((m for m in self._models.values() if module in m.modules), None)
+        if owner is not None:  # its forward runs inside the owner's: a second step starter
+            logger.warning(
+                "smdebug: %s is part of %s, already registered with this hook: its tensors are saved as "
+                "part of %s, it is not registered again",
+                module._get_name(),
+                owner.name,
+                owner.name,
+            )
+            return
+        inside = set(module.modules())
+        for starter, inner in list(self._models.items()):
+            if inner.module in inside:
+                self._absorb(starter, inner, model_name)
         orig_params = sharded.classic_fsdp(module)
         if orig_params is not None:
             self._warn_classic_fsdp(model_name, flat=not orig_params)
@@ -136,13 +150,33 @@ class Hook(BaseHook):
         self._models[starter] = _Model(model_name, module)
         self._hook_sharded_grads(self._models[starter])
         _remove(self._loss_starters)
-        self._handles.append(starter.register_forward_pre_hook(_Callback(self._on_model_forward)))
+        self._models[starter].handle = starter.register_forward_pre_hook(_Callback(self._on_model_forward))
+        self._handles.append(self._models[starter].handle)
         if self._health is not None:
             self._health.watch_model(starter)
         if wrapper is not module:
             self._always_armed = True
         if self._armed:
             self._armed_handles.append(starter.register_forward_hook(self._on_output_of_model))
+
+    def _absorb(self, starter: torch.nn.Module, model: _Model, outer: str) -> None:
+        """A registered model is part of the model being registered: its forward runs inside the outer
+        one's, so it starts no step of its own and its tensors take their names within the outer model."""
+        logger.warning(
+            "smdebug: %s, registered with this hook, is part of %s: its steps now start with %s's forward "
+            "and its tensors are named as part of %s",
+            model.name,
+            outer,
+            outer,
+            outer,
+        )
+        del self._models[starter]
+        model.handle.remove()
+        self._handles.remove(model.handle)
+        for sub in model.modules:  # named again, within the outer model
+            if self._module_names.pop(sub, None) is not None and sub in self._output_modules:
+                self._output_modules.remove(sub)
+        self._wanted = (-1, [])
 
     def _warn_classic_fsdp(self, model_name: str, flat: bool) -> None:
         what = (
@@ -467,6 +501,8 @@ class _Model:
     def __init__(self, name: str, module: torch.nn.Module):
         self.name = name
         self.module = module
+        self.modules = set(module.modules())  # (as registered: another model registered later may hold it)
+        self.handle: Any = None  # its step starter (the forward pre-hook)
         self.params: list[tuple[str, torch.nn.Parameter]] = []
         self.names: tuple[str, ...] = ()
         self.gradients: list[tuple[str, torch.nn.Parameter]] = []  # (gradient's name, parameter)
