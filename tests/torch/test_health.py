@@ -17,6 +17,7 @@ import smdebug.pytorch as smd
 from smdebug.cli import main as cli
 from smdebug.exceptions import ConfigError, TensorUnavailableForStep
 from smdebug.rules.rule import Rule
+from smdebug_torch import native
 
 WORKER = os.path.join(os.path.dirname(__file__), "health_worker.py")
 FAULT = 6
@@ -81,6 +82,18 @@ def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, lagged=Fals
     return hook, seen
 
 
+@pytest.fixture(params=["native", "torch"])
+def kernel(request, monkeypatch):
+    """Health's statistics computed by the native kernel (smdebug_torch.native, built on this machine)
+    or by torch's batched calls (the kernel not loaded yet, or no compiler)."""
+    if request.param == "native":
+        if not native.wait(timeout=600):
+            pytest.skip("the native kernel could not be built here (no C++ compiler?)")
+    else:
+        monkeypatch.setattr(native, "health_watch", lambda *args: None)
+    return request.param
+
+
 def hooked_net(out_dir):
     """A seeded Net and its loss, both registered with a health hook (a save step every 100 steps)."""
     torch.manual_seed(0)
@@ -136,7 +149,7 @@ def test_healthy_run_writes_nothing_between_save_steps(out_dir):
         ("input", "input", "Net", "Net_input_0"),
     ],
 )
-def test_first_nonfinite_names_where_it_appeared(out_dir, fault, direction, module, tensor):
+def test_first_nonfinite_names_where_it_appeared(kernel, out_dir, fault, direction, module, tensor):
     _, seen = train(out_dir, fault=fault)
     trial = smd.create_trial(out_dir)
     first = trial.first_nonfinite()
@@ -378,7 +391,7 @@ def test_smdebug_run_health_watches_an_unmodified_script(tmp_path):
     assert (first["step"], first["direction"], first["tensor"]) == (5, "input", "Sequential_input_0")
 
 
-def test_recorded_statistics_of_stacked_packed_and_large_tensors(out_dir):
+def test_recorded_statistics_of_stacked_packed_and_large_tensors(kernel, out_dir):
     # the statistics are computed in groups: same-shape tensors stacked (four 8x8 layers), the other small
     # ones packed zero-padded into one matrix, large ones alone (a 2100x8 weight): each recorded value is
     # the tensor's own, all-negative and mixed tensors alike
@@ -410,6 +423,7 @@ def test_recorded_statistics_of_stacked_packed_and_large_tensors(out_dir):
         }
         opt.step()
     hook.close()
+    assert (hook._health._layout.watch is not None) == (kernel == "native")  # the path under test ran
     trial = smd.create_trial(out_dir)
     assert trial.first_nonfinite()["tensor"] == "gradient/Sequential_5.bias"
     for step in range(3):
@@ -418,7 +432,7 @@ def test_recorded_statistics_of_stacked_packed_and_large_tensors(out_dir):
             assert trial.tensor(name).reduction_value(step, "max", abs=True) == pytest.approx(top, rel=1e-6)
 
 
-def test_gradscaler_overflow_steps_are_not_a_first_nonfinite(out_dir):
+def test_gradscaler_overflow_steps_are_not_a_first_nonfinite(kernel, out_dir):
     # float16 autocast with a scale far too large: GradScaler finds inf gradients, skips those optimizer
     # steps and lowers the scale, by design; the weights stay finite. A NaN input batch later is found.
     model, criterion, hook = hooked_net(out_dir)
@@ -462,7 +476,7 @@ def test_skipped_overflow_steps_alone_write_nothing(out_dir):
 
 
 @pytest.mark.parametrize("fault", ["gradient", "forward"])
-def test_manual_update_without_an_optimizer(out_dir, fault):
+def test_manual_update_without_an_optimizer(kernel, out_dir, fault):
     # no optimizer: each step is recorded at the end of its backward pass (the gradients are there,
     # zero_grad comes before the next forward); a NaN written into a gradient after backward is named
     model, criterion, hook = hooked_net(out_dir)
@@ -794,7 +808,7 @@ def test_a_second_optimizer_of_the_step_is_recorded_and_judged(out_dir):
         assert value == pytest.approx(seen[step], rel=1e-5)
 
 
-def test_evaluation_steps_record_no_gradients(tmp_path):
+def test_evaluation_steps_record_no_gradients(kernel, tmp_path):
     # An evaluation step runs no backward pass: the gradients still on the parameters are the last training
     # step's. Health on must not save them as the EVAL step's (a run without health saves none there).
     def run(out_dir, health):
@@ -827,3 +841,57 @@ def test_evaluation_steps_record_no_gradients(tmp_path):
     assert healthy.tensor(grad).steps(mode=smd.modes.EVAL) == []
     assert healthy.tensor(grad).steps() == plain.tensor(grad).steps() == [0, 1, 3, 4]
     assert healthy.tensor("Net_fc1.weight").steps(mode=smd.modes.EVAL) == [0, 1]  # mode steps
+
+
+def test_native_kernel_values_against_torch():
+    # each weight's, gradient's and the loss's l2 norm and max |x|, written into their columns (here in
+    # reverse order): float32, float64 and bfloat16, non-contiguous, 0-d and empty tensors, NaN, inf,
+    # finite values whose squares overflow float32; absent gradients (and all of them in evaluation): -1
+    if not native.wait(timeout=600):
+        pytest.skip("the native kernel could not be built here (no C++ compiler?)")
+    g = torch.Generator().manual_seed(3)
+    weights = [
+        torch.randn(70, 33, generator=g),
+        torch.randn(5, 4, generator=g, dtype=torch.float64),
+        torch.randn(6, 6, generator=g).to(torch.bfloat16),
+        torch.randn(9, 7, generator=g).t(),
+        torch.tensor(-2.5),
+        torch.empty(0),
+        torch.tensor([1.0, float("nan"), -3.0]),
+        torch.tensor([float("-inf"), 2.0]),
+        torch.full((4,), -3e30),
+        -torch.randn(100, generator=g),
+    ]
+    params = [nn.Parameter(torch.zeros(7)), nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3))]
+    params[0].grad = torch.randn(7, generator=g)
+    params[2].grad = torch.tensor([0.0, float("inf"), 1.0])
+    loss = torch.tensor(0.75, requires_grad=True) * 2
+    tensors = [*weights, params[0].grad, None, params[2].grad, loss]
+    n = len(tensors)
+    columns = list(reversed(range(n)))
+    watch = native.health_watch(weights, params, columns)
+    for with_grads in (True, False):
+        row = torch.empty(2 * n)
+        with torch.no_grad():
+            watch.fill(loss, with_grads, row)
+        for i, t in enumerate(tensors):
+            if t is None or not with_grads and len(weights) <= i < len(weights) + len(params):
+                want = (-1.0, -1.0)
+            else:
+                t = t.detach().double()
+                want = (t.norm().item(), t.abs().max().item() if t.numel() else 0.0)
+            got = (row[columns[i]].item(), row[n + columns[i]].item())
+            assert got == pytest.approx(want, rel=1e-6, nan_ok=True), (i, got, want)
+
+
+@pytest.mark.parametrize("compiler", ["false", "no-such-compiler"])
+def test_native_kernel_that_cannot_be_built_leaves_torchs_calls(tmp_path, monkeypatch, compiler):
+    # a compiler that fails, or none: no kernel, nothing left in the cache, health still records
+    monkeypatch.setenv("CXX", compiler)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "cache"))
+    assert native._built() is None
+    assert not list((tmp_path / "cache").rglob("*.so"))
+    monkeypatch.setattr(native, "health_watch", lambda *args: None)
+    _, seen = train(str(tmp_path / "run"), fault="gradient")
+    first = smd.create_trial(str(tmp_path / "run")).first_nonfinite()
+    assert (first["step"], first["tensor"]) == (FAULT, "gradient/Net_fc2.bias")

@@ -3,10 +3,11 @@ recorder (smdebug.health), and where the first non-finite value came from.
 
 Once a step, right before the optimizer applies the gradients (a global optimizer step pre-hook; until
 an optimizer step is seen, at the end of the step's backward pass; else at the step's end), the l2 norm and the max |x| of every parameter, every gradient and
-the loss are computed in a few batched calls: tensors of one shape are stacked into a buffer kept for
-them and reduced row-wise, the others by foreach kernels; one ``index_copy_`` puts the results into the
-recorder's row, which lives on the parameters' device. On the CPU the row is judged at once; on a GPU its
-host copy is made without waiting and judged at the next step.
+the loss are computed into the recorder's row, which lives on the parameters' device. On the CPU, by the
+native kernel (smdebug_torch.native) once it is loaded: one call, one reading of each tensor, no list of
+tensors made. Else in a few batched calls: tensors of one shape are stacked into a buffer kept for them
+and reduced row-wise, the others packed or reduced alone; one copy puts the results into the row. On the
+CPU the row is judged at once; on a GPU its host copy is made without waiting and judged at the next step.
 
 When a row holds the run's first non-finite value the step is examined, in the order it computed things:
 the model's input batch, then a re-run of the forward pass (no gradients, the random state and the
@@ -18,6 +19,7 @@ value only if a later row shows they reached the weights.
 
 from __future__ import annotations
 
+import logging
 import operator
 from contextlib import ExitStack
 from typing import Any
@@ -25,7 +27,10 @@ from typing import Any
 import torch
 
 from smdebug.plugin import INPUT_SUFFIX, OUTPUT_SUFFIX, ModeKeys
+from smdebug_torch import native
 from smdebug_torch.collection import GRADIENT_PREFIX
+
+logger = logging.getLogger("smdebug")
 
 _NONE = type(None)
 # Every torch call costs microseconds on the CPU, so a step makes a few per group of tensors, none per
@@ -197,6 +202,7 @@ class TorchHealth:
         self._plans: dict[tuple, _Plan] = {}
         self._ring = None
         self._ring_host = None  # CPU: the ring's numpy view
+        self._native_ok = True  # the native kernel may compute the rows (once loaded)
         self._rows: tuple = ()
         self._lagged: tuple | None = None  # GPU: (slot, host row, event) judged at the next step
         self._pinned: list | None = None  # GPU: two host rows the copies alternate between
@@ -338,28 +344,24 @@ class TorchHealth:
             self._collected = hook.step
             self._judge_lagged()
         layout = self._current_layout()
-        grads = list(map(_GRAD, layout.grad_params))
-        if hook.mode in _UNTRAINED:  # no backward pass: the gradients there are the last training step's
-            grads = [None] * len(grads)
+        untrained = hook.mode in _UNTRAINED  # no backward pass: its gradients are the last training step's
         loss = self._loss[2] if self._loss is not None and self._loss[0] == hook.step else None
-        tensors = layout.weights + grads
-        if layout.loss_name is not None:
-            tensors.append(loss)
         ring = self.monitor.track(layout.columns_names, layout.loss_name, self._make_ring)
         if ring is not self._ring:
             self._ring, self._plans = ring, {}
             self._ring_host = ring.numpy() if ring.device.type == "cpu" else None
             self._rows = ring.unbind(0)  # each slot's row, a view made once
             slot = None
-        present = None
-        if _NONE in set(map(type, grads)) or loss is None and layout.loss_name is not None:
-            # (not `None in`: that compares each tensor with None)
-            present = tuple(i for i, t in enumerate(tensors) if t is not None)
-            if not present:
-                return
-        plan_key = (layout.key, present)
-        plan = self._plans.get(plan_key)
-        chosen = tensors if present is None else [tensors[i] for i in present]
+            if self._ring_host is not None:
+                native.start()  # built (once per machine) or loaded, in the background
+        watch = self._native_watch(layout)
+        tensors = present = None
+        if watch is None:  # (with one, a row always has the weights)
+            tensors = _tensors_of(layout, loss, untrained)
+            if _NONE in set(map(type, tensors)):  # (not `None in`: that compares each tensor with None)
+                present = tuple(i for i, t in enumerate(tensors) if t is not None)
+                if not present:
+                    return
         if slot is None:
             slot = self.monitor.row()
         if applied:
@@ -368,17 +370,23 @@ class TorchHealth:
         grad_mode = torch.is_grad_enabled()
         _set_grad_enabled(False)  # (torch.no_grad's Python costs several µs in a step, its code cold)
         try:
-            if plan is None:
-                plan = self._plans[plan_key] = self._plan(layout, chosen, present, row)
-            try:
-                plan.fill(chosen, row)
-            except RuntimeError:  # shapes, dtypes or devices changed: plan again
-                plan = self._plans[plan_key] = self._plan(layout, chosen, present, row)
-                plan.fill(chosen, row)
+            if watch is not None:
+                try:
+                    watch.fill(loss, not untrained, row)
+                except Exception as exc:  # (a tensor it cannot read): torch's calls from now on
+                    self._native_ok = False
+                    logger.info("smdebug: health statistics computed by torch's batched calls: %s", exc)
+                    watch = None
+            if watch is None:
+                if tensors is None:
+                    tensors = _tensors_of(layout, loss, untrained)
+                self._fill_by_plan(layout, tensors, present, row)
         finally:
             _set_grad_enabled(grad_mode)
         names = layout.names
         if backward_end:
+            if tensors is None:  # (judged later in the step: the gradients as they are now)
+                tensors = _tensors_of(layout, loss, untrained)
             self._unjudged = (hook.step, slot, tensors, names)
             host = self._ring_host
             bad = self.monitor.nonfinite_names(host[slot]) if host is not None else []
@@ -389,11 +397,39 @@ class TorchHealth:
             return
         self._judge(slot, tensors, names, rerun_safe, applied, fresh=rerun_safe)
 
+    def _native_watch(self, layout: _Layout):
+        """The native kernel's watch of the layout's tensors (smdebug_torch.native): a CPU recorder's
+        whole row in one call, once the kernel is loaded; else None (torch's batched calls fill it)."""
+        if self._ring_host is None or not self._native_ok or not layout.weights:
+            return None
+        watch = layout.watch
+        if watch is None:
+            try:
+                watch = layout.watch = native.health_watch(layout.weights, layout.grad_params, layout.columns)
+            except Exception as exc:  # (a parameter it cannot hold)
+                self._native_ok = False
+                logger.info("smdebug: health statistics computed by torch's batched calls: %s", exc)
+        return watch
+
+    def _fill_by_plan(self, layout: _Layout, tensors: list, present: tuple | None, row: torch.Tensor) -> None:
+        """The row by torch's batched calls, planned once for the tensors present."""
+        plan_key = (layout.key, present)
+        plan = self._plans.get(plan_key)
+        chosen = tensors if present is None else [tensors[i] for i in present]
+        if plan is None:
+            plan = self._plans[plan_key] = self._plan(layout, chosen, present, row)
+        try:
+            plan.fill(chosen, row)
+        except RuntimeError:  # shapes, dtypes or devices changed: plan again
+            plan = self._plans[plan_key] = self._plan(layout, chosen, present, row)
+            plan.fill(chosen, row)
+
     def _judge(
-        self, slot: int, tensors: list, names: tuple, rerun_safe: bool, applied: bool, fresh: bool
+        self, slot: int, tensors: list | None, names: tuple, rerun_safe: bool, applied: bool, fresh: bool
     ) -> None:
         """Judge a recorded row (``fresh``: its weights are those of the step's forward pass, not yet
-        updated; ``applied``: the optimizer is about to apply its gradients)."""
+        updated; ``applied``: the optimizer is about to apply its gradients; ``tensors``: the row's, None
+        when no list of them was made: the step's current ones)."""
         hook = self.hook
         ring = self._ring
         if self._ring_host is not None or hook.anything_due():  # (a GPU's save step: waited for)
@@ -520,7 +556,7 @@ class TorchHealth:
         return self._layout
 
     # -- the first non-finite value --------------------------------------------------------------------
-    def _first_nonfinite(self, row, rerun_safe: bool, tensors: list, names: tuple) -> None:
+    def _first_nonfinite(self, row, rerun_safe: bool, tensors: list | None, names: tuple) -> None:
         hook = self.hook
         bad = self.monitor.nonfinite_names(row)
         where = None
@@ -656,12 +692,15 @@ class TorchHealth:
 
         self._forward_again(*inputs[1:], save)
 
-    def _save_step(self, tensors: list, names: tuple, rerun_safe: bool) -> None:
+    def _save_step(self, tensors: list | None, names: tuple, rerun_safe: bool) -> None:
         """The triggering step's tensors the user's collections name, saved as those collections save
         (its layers' inputs and outputs when a re-run of its forward pass is safe)."""
         hook = self.hook
         if rerun_safe:
             self._save_layers()
+        if tensors is None:  # (the native kernel made no list of them) those of the step, as they are
+            loss = self._loss[2] if self._loss is not None and self._loss[0] == hook.step else None
+            tensors = _tensors_of(self._layout, loss, hook.mode in _UNTRAINED)
         for name, tensor in zip(names, tensors):
             if tensor is None or hook.is_due(name):
                 continue  # saved by the step already
@@ -723,6 +762,17 @@ class _Layout:
         for column, i in enumerate(order):
             self.columns[i] = column
         self.columns_names = tuple(names[i] for i in order)
+        self.watch = None  # the native kernel's watch of these tensors (smdebug_torch.native)
+
+
+def _tensors_of(layout: _Layout, loss: torch.Tensor | None, untrained: bool) -> list:
+    """A step's tensors in the layout's order: the weights, their gradients (none in evaluation: no
+    backward pass, those there are the last training step's), the loss."""
+    grads = [None] * len(layout.grad_params) if untrained else list(map(_GRAD, layout.grad_params))
+    tensors = layout.weights + grads
+    if layout.loss_name is not None:
+        tensors.append(loss)
+    return tensors
 
 
 def _where(direction: str, module: str, tensor: str) -> dict:
