@@ -846,7 +846,8 @@ def test_evaluation_steps_record_no_gradients(kernel, tmp_path):
 def test_native_kernel_values_against_torch():
     # each weight's, gradient's and the loss's l2 norm and max |x|, written into their columns (here in
     # reverse order): float32, float64 and bfloat16, non-contiguous, 0-d and empty tensors, NaN, inf,
-    # finite values whose squares overflow float32; absent gradients (and all of them in evaluation): -1
+    # finite values whose squares overflow float32, in small tensors and in large ones (read in blocks);
+    # absent gradients (and all of them in evaluation): -1
     if not native.wait(timeout=600):
         pytest.skip("the native kernel could not be built here (no C++ compiler?)")
     g = torch.Generator().manual_seed(3)
@@ -861,6 +862,9 @@ def test_native_kernel_values_against_torch():
         torch.tensor([float("-inf"), 2.0]),
         torch.full((4,), -3e30),
         -torch.randn(100, generator=g),
+        torch.randn(5000, generator=g).index_fill_(0, torch.tensor([4321]), float("nan")),
+        torch.randn(300, generator=g).index_fill_(0, torch.tensor([7]), float("-inf")),
+        torch.randn(9000, generator=g) * 1e25,  # (some blocks' float32 sums of squares overflow)
     ]
     params = [nn.Parameter(torch.zeros(7)), nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3))]
     params[0].grad = torch.randn(7, generator=g)

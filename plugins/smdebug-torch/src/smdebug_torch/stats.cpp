@@ -25,10 +25,6 @@ struct Stats {
   double maxabs = 0;
 };
 
-// The sum of squares and the largest |x| of x[0:n]. A block whose float sum overflows (finite values
-// above ~1e19) is summed again in double: a finite tensor's statistics stay finite where they can be.
-// A NaN makes the sum NaN (squares are never negative: no inf - inf), and then the max too (a compare
-// alone would skip it).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define SMDEBUG_CLONES __attribute__((target_clones("avx2", "default")))  // AVX2 where the CPU has it
 #else
@@ -36,8 +32,31 @@ struct Stats {
 #endif
 
 template <typename T>
+double sumsq_in_double(const T* x, int64_t start, int64_t end) {
+  double sum = 0;
+  for (int64_t k = start; k < end; ++k) sum += static_cast<double>(x[k]) * static_cast<double>(x[k]);
+  return sum;
+}
+
+// The sum of squares and the largest |x| of x[0:n]. A block whose float sum overflows (finite values
+// above ~1e19) is summed again in double: a finite tensor's statistics stay finite where they can be.
+// A NaN makes the sum NaN (squares are never negative: no inf - inf), and then the max too (a compare
+// alone would skip it).
+template <typename T>
 SMDEBUG_CLONES Stats stats_of(const T* x, int64_t n) {
   Stats out;
+  if (n < 4 * kLanes) {  // small (a bias): one plain loop, no lanes to set up and sum
+    T sum = 0, top = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const T v = x[i];
+      sum += v * v;
+      const T a = std::fabs(v);
+      top = a > top ? a : top;
+    }
+    out.sumsq = std::isfinite(static_cast<double>(sum)) ? static_cast<double>(sum) : sumsq_in_double(x, 0, n);
+    out.maxabs = std::isnan(out.sumsq) ? out.sumsq : static_cast<double>(top);
+    return out;
+  }
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t end = start + kBlock < n ? start + kBlock : n;
     T s[kLanes] = {}, m[kLanes] = {};
@@ -61,11 +80,7 @@ SMDEBUG_CLONES Stats stats_of(const T* x, int64_t n) {
       sum += s[j];
       top = m[j] > top ? m[j] : top;
     }
-    double block = sum;
-    if (!std::isfinite(block)) {
-      block = 0;
-      for (int64_t k = start; k < end; ++k) block += static_cast<double>(x[k]) * static_cast<double>(x[k]);
-    }
+    const double block = std::isfinite(static_cast<double>(sum)) ? sum : sumsq_in_double(x, start, end);
     out.sumsq += block;
     out.maxabs = top > out.maxabs ? top : out.maxabs;
   }
