@@ -3,22 +3,24 @@ reading of each tensor, on the CPU.
 
 It is built with the machine's C++ compiler against the installed torch, once per machine, torch and
 source (kept in torch's extension cache, ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``),
-on a background thread started by the first hook with ``health=True``: training never waits for it.
+by a detached compiler at the lowest priority, which a background thread started by the first hook
+with ``health=True`` waits for: training never waits for it.
 Until it is loaded, and wherever it cannot be built (no compiler, another platform, ``SMDEBUG_NATIVE=0``),
 torch's batched calls compute the same statistics.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
-import tempfile
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -26,12 +28,11 @@ import torch
 logger = logging.getLogger("smdebug")
 
 SOURCE = Path(__file__).with_name("stats.cpp")
-BUILD_TIMEOUT = 300  # seconds: a compiler that takes longer is given up
+BUILD_TIMEOUT = 600  # seconds: a build that takes longer is given up
 
 _watch = None  # torch.classes.smdebug_torch.HealthWatch once loaded
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
-_compiling: list = []  # the running compiler process (killed if the interpreter exits first)
 
 
 def health_watch(weights: list, grad_params: list, columns: list[int]):
@@ -138,37 +139,52 @@ def _built() -> Path | None:
     if library.exists():
         return library
     library.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=".stats-", suffix=".so", dir=library.parent)
-    os.close(fd)
-    try:
-        # (several processes may build at once: each its own file, renamed into place whole)
-        proc = subprocess.Popen(
-            [*command, "-o", partial], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        _compiling.append((proc, partial))
+    # One build per machine: the first process claims it with a marker file; the others wait for its
+    # library. The build runs detached, at the lowest priority: it finishes (and puts the library in
+    # place for the next processes) even when this process ends first; a claim older than
+    # BUILD_TIMEOUT was abandoned (a machine that rebooted mid-build).
+    marker = library.with_suffix(".building")
+    for _ in range(2):
         try:
-            _, errors = proc.communicate(timeout=BUILD_TIMEOUT)
-        finally:
-            _compiling.remove((proc, partial))
-        if proc.returncode != 0:
-            logger.info("smdebug: the native statistics kernel did not build: %s", errors.strip()[-500:])
-            return None
-        os.replace(partial, library)
-        return library
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            break
+        except FileExistsError:
+            try:
+                age = time.time() - marker.stat().st_mtime
+            except FileNotFoundError:  # (the other build just ended)
+                continue
+            if age > BUILD_TIMEOUT:
+                marker.unlink(missing_ok=True)
+                continue
+            deadline = time.time() + BUILD_TIMEOUT - age
+            while time.time() < deadline and marker.exists() and not library.exists():
+                time.sleep(1)
+            return library if library.exists() else None
+    else:
         return None
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
-
-
-@atexit.register
-def _stop_compiling() -> None:
-    """The interpreter exits during a build: the compiler stops and leaves no partial file."""
-    for proc, partial in list(_compiling):
-        proc.kill()
+    partial = library.with_suffix(f".{os.getpid()}.partial")
+    nice = ["nice", "-n", "19"] if shutil.which("nice") else []
+    script = (
+        f"{shlex.join([*nice, *command, '-o', str(partial)])} && mv -f {shlex.quote(str(partial))} "
+        f"{shlex.quote(str(library))}; status=$?; rm -f {shlex.quote(str(partial))} {shlex.quote(str(marker))}; "
+        "exit $status"
+    )
+    proc = subprocess.Popen(
+        ["sh", "-c", script],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # (not ended with this process)
+    )
+    try:
+        _, errors = proc.communicate(timeout=BUILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        if os.path.exists(partial):
-            os.unlink(partial)
+        partial.unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
+        return None
+    if proc.returncode != 0 or not library.exists():
+        logger.info("smdebug: the native statistics kernel did not build: %s", errors.strip()[-500:])
+        return None
+    return library
