@@ -2,6 +2,7 @@
 
 import logging
 import os
+import time
 
 import dask.array as da
 import numpy as np
@@ -12,6 +13,7 @@ from distributed import Client, LocalCluster
 from xgboost import dask as dxgb
 
 import smdebug.xgboost as smd
+from smdebug.stop_signal import write_stop_signal
 
 PARAMS = {"max_depth": 3, "objective": "binary:logistic", "eval_metric": "logloss", "nthread": 1}
 
@@ -98,3 +100,39 @@ def test_dask_training_after_local_training_continues_the_steps(client, dtrain, 
     assert trial.steps() == [0, 1, 2, 3]
     assert trial.tensor("local-logloss").steps() == [0, 1]
     assert trial.tensor("train-logloss").steps() == [2, 3]
+
+
+class SignalFromRankOne(xgb.callback.TrainingCallback):
+    """Listed before the hook: on rank 1 only, at round 3, leaves the run's stop signal (as `smdebug rules
+    --watch` does) after a pause, so that rank 0's hook has looked for it at that round already."""
+
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+
+    def after_iteration(self, model, epoch, evals_log):
+        if epoch == 3 and xgb.collective.get_rank() == 1:
+            time.sleep(0.5)
+            write_stop_signal(self.out_dir, "watcher", epoch, "stop")
+        return False
+
+
+def test_the_stop_signal_stops_every_worker_at_the_same_round(client, dtrain, tmp_path):
+    # a worker that stopped alone left the others' next allreduce failing: training raised XGBoostError
+    out_dir = str(tmp_path / "run")
+    hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_workers="all")
+    result = dxgb.train(
+        client,
+        PARAMS,
+        dtrain,
+        num_boost_round=50,
+        evals=[(dtrain, "train")],
+        callbacks=[SignalFromRankOne(out_dir), hook],
+    )
+    hook.close()
+    assert result["booster"].num_boosted_rounds() == 4
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.workers() == ["worker_0", "worker_1"]
+    history = result["history"]["train"]["logloss"]
+    for worker in trial.workers():
+        assert trial.tensor("train-logloss").value(3, worker=worker)[0] == pytest.approx(history[3])

@@ -164,15 +164,21 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
         self._pending = None
-        if self.closed or self._stray:
+        if self._stray:
             return False
-        with self.guard("save a boosting round"):
-            self._save_round(model, epoch, evals_log)
+        if not self.closed:
+            with self.guard("save a boosting round"):
+                self._save_round(model, epoch, evals_log)
         # True stops boosting: a rule added with hook.add_rule fired, or the run's stop signal was left.
-        if self.should_stop():
-            logger.warning("smdebug: boosting stopped after round %d: %s", epoch, self.stop_reason)
-            return True
-        return False
+        stop = not self.closed and self.should_stop()
+        if xgb.collective.is_distributed():
+            # every worker stops at the same round (each looks for the stop signal at its own moment):
+            # the workers going on alone would fail in their next allreduce
+            stop = bool(xgb.collective.allreduce(np.array([stop], dtype=np.int32), xgb.collective.Op.MAX)[0])
+        if stop:
+            reason = self.stop_reason or "another worker's hook was asked to stop"
+            logger.warning("smdebug: boosting stopped after round %d: %s", epoch, reason)
+        return stop
 
     def after_training(self, model):
         if self._pending is not None and self._round is not None and not self.closed:
