@@ -136,3 +136,30 @@ def test_the_stop_signal_stops_every_worker_at_the_same_round(client, dtrain, tm
     history = result["history"]["train"]["logloss"]
     for worker in trial.workers():
         assert trial.tensor("train-logloss").value(3, worker=worker)[0] == pytest.approx(history[3])
+
+
+@pytest.mark.parametrize("include_workers", ["one", "all"])
+def test_a_rule_added_to_the_hook_judges_the_workers_rounds_and_stops_them_all(
+    client, tmp_path, include_workers
+):
+    # the workers' copies had no rules: a rule added with hook.add_rule never ran under xgboost.dask
+    X, _ = make_data(n=400, features=8)
+    noise = (np.random.default_rng(1).random(400) > 0.5).astype(float)
+    dtrain = dxgb.DaskDMatrix(client, da.from_array(X, chunks=(200, 8)), da.from_array(noise, chunks=200))
+    out_dir = str(tmp_path / "run")
+    hook = smd.Hook(
+        out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_workers=include_workers,
+        include_collections=["trees"],
+    )
+    hook.add_rule("tree_depth", depth="3")  # max_depth=6 trees on noise are deeper than 3 from round 0
+    params = {"max_depth": 6, "min_child_weight": 0, "objective": "binary:logistic", "nthread": 1}
+    result = dxgb.train(client, params, dtrain, num_boost_round=20, callbacks=[hook])
+    hook.close()
+    assert result["booster"].num_boosted_rounds() == 1
+    trial = smd.create_trial(out_dir)
+    assert trial.steps() == [0]
+    workers = ["worker_0", "worker_1"] if include_workers == "all" else ["worker_0"]
+    firings = sorted((f["worker"], f["rule"], f["step"]) for f in trial.rule_firings())
+    assert firings == [(worker, "TreeDepth", 0) for worker in workers]

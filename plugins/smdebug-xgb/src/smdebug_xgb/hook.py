@@ -106,11 +106,23 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self._round: int | None = None  # the step before_iteration began (after_iteration saves it)
         self._pending = None  # (booster, evals log) of that round, for after_training when it was skipped
         self._stray = False  # a copy training outside distributed training: it saves nothing
+        # the rules added by name or class, with their action and parameters: Dask's workers add them again
+        self._rules: list[tuple] = []
+        self._built_rules = 0  # rules added already built (a Rule object stays in this process)
+        self._rules_to_add: list[tuple] = []  # a copy's, from its original (copy_state)
 
     @classmethod
     def hook_from_config(cls, json_config_path: str | None = None):
         """smdebug 1.0's older name of ``create_from_json_file``."""
         return cls.create_from_json_file(json_config_path)
+
+    def add_rule(self, rule, action: str | None = "stoptraining", **params):
+        built = super().add_rule(rule, action, **params)
+        if isinstance(rule, (str, type)):
+            self._rules.append((rule, action, params))
+        else:
+            self._built_rules += 1
+        return built
 
     # -- distributed training: XGBoost's collective (Dask, Spark, ...) ------------------------------
     def worker_name(self) -> str:
@@ -142,6 +154,13 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
                 "train in the hook's own process (n_jobs=1) to save them",
                 self.out_dir,
             )
+        if self.is_copy and not self._stray and self._rules_to_add:
+            # a Dask worker's copy judges the rounds it saves with its original's rules (a rule that
+            # fires on any worker stops them all: after_iteration)
+            rules, self._rules_to_add = self._rules_to_add, []
+            for rule, action, params in rules:
+                with self.guard("add a rule"):
+                    self.add_rule(rule, action, **params)
         if self.mode == ModeKeys.GLOBAL:
             self._round_offset = self._mode_offset = self._rounds_done
         else:
@@ -383,10 +402,20 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
                     argument,
                 )
                 dropped[argument] = None
+        if self._built_rules:
+            self.warn_once(
+                "ship:rules",
+                "smdebug: %d rule(s) added already built stay in this process; workers judge their rounds "
+                "only with rules added by name or class (hook.add_rule('tree_depth', depth=4))",
+                self._built_rules,
+            )
         return self.options.model_copy(update=dropped)
 
     def copy_state(self) -> dict:
-        return {"_rounds_done": max(self._rounds_done, self.step + 1)}  # the workers' rounds go on from here
+        # the workers' rounds go on from here, judged by the rules this hook was given (a copy can be
+        # pickled again before its training, with them still to add)
+        rules = [*self._rules, *self._rules_to_add]
+        return {"_rounds_done": max(self._rounds_done, self.step + 1), "_rules_to_add": rules}
 
 
 class _Training:
