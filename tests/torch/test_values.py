@@ -581,6 +581,56 @@ def test_model_registered_then_compiled_saves_without_warnings(out_dir):
     assert "Warning" not in done.stderr and "smdebug" not in done.stderr, done.stderr
 
 
+COMPILED_TRAINING_STEP = """
+import sys, torch
+from torch import nn
+import smdebug.pytorch as smd
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+criterion = nn.CrossEntropyLoss()
+hook = smd.Hook(out_dir=sys.argv[1], save_config=smd.SaveConfig(save_interval=1),
+                include_collections=["weights", "gradients", "losses"])
+hook.register_module(model)
+hook.register_loss(criterion)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+@torch.compile
+def train_step(x, y):
+    opt.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    return loss
+
+seen = []
+for step in range(3):
+    x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
+    weight = model[0].weight.detach().clone()
+    loss = train_step(x, y)
+    seen.append((weight, model[0].weight.grad.clone(), loss.item()))
+    opt.step()
+hook.close()
+trial = smd.create_trial(sys.argv[1])
+assert trial.steps() == [0, 1, 2], trial.steps()
+for step, (weight, grad, loss) in enumerate(seen):
+    assert (trial.tensor("Sequential_0.weight").value(step) == weight.numpy()).all()
+    assert (trial.tensor("gradient/Sequential_0.weight").value(step) == grad.numpy()).all()
+    assert abs(trial.tensor("CrossEntropyLoss_output_0").value(step) - loss) < 1e-6
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_compiled_training_step_saves_without_dynamo_tracing_the_hook(out_dir):
+    """A training step compiled whole (forward, loss and backward inside one torch.compile'd function):
+    the hook's end-of-backward work, which torch's engine calls inside that function, runs eagerly; dynamo
+    compiled it as a frame of its own, warning about the builtins it met ('Dynamo does not know how to
+    trace the builtin time.time')."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILED_TRAINING_STEP, out_dir], capture_output=True, text=True, timeout=280
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Dynamo does not know" not in done.stderr and "smdebug" not in done.stderr, done.stderr
+
+
 @pytest.mark.timeout(300)
 def test_torch_compile_fullgraph_saves_weights_gradients_losses_with_one_warning(out_dir, caplog):
     hook = smd.Hook(

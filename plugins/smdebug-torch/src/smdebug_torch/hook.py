@@ -380,7 +380,7 @@ class Hook(BaseHook):
         end-of-backward work, queued before), where every rank is; else at the step's end."""
         if not self._shards.flush_queued:
             try:
-                torch.autograd.Variable._execution_engine.queue_callback(self._flush_shards)
+                at_backward_end(self._flush_shards)
                 self._shards.flush_queued = True
             except Exception:  # not inside a backward pass: flushed when the step ends
                 pass
@@ -450,7 +450,7 @@ class Hook(BaseHook):
         self._backward[model] = (model.gradients, model.grad_params, grads, _versions(grads))
         if not self._backward_queued:
             try:
-                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+                at_backward_end(self._end_of_backward)
                 self._backward_queued = True
             except Exception:  # not a backward pass the engine runs: saved when the step ends
                 pass
@@ -598,6 +598,16 @@ def _prepare_for_compile() -> None:
         compiler = getattr(torch, "compiler", None)
         disable = getattr(compiler, "disable", None) or torch._dynamo.disable
         _eager.append(disable(_run))
+
+
+def at_backward_end(fn) -> None:
+    """Have torch's engine call ``fn`` when the running backward pass ends (RuntimeError outside one),
+    eagerly: a backward pass run inside a torch.compile'd function (a whole training step) calls it
+    there, and dynamo would compile it as a frame of its own."""
+    _prepare_for_compile()
+    if _eager:
+        fn = functools.partial(_eager[0], _Callback(fn), ())
+    torch.autograd.Variable._execution_engine.queue_callback(fn)
 
 
 def _whole_graph() -> bool:
