@@ -1171,3 +1171,108 @@ def test_a_plugin_reaching_its_own_hooks_from_its_thread_does_not_wait_on_itself
     _saved_run(str(tmp_path / "run"), [np.array([1.0]), np.array([2.0])])
     assert asks.rules_seen == [True, True]
     assert not [r for r in caplog.records if "'asks-itself'" in r.getMessage()]
+
+
+# -- a plugin's per-tensor capture hooks misbehaving (they run in place, on the training thread) --------
+class Opaque:
+    """A framework value only its own plugin converts (no __array__)."""
+
+    def __init__(self, data):
+        self.data = data
+
+
+class FailingCapture:
+    """The plugin that converts Opaque values, failing at it."""
+
+    @hookimpl
+    def smdebug_to_numpy(self, value):
+        if isinstance(value, Opaque):
+            raise RuntimeError("the device is gone")
+
+
+def test_a_tensor_a_failing_plugin_could_not_capture_is_recorded_naming_the_plugin(tmp_path, caplog):
+    """The run recorded the core fallback's error for the tensor ("cannot convert a Opaque"), not the
+    plugin's: the user could not tell which plugin lost it, nor why."""
+    plugins.get_plugin_manager().register(FailingCapture(), name="failing-capture")
+    out = str(tmp_path / "run")
+    hook = BaseHook(
+        out_dir=out, save_config=smdebug.SaveConfig(save_interval=1), include_regex=["^w$", "^o$"]
+    )
+    for step in range(2):
+        hook.begin_step()
+        hook.save_for_step("w", np.array([float(step)]))
+        hook.save_for_step("o", Opaque([float(step)]))
+        hook.end_step()
+    hook.close()
+    trial = create_trial(out)
+    assert [trial.tensor("w").value(s).tolist() for s in (0, 1)] == [[0.0], [1.0]]  # training went on
+    unsaved = trial.unsaved_tensors()
+    assert list(unsaved) == ["worker_0"] and list(unsaved["worker_0"]) == ["o"], unsaved
+    reason = unsaved["worker_0"]["o"]["reason"]
+    assert "plugin 'failing-capture' failed in smdebug_to_numpy (RuntimeError: the device is gone)" in reason
+    listed = subprocess.run([sys.executable, "-m", "smdebug", "ls", out], capture_output=True, text=True)
+    assert listed.returncode == 0 and "failing-capture" in listed.stdout, listed.stdout + listed.stderr
+    logged = [r.getMessage() for r in caplog.records if "'failing-capture'" in r.getMessage()]
+    assert len(logged) == 2, logged  # the plugin's failure and the tensor it lost, each once
+    assert "is skipped" in logged[0] and "could not save o at step 0" in logged[1], logged
+
+
+class HangingCapture:
+    """A plugin whose conversion hangs at its first call (a device that stopped answering) until released,
+    and leaves every value to the next implementation."""
+
+    def __init__(self, seconds=60.0):
+        import threading
+
+        self.calls, self.seconds, self.release = 0, seconds, threading.Event()
+
+    @hookimpl(tryfirst=True)
+    def smdebug_to_numpy(self, value):
+        self.calls += 1
+        if self.calls == 1:
+            self.release.wait(self.seconds)
+
+
+def test_a_capture_hook_that_hangs_is_named_while_it_hangs_and_dropped_once_it_returns(
+    tmp_path, monkeypatch, caplog
+):
+    """A per-tensor capture call runs on the training thread, so a hang there cannot be interrupted: it
+    went unsaid and the plugin was called again at every tensor. Over 6 x SMDEBUG_PLUGIN_TIMEOUT one line
+    names the plugin while training still waits; once the call returns the plugin is not called there
+    again, the core answers, and every step is saved."""
+    import threading
+
+    monkeypatch.setenv("SMDEBUG_PLUGIN_TIMEOUT", "0.2")  # a budget of 1.2 s for a call in place
+    hanging = HangingCapture()
+    plugins.get_plugin_manager().register(hanging, name="hanging-capture")
+    said_while_hung = []
+
+    def release_once_named():
+        for _ in range(600):
+            if any("'hanging-capture'" in r.getMessage() for r in caplog.records):
+                said_while_hung.append(True)
+                break
+            hanging.release.wait(0.05)
+        hanging.release.set()
+
+    releaser = threading.Thread(target=release_once_named, daemon=True)
+    releaser.start()
+    trial = _saved_run(str(tmp_path / "run"), [np.array([float(v)]) for v in range(4)])
+    releaser.join()
+    assert said_while_hung == [True]
+    assert hanging.calls == 1  # not called again once it returned
+    assert trial.steps() == [0, 1, 2, 3] and [trial.tensor("w").value(s)[0] for s in range(4)] == [0, 1, 2, 3]
+    logged = [r.getMessage() for r in caplog.records if "'hanging-capture'" in r.getMessage()]
+    assert len(logged) == 1, logged
+    assert "failed in smdebug_to_numpy" in logged[0] and "has not returned for 1.2 s" in logged[0], logged
+    assert "training waits for it" in logged[0] and "SMDEBUG_DISABLE_PLUGINS=hanging-capture" in logged[0]
+
+
+def test_a_capture_hook_over_its_budget_is_dropped_with_one_line(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("SMDEBUG_PLUGIN_TIMEOUT", "0.2")
+    slow = HangingCapture(seconds=1.5)  # its first call takes 1.5 s, over the 1.2 s budget
+    plugins.get_plugin_manager().register(slow, name="slow-capture")
+    trial = _saved_run(str(tmp_path / "run"), [np.array([float(v)]) for v in range(3)])
+    assert slow.calls == 1 and [trial.tensor("w").value(s)[0] for s in range(3)] == [0, 1, 2]
+    logged = [r.getMessage() for r in caplog.records if "'slow-capture'" in r.getMessage()]
+    assert len(logged) == 1 and "smdebug_to_numpy" in logged[0] and "not called there again" in logged[0]

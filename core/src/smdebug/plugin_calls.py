@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from smdebug.hookspecs import Framework
+from smdebug.plugin_isolation import PluginFailed
 
 if TYPE_CHECKING:
     import argparse
@@ -74,6 +75,11 @@ def _store(result: Any, kwargs: dict[str, Any]) -> str | None:
     return f"a store (the members of smdebug.types.Store; it lacks {', '.join(missing[:4])}{more})"
 
 
+# Capture hooks whose None means the value could not be handled at all (not "use another path"): when a
+# plugin failed on the way and the core could not answer either, the caller is told which plugin
+# (PluginFailed), so the run's record of the tensor names it
+_ANSWER_NEEDED = frozenset({"smdebug_to_numpy", "smdebug_reduce", "smdebug_to_host"})
+
 # What a plugin's firstresult answer must be (else it is reported once and the next implementation asked):
 # a wrong answer must not cost the user a saved tensor
 _EXPECTED: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
@@ -124,23 +130,29 @@ class PluginCalls:
             calls = self._call_list(spec)
         if calls is _THROUGH_PLUGGY:
             return getattr(self.pm.hook, spec)(**kwargs)
+        failed = None  # (plugin, error) of the first plugin that failed in this call
         for plugin_name, function, argnames in calls:
             try:
                 result = function(*map(kwargs.__getitem__, argnames))
             except Exception as exc:
                 if plugin_name in self.defaults:
+                    if failed is not None and spec in _ANSWER_NEEDED and not isinstance(exc, PluginFailed):
+                        raise PluginFailed(failed[0], spec, failed[1], exc) from exc
                     raise
                 self._report(plugin_name, spec, exc)
+                failed = failed or (plugin_name, exc)
                 continue
             if result is not None:
                 if plugin_name not in self.defaults and (check := _EXPECTED.get(spec)) is not None:
                     expected = check(result, kwargs)
                     if expected is not None:
-                        self._report(
-                            plugin_name, spec, TypeError(f"returned {type(result).__name__}, not {expected}")
-                        )
+                        wrong = TypeError(f"returned {type(result).__name__}, not {expected}")
+                        self._report(plugin_name, spec, wrong)
+                        failed = failed or (plugin_name, wrong)
                         continue
                 return result
+        if failed is not None and spec in _ANSWER_NEEDED:
+            raise PluginFailed(failed[0], spec, failed[1], None)
         return None
 
     def _each(self, spec: str, kwargs: dict[str, Any]) -> list[Any]:

@@ -25,6 +25,8 @@ from smdebug.exceptions import did_you_mean
 from smdebug.plugin_calls import CallList, PluginCalls
 from smdebug.plugin_isolation import (
     BOUNDED_HOOKS,
+    CAPTURE_HOOKS,
+    CaptureWatch,
     PluginThread,
     isolate,
     isolate_bounded,
@@ -141,6 +143,7 @@ class PluginHost(PluginCalls):
         self.load_errors: dict[str, str] = {}  # entry-point name -> why it failed to load
         self._untrace: Callable[[], Any] | None = None
         self._threads: dict[str, PluginThread] = {}  # plugin name -> where its BOUNDED_HOOKS run
+        self._watch = CaptureWatch(self._report)  # times the CAPTURE_HOOKS, run in place
 
     # -- the PluginManager -------------------------------------------------------------------------
     @property
@@ -253,7 +256,10 @@ class PluginHost(PluginCalls):
                     thread = self._threads.setdefault(name, thread)
                     impl.function = isolate_bounded(impl.function, thread, caller.name, self._report)
                 else:
-                    impl.function = isolate(impl.function, name, caller.name, self._report)
+                    function = impl.function
+                    if caller.name in CAPTURE_HOOKS and name not in self.defaults:
+                        function = self._watch.timed(function, name, caller.name)
+                    impl.function = isolate(function, name, caller.name, self._report)
 
     def _report(self, plugin_name: str, hook_name: str, exc: BaseException) -> None:
         if (plugin_name, hook_name) not in self._failed:  # once per process, however often it is called

@@ -1,6 +1,7 @@
 """Isolating a plugin's hook implementations: an implementation (or hook wrapper) that raises is reported
 once (naming the plugin and the hook) and its call goes on as if it were not there; a plugin's observation
-hooks and calls made once run on a thread of their own, waited for at most SMDEBUG_PLUGIN_TIMEOUT seconds."""
+hooks and calls made once run on a thread of their own, waited for at most SMDEBUG_PLUGIN_TIMEOUT seconds;
+its per-tensor capture hooks run in place, timed, and are dropped once a call outlasts its budget."""
 
 from __future__ import annotations
 
@@ -98,6 +99,19 @@ class PluginHung(Exception):
     """A plugin's call did not return within the plugin timeout."""
 
 
+class PluginFailed(RuntimeError):
+    """A plugin's capture or reduction failed and no other implementation could answer in its place:
+    what the run records for the tensor names the plugin."""
+
+    def __init__(self, plugin_name: str, hook_name: str, error: BaseException, then: BaseException | None):
+        fallback = f"the core could not answer either: {_said(then)}" if then else "no other one answered"
+        super().__init__(f"plugin {plugin_name!r} failed in {hook_name} ({_said(error)}); {fallback}")
+
+
+def _said(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
 class PluginThread:
     """The thread one plugin's BOUNDED_HOOKS run on. The caller waits for each call at most
     SMDEBUG_PLUGIN_TIMEOUT seconds; a call that takes longer raises PluginHung (reported once), and the
@@ -162,6 +176,104 @@ class PluginThread:
         if not ok:
             raise value
         return value
+
+
+# The per-tensor capture hooks run in place, on the caller's thread: a thread switch per tensor would cost
+# more than most of their calls.
+CAPTURE_HOOKS = frozenset(
+    {"smdebug_to_numpy", "smdebug_host_view", "smdebug_reduce", "smdebug_reductions", "smdebug_to_host"}
+)
+
+
+class CaptureWatch:
+    """Times the plugins' per-tensor capture calls, which run in place (on the training thread). A call
+    that outlasts its budget (PATIENCE x SMDEBUG_PLUGIN_TIMEOUT, 30 s) is named once, by a watcher thread
+    while it still runs or when it returns, and from then on that plugin's hook raises PluginHung in
+    place of being called (the next implementation answers, finally the core's). A call that never
+    returns cannot be interrupted on the thread it runs on: training waits for it, and the log says
+    which plugin it waits for."""
+
+    def __init__(self, report: Callable):
+        self.report = report
+        # thread -> (plugin, hook, start, budget, the hook's cell) of the capture call it is in
+        self.running: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._interval = 60.0
+        if hasattr(os, "register_at_fork"):  # a forked child has no watcher thread: started again there
+            os.register_at_fork(after_in_child=self._forked)
+
+    def timed(self, function: Callable, plugin_name: str, hook_name: str) -> Callable:
+        """The implementation, timed; ``cell[0]`` holds the PluginHung it raises once over budget."""
+        budget = env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT, positive=True) * PATIENCE
+        self._interval = max(0.05, min(self._interval, budget / 4))
+        cell: list = [None]
+        running, clock, ident = self.running, time.perf_counter, threading.get_ident
+
+        def timed(*args, **kwargs):
+            if cell[0] is not None:
+                raise cell[0]
+            if self._thread is None:
+                self._start()
+            thread = ident()
+            outer = running.get(thread)  # a capture call made from inside another one
+            start = clock()
+            running[thread] = (plugin_name, hook_name, start, budget, cell)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                took = clock() - start
+                if outer is None:
+                    running.pop(thread, None)
+                else:
+                    running[thread] = outer
+                if took > budget and cell[0] is None:
+                    self._over(
+                        plugin_name,
+                        hook_name,
+                        cell,
+                        f"one call took {took:.1f} s on the training thread, over {budget:g} s "
+                        f"({PATIENCE} x {TIMEOUT_ENV}), and it is not called there again",
+                    )
+
+        return timed
+
+    def _over(self, plugin_name: str, hook_name: str, cell: list, why: str) -> None:
+        with self._lock:
+            if cell[0] is not None:
+                return
+            cell[0] = PluginHung(why)
+        self.report(plugin_name, hook_name, cell[0])
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="smdebug-capture-watch", daemon=True)
+                try:
+                    self._thread.start()
+                except RuntimeError:  # interpreter shutdown: nothing left to watch
+                    pass
+
+    def _forked(self) -> None:
+        self._thread = None
+        self._lock = threading.Lock()
+        self.running.clear()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self._interval)
+            now = time.perf_counter()
+            for plugin_name, hook_name, start, budget, cell in list(self.running.values()):
+                if cell[0] is None and now - start > budget:
+                    self._over(
+                        plugin_name,
+                        hook_name,
+                        cell,
+                        f"it has not returned for {budget:g} s ({PATIENCE} x {TIMEOUT_ENV}) and training "
+                        f"waits for it: a call on the training thread cannot be interrupted "
+                        f"(SMDEBUG_DISABLE_PLUGINS={plugin_name} turns the plugin off); once it returns it "
+                        "is not called there again",
+                    )
 
 
 def _serve(calls: queue.SimpleQueue) -> None:
