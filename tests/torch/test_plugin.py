@@ -195,6 +195,37 @@ def test_registering_a_submodule_of_a_registered_model_does_not_double_the_steps
     assert trial.tensor("gradient/Small_fc.weight").steps() == [0, 1, 2]
 
 
+def test_a_model_still_registered_with_an_open_hook_is_said_so_when_registered_again(tmp_path, caplog):
+    """A hook made again in the same process (a notebook cell run twice) for a model the first, still open
+    hook holds: one warning names the first hook's out_dir, which goes on saving; once it is closed, a new
+    hook registers the model without a word."""
+    model = Small()
+    EVERY_STEP = smd.SaveConfig(save_interval=1)
+    first = smd.Hook(out_dir=str(tmp_path / "first"), save_config=EVERY_STEP, include_collections=["weights"])
+    first.register_module(model)
+    model(torch.ones(1, 3))
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        second = smd.Hook(
+            out_dir=str(tmp_path / "second"), save_config=EVERY_STEP, include_collections=["weights"]
+        )
+        second.register_module(model)
+    assert str(tmp_path / "first") in caplog.text and "still open" in caplog.text
+    model(torch.ones(1, 3))
+    first.close()
+    second.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        third = smd.Hook(
+            out_dir=str(tmp_path / "third"), save_config=EVERY_STEP, include_collections=["weights"]
+        )
+        third.register_module(model)
+        model(torch.ones(1, 3))
+        third.close()
+    assert caplog.text == ""
+    assert smd.create_trial(str(tmp_path / "first")).steps() == [0, 1]
+    assert smd.create_trial(str(tmp_path / "third")).steps() == [0]
+
+
 def test_copies_and_pickles_of_a_registered_model_carry_no_hook(out_dir):
     hook = smd.Hook(
         out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["weights"]

@@ -20,6 +20,7 @@ import functools
 import logging
 import operator
 import sys
+import weakref
 from typing import Any, ClassVar
 
 import torch
@@ -158,6 +159,16 @@ class Hook(BaseHook):
             self._always_armed = True
         if self._armed:
             self._armed_handles.append(starter.register_forward_hook(self._on_output_of_model))
+        hooks = _hooks_of.setdefault(module, weakref.WeakSet())
+        other = next((h for h in hooks if not h.closed), None)
+        if other is not None:  # e.g. a notebook cell that makes the hook run again
+            logger.warning(
+                "smdebug: %s is also registered with another hook, still open (out_dir %s): it goes on "
+                "saving there too until that hook is closed (hook.close())",
+                model_name,
+                other.out_dir,
+            )
+        hooks.add(self)
 
     def _absorb(self, starter: torch.nn.Module, model: _Model, outer: str) -> None:
         """A registered model is part of the model being registered: its forward runs inside the outer
@@ -542,6 +553,8 @@ class _Model:
 
 
 _registered = [0]  # parameters and submodules registered in any module since the watch began
+# the hooks each model was registered with (an open one goes on saving when another hook registers it)
+_hooks_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _count_registration(module, name, value) -> None:
