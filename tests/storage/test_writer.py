@@ -137,3 +137,26 @@ def test_an_earlier_step_written_again_keeps_what_it_held(tmp_path, published):
         assert trial.mode_step(step) == step
     assert trial.tensor("later_1").steps() == [1] and trial.tensor("later_2").steps() == [2]
     np.testing.assert_array_equal(trial.tensor("later_1").value(1), [1, 2, 3])
+
+
+def test_a_step_never_published_written_after_later_ones_asks_the_store_nothing(tmp_path):
+    """An earlier step that saved nothing until now (a health recorder's row of an idle step) is a new
+    step: the store is not asked for an index this writer never published (on S3, a request per row)."""
+
+    class CountingStore(Store):
+        reads = 0
+
+        def read_bytes(self, relpath):
+            CountingStore.reads += 1
+            return super().read_bytes(relpath)
+
+    writer = RunWriter(CountingStore(str(tmp_path / "run")), "worker_0")
+    for step in (0, 2):
+        writer.write_tensor(step, ModeKeys.TRAIN, step, "loss", np.float32(step))
+        writer.end_step(step)
+    writer.write_tensor(1, ModeKeys.TRAIN, 1, "row", np.float32(1))
+    writer.end_step(1)
+    assert writer.close() == {}
+    assert CountingStore.reads == 0
+    trial = create_trial(str(tmp_path / "run"))
+    assert trial.steps() == [0, 1, 2] and trial.tensor("row").value(1) == 1

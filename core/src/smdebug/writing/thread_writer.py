@@ -38,6 +38,9 @@ from smdebug.writing.settings import (
 
 logger = logging.getLogger("smdebug")
 _BACKLOG = "still queued for the writer at the close timeout (not encoded)"
+# steps whose index a writer remembers publishing, so that one written again is reopened from it (a health
+# recorder's rows reach 100 steps back by default)
+PUBLISHED_KEPT = 1024
 
 
 @dataclass
@@ -108,6 +111,7 @@ class RunWriter(Outbox):
         self._open: _OpenStep | None = None
         self._ended: _OpenStep | None = None  # the last step written (its records, not its bytes)
         self._highest = -1  # the highest step finished: one at or below it may be written again
+        self._published: collections.deque = collections.deque(maxlen=PUBLISHED_KEPT)  # (steps, lately)
         self._closed = False
         self._start_outbox(claim, claim_token)
         self._thread = threading.Thread(target=self._run, name=f"smdebug-writer-{worker}", daemon=True)
@@ -330,7 +334,11 @@ class RunWriter(Outbox):
             ended = self._ended
             if ended is not None and ended.step == step and not ended.failed:
                 self._open = self._reopen(ended)
-            elif step <= self._highest and (earlier := self._earlier(step)) is not None:
+            elif (
+                step <= self._highest
+                and step in self._published
+                and (earlier := self._earlier(step)) is not None
+            ):
                 self._open = self._reopen(earlier)
             else:
                 self._open = _OpenStep(step, mode, mode_step)
@@ -342,8 +350,9 @@ class RunWriter(Outbox):
     def _earlier(self, step: int) -> _OpenStep | None:
         """The records of a step finished before the last one, written again (a health recorder's rows
         after a step's own saves, a value saved into an ended step after later steps were written), from
-        its index: in the outbox or in the store. None when this writer published none for it."""
-        if step in self.failed_steps:
+        its index: in the outbox or in the store (a step this writer published lately: no store is asked
+        about others). None when there is none."""
+        if step in self.failed_steps:  # recorded unsaved: it stays so
             return None
         with self._lock:
             waiting = next((p for p in self._outbox if p.step == step), None)
@@ -486,6 +495,7 @@ class RunWriter(Outbox):
         st.staged = None  # the publication owns it now, and what it counts in the bound
         counted, st.counted = st.counted, 0
         parts.append((index_file_path(step, self.worker), index))
+        self._published.append(step)
         self._publish(Publication(step, parts), counted)
 
 
