@@ -60,6 +60,8 @@ def test_a_value_read_from_an_endpoint_that_stops_answering_is_one_clear_error(r
     took, error = timed(lambda: trial.tensor("w").value(2))
     assert took < BOUND, took
     assert "did not answer within" in error and "SMDEBUG_READ_TIMEOUT" in error and "\n" not in error, error
+    took, error = timed(lambda: trial.tensor("w").values())
+    assert took < BOUND and "did not answer within" in error, (took, error)
     proxy.release()
     assert trial.tensor("w").value(2).tolist() == [2.0] * 4  # no damage: the same read works again
     assert trial.corrupt_steps() == []
