@@ -4,6 +4,7 @@ import json
 import logging
 import os
 
+import pytest
 import torch
 from torch import nn
 
@@ -122,3 +123,44 @@ def test_tensors_without_values_take_nothing_else_of_the_step_with_them(out_dir,
     assert trial.tensor("WithOddOutputs_output_3").value(0).dtype == "complex64"  # numpy has no complex32
     unsaved = trial.unsaved_tensors()["worker_0"]
     assert sorted(unsaved) == ["WithOddOutputs_output_1", "WithOddOutputs_output_2"]
+
+
+def test_a_step_ending_inside_torch_func_transforms_keeps_its_reductions(out_dir, caplog):
+    """Per-sample gradients through torch.func (vmap of grad of functional_call) with the model registered:
+    its forward there starts a step, so the step before ends inside the transforms, where every result is
+    a wrapper without storage: that step's reductions failed in their one host transfer ('writer error',
+    all lost, nothing recorded). Now every step's weights are saved, and the transformed step's module
+    outputs (the transforms' batched wrappers) are recorded as unsaved."""
+    from torch.func import functional_call, grad, vmap
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "outputs"],
+        reduction_config=smd.ReductionConfig(norms=["l2"]),
+    )
+    hook.get_collection("outputs").include("Sequential_output_")
+    hook.register_module(model)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_of_one(p, x):
+        return functional_call(model, p, (x.unsqueeze(0),)).sum()
+
+    x = torch.randn(5, 3)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        model(x).sum().backward()  # step 0: ordinary training
+        per_sample = vmap(grad(loss_of_one), in_dims=(None, 0))(params, x)  # step 1
+        model(x).sum().backward()  # step 2
+    hook.close()
+    assert per_sample["0.weight"].shape == (5, 4, 3)
+    assert "writer error" not in caplog.text
+    trial = smd.create_trial(out_dir)
+    norm = torch.linalg.norm(model[0].weight.detach()).item()  # (no optimizer: the same at every step)
+    assert [trial.tensor("Sequential_0.weight").reduction_value(s, "l2") for s in (0, 1, 2)] == [
+        pytest.approx(norm, rel=1e-6)
+    ] * 3
+    out = torch.linalg.norm(model(x).detach()).item()
+    assert trial.tensor("Sequential_output_0").reduction_value(0, "l2") == pytest.approx(out, rel=1e-6)
+    assert trial.unsaved_tensors()["worker_0"]["Sequential_output_0"]["step"] == 1

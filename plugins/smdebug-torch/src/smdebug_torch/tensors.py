@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Any
@@ -16,6 +17,27 @@ for _name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnu
         _UPCAST.add(getattr(torch, _name))
 # Reductions are computed in at least float32 (float16 sums overflow quickly).
 _LOW_PRECISION = _UPCAST | {torch.float16}
+
+
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+_no_functorch = getattr(torch._C, "_DisableFuncTorch", None)
+
+
+def _outside_transforms(fn):
+    """``fn`` run outside torch.func's transforms (vmap, grad): a step can end inside one (a model's forward
+    under ``functional_call`` starts the next step), where every result is a transform's wrapper, without
+    storage to read (the step's one host transfer failed, and its reductions with it)."""
+    if _functorch_level is None or _no_functorch is None:
+        return fn
+
+    @functools.wraps(fn)
+    def run(*args):
+        if _functorch_level() is None:
+            return fn(*args)
+        with _no_functorch():
+            return fn(*args)
+
+    return run
 
 
 def _plain(value: torch.Tensor) -> torch.Tensor:
@@ -49,6 +71,7 @@ def has_no_values(value: torch.Tensor) -> bool:
     return value.is_meta or value.is_nested or is_wrapper(value)
 
 
+@_outside_transforms
 def to_numpy(value: torch.Tensor) -> np.ndarray | None:
     """Copy a tensor to a host array it does not share memory with (the writer encodes it later); None
     for a tensor without values of its own (the core then records it as not captured, saying why)."""
@@ -144,6 +167,7 @@ def _reduce_rows(m: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tensor
     return torch.stack([_ROW_REDUCTIONS[r](magnitude if a else m) for r, a in pairs], 1)
 
 
+@_outside_transforms
 def reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
     """Every (reduction, abs) pair of each tensor, computed together on the tensors' devices without
     waiting for them: tensors of one device, dtype and shape are stacked and reduced by one kernel per
@@ -317,6 +341,7 @@ _matrix_of = operator.attrgetter("matrix")
 _index_of = operator.attrgetter("index")
 
 
+@_outside_transforms
 def to_host(results: list) -> list[np.ndarray] | np.ndarray | None:
     """The step's results on the host: one transfer per device and dtype for all of them. When all
     have the same device, dtype and reductions, a [results, reductions] array (its rows are the results)."""
