@@ -22,7 +22,7 @@ from smdebug import hookspecs, plugins
 from smdebug.hook import BaseHook
 from smdebug.modes import ModeKeys
 from smdebug.plugin import hookimpl
-from smdebug.reductions import numpy_reduction
+from smdebug.reductions import numpy_reduction, reduction_tensor_name
 from smdebug.trials import create_trial
 
 HOOK_NAMES = sorted(n for n in dir(hookspecs) if n.startswith("smdebug_"))
@@ -1276,3 +1276,42 @@ def test_a_capture_hook_over_its_budget_is_dropped_with_one_line(tmp_path, monke
     assert slow.calls == 1 and [trial.tensor("w").value(s)[0] for s in range(3)] == [0, 1, 2]
     logged = [r.getMessage() for r in caplog.records if "'slow-capture'" in r.getMessage()]
     assert len(logged) == 1 and "smdebug_to_numpy" in logged[0] and "not called there again" in logged[0]
+
+
+class LostDevice:
+    """Starts reductions on its device, then cannot bring them over (the device is gone)."""
+
+    class Handle:  # a result on the device: no plugin converts it
+        pass
+
+    @hookimpl(tryfirst=True)
+    def smdebug_reductions(self, values, reductions):
+        return [self.Handle() for _ in values]
+
+    @hookimpl(tryfirst=True)
+    def smdebug_to_host(self, results):
+        raise RuntimeError("device lost")
+
+
+def test_reductions_that_never_reach_the_host_are_recorded_unsaved(tmp_path):
+    """A step's reductions lost on their way to the host were one warning and nothing in the run; each is
+    recorded as unsaved, and the raw values of the same steps are still saved."""
+    plugins.get_plugin_manager().register(LostDevice(), name="lost-device")
+    out = str(tmp_path / "run")
+    hook = BaseHook(
+        out_dir=out,
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(reductions=["max"], save_raw_tensor=True),
+        include_regex=["^w"],
+    )
+    for step in range(2):
+        hook.begin_step()
+        with hook.together():
+            hook.save_for_step("w", np.array([1.0, -4.0]) * (step + 1))
+        hook.end_step()
+    hook.close()
+    trial = create_trial(out)
+    assert trial.tensor("w").value(1).tolist() == [2.0, -8.0]
+    (unsaved,) = trial.unsaved_tensors().values()
+    assert set(unsaved) == {reduction_tensor_name("w", "max", False)}
+    assert "device lost" in unsaved[reduction_tensor_name("w", "max", False)]["reason"]

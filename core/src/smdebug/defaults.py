@@ -61,7 +61,11 @@ def smdebug_to_host(results):
     from smdebug import plugins
 
     # results of plugins that answer smdebug_reductions but not this: one conversion each
-    return [r if isinstance(r, np.ndarray) else plugins.to_numpy(r) for r in results]
+    rows = [r if isinstance(r, np.ndarray) else plugins.to_numpy(r) for r in results]
+    for result, row in zip(results, rows):
+        if row is None:
+            raise TypeError(f"no plugin converts a {type(result).__name__} result to numpy")
+    return rows
 
 
 @hookimpl(trylast=True)

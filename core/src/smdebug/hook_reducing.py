@@ -105,8 +105,19 @@ class HookReducing:
         chunks, self._pending_names = self._pending_names, []
         # one block's names alone: the same lists at every step (the writers know them by identity)
         names = chunks[0] if len(chunks) == 1 else [some for chunk in chunks for some in chunk]
+        try:
+            rows = plugins.to_host(pending)
+        except Exception as exc:  # the step's reductions are lost: each is recorded in the run
+            reason = f"could not be copied to the host: {type(exc).__name__}: {exc}"
+            self.warn_once(
+                "to_host", "smdebug: step %d's reductions %s (recorded in the run)", self.step, reason
+            )
+            for some in names:
+                for name in some:
+                    self.record_unsaved_tensor(name, reason)
+            return
         with self.guard("save reductions"):
-            self._write_reductions(names, plugins.to_host(pending))
+            self._write_reductions(names, rows)
 
     def _write_reductions(self, names: list[list[str]], rows) -> None:
         """Queue reductions: ``rows[i]`` (a 1-d host array) holds the 0-d values named ``names[i]``."""
