@@ -1315,3 +1315,24 @@ def test_reductions_that_never_reach_the_host_are_recorded_unsaved(tmp_path):
     (unsaved,) = trial.unsaved_tensors().values()
     assert set(unsaved) == {reduction_tensor_name("w", "max", False)}
     assert "device lost" in unsaved[reduction_tensor_name("w", "max", False)]["reason"]
+
+
+class SlowFramework(HangingCapture):
+    """A framework's plugin whose first conversion waits long for its device (a long step's queued work)."""
+
+    @hookimpl
+    def smdebug_framework(self):
+        return None  # declares no framework here; implementing the hook is what makes it one's plugin
+
+
+def test_a_framework_plugin_over_its_capture_budget_is_named_and_kept(tmp_path, monkeypatch, caplog):
+    """Dropping a framework's plugin would lose every tensor only it can read (a GPU's) for the rest of
+    the run: a slow call of it is said once, and it goes on answering."""
+    monkeypatch.setenv("SMDEBUG_PLUGIN_TIMEOUT", "0.2")
+    slow = SlowFramework(seconds=1.5)  # its first call takes 1.5 s, over the 1.2 s budget
+    plugins.get_plugin_manager().register(slow, name="slow-framework")
+    trial = _saved_run(str(tmp_path / "run"), [np.array([float(v)]) for v in range(3)])
+    assert slow.calls == 3 and [trial.tensor("w").value(s)[0] for s in range(3)] == [0, 1, 2]
+    logged = [r.getMessage() for r in caplog.records if "'slow-framework'" in r.getMessage()]
+    assert len(logged) == 1 and "is slow in smdebug_to_numpy" in logged[0], logged
+    assert "called again" in logged[0] and "not called there again" not in logged[0], logged

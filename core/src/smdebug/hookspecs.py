@@ -16,7 +16,8 @@ and the plugin is not called there again, so that none can stall training or a p
 per-tensor capture hooks (``smdebug_to_numpy``, ``smdebug_host_view``, ``smdebug_reduce``,
 ``smdebug_reductions``, ``smdebug_to_host``) run in place on the training thread, timed: a call over 6 x
 ``SMDEBUG_PLUGIN_TIMEOUT`` is logged once (while it runs, or when it returns) and that hook of the plugin is
-skipped from then on; a call that never returns cannot be interrupted there, and training waits for it. A
+skipped from then on, unless the plugin declares a framework (``smdebug_framework``: its tensors' only
+reader, which may rightly wait that long for a device); a call that never returns cannot be interrupted there, and training waits for it. A
 tensor lost because a plugin failed and no other implementation could answer is recorded in the run
 naming the plugin and its error. Plugins are found through the ``smdebug``
 entry-point group; the core's own defaults (numpy capture and reductions, the fsspec store, the built-in

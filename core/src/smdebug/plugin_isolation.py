@@ -189,7 +189,9 @@ class CaptureWatch:
     """Times the plugins' per-tensor capture calls, which run in place (on the training thread). A call
     that outlasts its budget (PATIENCE x SMDEBUG_PLUGIN_TIMEOUT, 30 s) is named once, by a watcher thread
     while it still runs or when it returns, and from then on that plugin's hook raises PluginHung in
-    place of being called (the next implementation answers, finally the core's). A call that never
+    place of being called (the next implementation answers, finally the core's). A framework's plugin
+    (one declaring ``smdebug_framework``) is named but kept: it is its tensors' only reader, and a call of
+    it may rightly wait that long for a device's queued work (a long step on a GPU). A call that never
     returns cannot be interrupted on the thread it runs on: training waits for it, and the log says
     which plugin it waits for."""
 
@@ -203,15 +205,16 @@ class CaptureWatch:
         if hasattr(os, "register_at_fork"):  # a forked child has no watcher thread: started again there
             os.register_at_fork(after_in_child=self._forked)
 
-    def timed(self, function: Callable, plugin_name: str, hook_name: str) -> Callable:
-        """The implementation, timed; ``cell[0]`` holds the PluginHung it raises once over budget."""
+    def timed(self, function: Callable, plugin_name: str, hook_name: str, keep: bool = False) -> Callable:
+        """The implementation, timed; ``cell[0]`` holds the PluginHung it raises once over budget (with
+        ``keep``, the reason it was named and goes on being called)."""
         budget = env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT, positive=True) * PATIENCE
         self._interval = max(0.05, min(self._interval, budget / 4))
-        cell: list = [None]
+        cell: list = [None, keep]
         running, clock, ident = self.running, time.perf_counter, threading.get_ident
 
         def timed(*args, **kwargs):
-            if cell[0] is not None:
+            if cell[0] is not None and not keep:
                 raise cell[0]
             if self._thread is None:
                 self._start()
@@ -233,17 +236,26 @@ class CaptureWatch:
                         hook_name,
                         cell,
                         f"one call took {took:.1f} s on the training thread, over {budget:g} s "
-                        f"({PATIENCE} x {TIMEOUT_ENV}), and it is not called there again",
+                        f"({PATIENCE} x {TIMEOUT_ENV})",
+                        ", and it is not called there again",
                     )
 
         return timed
 
-    def _over(self, plugin_name: str, hook_name: str, cell: list, why: str) -> None:
+    def _over(self, plugin_name: str, hook_name: str, cell: list, why: str, dropped: str) -> None:
         with self._lock:
             if cell[0] is not None:
                 return
-            cell[0] = PluginHung(why)
-        self.report(plugin_name, hook_name, cell[0])
+            cell[0] = PluginHung(why if cell[1] else why + dropped)
+        if cell[1]:
+            logger.warning(
+                "smdebug: plugin %r is slow in %s: %s; it reads its framework's tensors, so it is called again",
+                plugin_name,
+                hook_name,
+                why,
+            )
+        else:
+            self.report(plugin_name, hook_name, cell[0])
 
     def _start(self) -> None:
         with self._lock:
@@ -271,8 +283,8 @@ class CaptureWatch:
                         cell,
                         f"it has not returned for {budget:g} s ({PATIENCE} x {TIMEOUT_ENV}) and training "
                         f"waits for it: a call on the training thread cannot be interrupted "
-                        f"(SMDEBUG_DISABLE_PLUGINS={plugin_name} turns the plugin off); once it returns it "
-                        "is not called there again",
+                        f"(SMDEBUG_DISABLE_PLUGINS={plugin_name} turns the plugin off)",
+                        "; once it returns it is not called there again",
                     )
 
 
