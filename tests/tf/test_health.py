@@ -594,3 +594,29 @@ def test_a_trigger_in_validation_keeps_what_the_epoch_saved_and_its_own_row(out_
     assert not np.isfinite(loss.reduction_value(5, "l2"))
     assert np.isfinite(trial.tensor("m/a/kernel").reduction_value(5, "l2"))
     assert not np.isfinite(trial.tensor("val_loss").value(5))
+
+
+def test_the_epochs_training_logs_are_saved_with_health_as_without(tmp_path):
+    """smdebug 1.0 saves each epoch's training logs (loss, metrics, batch) at its last training step
+    whatever the save configuration; with health=True every step goes through the hook's step function,
+    and the epoch's batch metric was taken for saved there (at a step that saved nothing)."""
+    saved = {}
+    for health in (False, True):
+        out = str(tmp_path / f"run_{health}")
+        model = make_health_model()
+        hook = smd.KerasHook(out_dir=out, health=health, save_config=smd.SaveConfig(save_interval=100))
+        x = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
+        model.fit(x, x.sum(1, keepdims=True), batch_size=8, epochs=2, callbacks=[hook], verbose=0)
+        hook.close()
+        trial = smd.create_trial(out)
+        saved[health] = {name: trial.tensor(name).steps() for name in ("loss", "batch")}
+    assert saved[False] == {"loss": [0, 3, 7], "batch": [0, 3, 7]}
+    assert saved[True]["batch"] == saved[False]["batch"]
+    assert set(saved[False]["loss"]) <= set(saved[True]["loss"])  # (health adds the rows' reductions)
+
+
+def make_health_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, name="a")], name="m")
+    model.compile(optimizer="sgd", loss="mse")
+    return model

@@ -597,11 +597,10 @@ class TFHook(BaseHook):
     def save_logs(self, mode, logs) -> None:
         """What Keras' step function returned: its logs, or in predict the batch's predictions."""
         self.include_names(CollectionKeys.METRICS, ["batch"])  # smdebug 1.0 adds it to the logs
-        self.save_for_step("batch", self.tf_state.batch)
+        saved = {"batch"} if self.save_for_step("batch", self.tf_state.batch) else set()
         if mode == ModeKeys.PREDICT:
             self.save_structure(capture.PREDICTIONS, logs)
             return
-        saved = {"batch"}
         for key, value in self.flat_logs(logs).items():
             if not self.is_loss(key):
                 self.include_names(CollectionKeys.METRICS, [key])
