@@ -137,7 +137,10 @@ class PluginCalls:
             except Exception as exc:
                 if plugin_name in self.defaults:
                     if failed is not None and spec in _ANSWER_NEEDED and not isinstance(exc, PluginFailed):
-                        raise PluginFailed(failed[0], spec, failed[1], exc) from exc
+                        # both say the value has none (a reduction of an empty tensor): no plugin's fault,
+                        # the caller's ValueError (the hook then saves the tensor without reductions)
+                        if not (isinstance(exc, ValueError) and isinstance(failed[1], ValueError)):
+                            raise PluginFailed(failed[0], spec, failed[1], exc) from exc
                     raise
                 self._report(plugin_name, spec, exc)
                 failed = failed or (plugin_name, exc)
