@@ -5,23 +5,24 @@ takes only those it uses, by these names), what to return, and how the answers c
 ``firstresult`` hook stops at the first implementation that returns something other than None (plugins
 registered later are asked first; ``tryfirst``/``trylast`` move one); the others collect every answer.
 
-Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation that raises, or answers
-with the wrong kind of value (the Returns below), is logged once per process and skipped (a firstresult hook then asks the next one, finally the core's); a plugin that
-implements a hook not listed here, or takes an argument its hook does not have, is refused when it loads,
-naming the closest one; hook wrappers (``wrapper=True`` or ``hookwrapper=True``) are honoured. A plugin's
-observation hooks and the calls made once (``smdebug_framework``, ``smdebug_open_store``, ``smdebug_rules``,
-``smdebug_add_commands``) run on a thread of the plugin's own while the caller waits: a call lasting over a
-second is logged once, and one lasting over ``SMDEBUG_PLUGIN_TIMEOUT`` seconds (5) is no longer waited for
-and the plugin is not called there again, so that none can stall training or a process's start. The
-per-tensor capture hooks (``smdebug_to_numpy``, ``smdebug_host_view``, ``smdebug_reduce``,
-``smdebug_reductions``, ``smdebug_to_host``) run in place on the training thread, timed: a call over 6 x
-``SMDEBUG_PLUGIN_TIMEOUT`` is logged once (while it runs, or when it returns) and that hook of the plugin is
-skipped from then on, unless the plugin declares a framework (``smdebug_framework``: its tensors' only
-reader, which may rightly wait that long for a device); a call that never returns cannot be interrupted there, and training waits for it. A
-tensor lost because a plugin failed and no other implementation could answer is recorded in the run
-naming the plugin and its error. Plugins are found through the ``smdebug``
-entry-point group; the core's own defaults (numpy capture and reductions, the fsspec store, the built-in
-rules, the in-training rule runner, TensorBoard export) implement these same hooks (``smdebug.defaults``).
+Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation that raises, or answers with
+the wrong kind of value (the Returns below), is logged once per process and skipped (a firstresult hook then
+asks the next one, finally the core's); a plugin that implements a hook not listed here, or takes an argument
+its hook does not have, is refused when it loads, naming the closest one; hook wrappers (``wrapper=True`` or
+``hookwrapper=True``) are honoured. A plugin's observation hooks and the calls made once
+(``smdebug_framework``, ``smdebug_open_store``, ``smdebug_rules``, ``smdebug_add_commands``) run on a thread
+of the plugin's own while the caller waits: a call lasting over a second is logged once, and one lasting over
+``SMDEBUG_PLUGIN_TIMEOUT`` seconds (5) is no longer waited for and the plugin is not called there again, so
+that none can stall training or a process's start. The per-tensor capture hooks (``smdebug_to_numpy``,
+``smdebug_host_view``, ``smdebug_reduce``, ``smdebug_reductions``, ``smdebug_to_host``) run in place on the
+training thread, timed: a call over 6 x ``SMDEBUG_PLUGIN_TIMEOUT`` is logged once (while it runs, or when it
+returns) and that hook of the plugin is skipped from then on, unless the plugin declares a framework
+(``smdebug_framework``: its tensors' only reader, which may rightly wait that long for a device); a call that
+never returns cannot be interrupted there, and training waits for it. A tensor lost because a plugin failed
+and no other implementation could answer is recorded in the run naming the plugin and its error. Plugins are
+found through the ``smdebug`` entry-point group; the core's own defaults (numpy capture and reductions, the
+fsspec store, the built-in rules, the in-training rule runner, TensorBoard export) implement these same hooks
+(``smdebug.defaults``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ the memory budget): one folder per process in the system temp dir, ``smdebug-sta
 lock (flock) for as long as its process lives, and a subfolder per run that names the run. Nothing is
 written anywhere else.
 
-A process that ends removes its folder unless files still wait in it. A process killed while its steps waited for the store (kill -9 during an S3 outage) leaves its folder
-behind; the next process on the machine that stages a remote run's file removes every such folder whose
-lock is free, with one warning naming the runs and the steps they held (those steps are not in the run)."""
+A process that ends removes its folder unless files still wait in it. A process killed while its steps waited
+for the store (kill -9 during an S3 outage) leaves its folder behind; the next process on the machine that
+stages a remote run's file removes every such folder whose lock is free, with one warning naming the runs and
+the steps they held (those steps are not in the run)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,14 @@
 """Always-on health for torch (``Hook(health=True)``): every step's statistics into the core's flight
 recorder (smdebug.health), and where the first non-finite value came from.
 
-Once a step, right before the optimizer applies the gradients (a global optimizer step pre-hook; until
-an optimizer step is seen, at the end of the step's backward pass; else at the step's end), the l2 norm and the max |x| of every parameter, every gradient and
-the loss are computed into the recorder's row, which lives on the parameters' device. On the CPU, by the
-native kernel (smdebug_torch.native) once it is loaded: one call, one reading of each tensor, no list of
-tensors made. Else in a few batched calls: tensors of one shape are stacked into a buffer kept for them
-and reduced row-wise, the others packed or reduced alone; one copy puts the results into the row. On the
-CPU the row is judged at once; on a GPU its host copy is made without waiting and judged at the next step.
+Once a step, right before the optimizer applies the gradients (a global optimizer step pre-hook; until an
+optimizer step is seen, at the end of the step's backward pass; else at the step's end), the l2 norm and the
+max |x| of every parameter, every gradient and the loss are computed into the recorder's row, which lives on
+the parameters' device. On the CPU, by the native kernel (smdebug_torch.native) once it is loaded: one call,
+one reading of each tensor, no list of tensors made. Else in a few batched calls: tensors of one shape are
+stacked into a buffer kept for them and reduced row-wise, the others packed or reduced alone; one copy puts
+the results into the row. On the CPU the row is judged at once; on a GPU its host copy is made without waiting
+and judged at the next step.
 
 When a row holds the run's first non-finite value the step is examined, in the order it computed things:
 the model's input batch, then a re-run of the forward pass (no gradients, the random state and the
