@@ -663,10 +663,10 @@ class Trial:
         return records
 
     def rule_firings(self) -> list[dict]:
-        """Every firing of the rules a hook ran during training (``hook.add_rule``, whatever the action), oldest
-        first: dicts with ``rule``, ``step``, ``mode``, ``mode_step``, ``reason`` (also as ``message``),
-        ``actions``, ``time`` and ``worker``; empty when none fired. A worker's unreadable record is skipped
-        with a warning naming it."""
+        """Every firing of the rules a hook ran during training (``hook.add_rule``, whatever the action),
+        oldest first: dicts with ``rule``, ``step``, ``mode``, ``mode_step``, ``reason`` (also as
+        ``message``), ``actions``, ``time`` and ``worker``; empty when none fired. A worker's unreadable
+        record is skipped with a warning naming it."""
         from smdebug.firings import FIRINGS_DIR, decode_firings
 
         firings: list[dict] = []
