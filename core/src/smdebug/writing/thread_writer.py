@@ -22,7 +22,7 @@ import numpy as np
 
 from smdebug import codec, layout
 from smdebug.layout import event_file_path, index_file_path
-from smdebug.modes import ModeKeys
+from smdebug.modes import ModeKeys, to_mode
 from smdebug.store import StagedFile, Store, redact
 from smdebug.writing.outbox import UPLOAD_COPIES, Outbox, Publication
 from smdebug.writing.settings import (
@@ -361,7 +361,7 @@ class RunWriter(Outbox):
             if index is None:
                 index = self.store.read_bytes(index_file_path(step, self.worker))
             record = layout.decode_index(index)
-            mode = ModeKeys[record.mode] if isinstance(record.mode, str) else ModeKeys(record.mode)
+            mode = to_mode(record.mode)
         except Exception:  # none (or not readable): the step is written as a new one
             return None
         tensors = [layout.tensor_entry(*t) for t in record.tensors]
