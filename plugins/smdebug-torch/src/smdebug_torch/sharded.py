@@ -476,10 +476,11 @@ class Shards:
     def _issue(self, items: list[_Item], world: int) -> _InFlight | None:
         """Every rank's partial statistics of the items, computed now (before the optimizer changes the
         weights) and gathered by one all_gather on the statistics' own group, not awaited here."""
-        if not items or self.broken:
-            if items:
-                for item in items:
-                    self.hook.record_unsaved_tensor(item.name, "the reductions' collective failed earlier")
+        if not items:
+            return None
+        if self.broken:
+            for item in items:
+                self.hook.record_unsaved_tensor(item.name, "the reductions' collective failed earlier")
             return None
         header = [float(len(items)), float(zlib.crc32("\n".join(i.name for i in items).encode()))]
         mine = torch.tensor([header + [0.0] * (len(_EMPTY) - 2)] + [_EMPTY] * len(items), dtype=torch.float64)
