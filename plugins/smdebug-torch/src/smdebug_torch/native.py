@@ -1,10 +1,11 @@
-"""The native statistics kernel (stats.cpp): every tensor's l2 norm and max |x| in one call and one
-reading of each tensor, on the CPU.
+"""The native statistics kernel (stats.cpp), on the CPU, in one call for a list of tensors and one reading
+of each: health's l2 norm and max |x| of every weight, gradient and the loss (``health_watch``); the
+ordinary reductions (``reducer``); each tensor's partial statistics (``partials``).
 
 It is built with the machine's C++ compiler against the installed torch, once per machine, torch and
 source (kept in torch's extension cache, ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``),
 by a detached compiler at the lowest priority, which a background thread started by the first hook
-with ``health=True`` waits for: training never waits for it.
+with ``health=True`` or the first batch of reductions waits for: training never waits for it.
 Until it is loaded, and wherever it cannot be built (no compiler, another platform, ``SMDEBUG_NATIVE=0``),
 torch's batched calls compute the same statistics.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import shlex
 import shutil
@@ -31,8 +33,21 @@ SOURCE = Path(__file__).with_name("stats.cpp")
 BUILD_TIMEOUT = 600  # seconds: a build that takes longer is given up
 
 _watch = None  # torch.classes.smdebug_torch.HealthWatch once loaded
+_reduce = None  # torch.ops.smdebug_torch.reduce once loaded
+_partials = None  # torch.ops.smdebug_torch.partials once loaded
 _thread: threading.Thread | None = None
+_started = False
 _lock = threading.Lock()
+
+# the reductions the kernel computes, by their codes' order (a pair's code: 2 x index + abs)
+REDUCTIONS = ("min", "max", "mean", "std", "variance", "sum", "l1", "l2")
+# the columns of a row of partials; an empty tensor's row holds EMPTY
+STATS = ("count", "sum", "m2", "min", "max", "abs_sum", "abs_m2", "abs_min", "abs_max", "sumsq", "nonfinite")
+EMPTY = (0.0, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0, math.inf, -math.inf, 0.0, 0.0)
+ABS = (
+    1  # partials: also the sum and min of |x| (max |x|, the count, sum of squares, non-finite count: always)
+)
+M2 = 2  # partials: also the squared deviations from the mean (and of |x| with ABS), summed
 
 
 def health_watch(weights: list, grad_params: list, columns: list[int]):
@@ -40,18 +55,47 @@ def health_watch(weights: list, grad_params: list, columns: list[int]):
     the weights, their gradients and the loss into the row's columns), or None while the kernel is not
     loaded; the first call starts loading it (building it first if this machine has none)."""
     if _watch is None:
-        if _thread is None:
+        if not _started:
             start()
         return None
     return _watch(weights, grad_params, columns)
 
 
+def reducer():
+    """The kernel's ``reduce(tensors, codes, out)`` (each tensor's reductions, ``codes`` by REDUCTIONS,
+    into its row of ``out``, a [tensors, codes] float64 CPU tensor, when all are non-empty plain CPU
+    tensors, all float32 or all float64: it returns 32 or 64, their dtype; else 0, and computes
+    nothing), or None while the kernel is not loaded; the first call starts loading it."""
+    if not _started:
+        start()
+    return _reduce
+
+
+def partials(tensors: list, want: int = ABS | M2, out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Each tensor's partial statistics (STATS), a [tensors, 11] float64 CPU matrix (``out`` if given), in
+    one call and one reading of each tensor (an empty one's row: EMPTY); ``want`` (ABS, M2) adds the
+    costlier columns (without them, theirs are not to be read). NaN and inf as numpy reduces them: a NaN makes every statistic NaN but the count
+    and the non-finite count; an inf makes m2 NaN. float16/bfloat16 are read in float32, integers and
+    booleans in float64, complex values as their magnitudes. None while the kernel is not loaded (the
+    first call starts loading it); RuntimeError for a tensor that is not a plain CPU tensor."""
+    if not _started:
+        start()
+    if _partials is None:
+        return None
+    if out is None:
+        out = torch.empty(len(tensors), len(STATS), dtype=torch.float64)
+    with torch.no_grad():
+        _partials(tensors, want, out)
+    return out
+
+
 def start() -> None:
-    global _thread
+    global _thread, _started
     with _lock:
-        if _thread is None and os.environ.get("SMDEBUG_NATIVE", "1") != "0":
+        if not _started and os.environ.get("SMDEBUG_NATIVE", "1") != "0":
             _thread = threading.Thread(target=_load, name="smdebug-native-build", daemon=True)
             _thread.start()
+        _started = True
 
 
 def wait(timeout: float | None = None) -> bool:
@@ -64,19 +108,30 @@ def wait(timeout: float | None = None) -> bool:
 
 
 def _load() -> None:
-    global _watch
+    global _watch, _reduce, _partials
     try:
         library = _built()
         if library is None:
             return
         torch.ops.load_library(str(library))
         watch = torch.classes.smdebug_torch.HealthWatch
-        if _works(watch):
-            _watch = watch
-        else:
-            logger.info("smdebug: the native statistics kernel %s computes wrong values: not used", library)
+        ops = torch.ops.smdebug_torch
+        _watch = _checked(library, "health statistics", watch, _works)
+        _reduce = _checked(library, "reductions", ops.reduce, _reduces_right)
+        _partials = _checked(library, "partial statistics", ops.partials, _partials_right)
     except Exception as exc:  # no kernel: torch's calls compute the statistics
         logger.info("smdebug: the native statistics kernel is not used: %s", exc)
+
+
+def _checked(library: Path, what: str, kernel, right):
+    """The kernel, if ``right(kernel)``, else None."""
+    try:
+        if right(kernel):
+            return kernel
+        logger.info("smdebug: the native kernel %s computes wrong %s: not used", library, what)
+    except Exception as exc:  # (a kernel that raises is not used either)
+        logger.info("smdebug: the native kernel %s failed on %s: %s: not used", library, what, exc)
+    return None
 
 
 def _works(watch) -> bool:
@@ -105,6 +160,80 @@ def _works(watch) -> bool:
         want[column] = -1.0 if t is None else torch.linalg.vector_norm(t)
         want[len(tensors) + column] = -1.0 if t is None else t.abs().max()
     return bool(torch.allclose(out.double(), want, rtol=1e-6, atol=0, equal_nan=True))
+
+
+def _check_tensors() -> list[torch.Tensor]:
+    """Tensors the kernel's reductions and partials are checked on: NaN, inf of both signs, values whose
+    squares overflow float32, a large mean beside a small spread, a strided tensor, tensors read in
+    several blocks (of both signs), small and 0-d ones (float32; each also in float64)."""
+    g = torch.Generator().manual_seed(0)
+    base = [
+        torch.arange(-5.0, 70.0),
+        torch.tensor([1.0, float("nan"), 2.0]),
+        torch.tensor([float("inf"), -1.0]),
+        torch.tensor([float("inf"), float("-inf")]),
+        torch.full((3,), -1e30),
+        torch.randn(9000, generator=g) + 1e4,
+        torch.randn(9000, generator=g),
+        torch.arange(12.0).view(3, 4).t(),
+        torch.tensor(-2.5),
+        torch.randn(5000, generator=g).index_fill_(0, torch.tensor([4321]), float("-inf")),
+    ]
+    return base + [t.double() for t in base]
+
+
+def _torch_reduction(t: torch.Tensor, reduction: str, absolute: bool) -> float:
+    t = t.double().abs() if absolute else t.double()
+    if reduction in ("std", "variance"):
+        return (t.std if reduction == "std" else t.var)(correction=0).item()
+    if reduction in ("l1", "l2"):
+        return torch.linalg.vector_norm(t, 1 if reduction == "l1" else 2).item()
+    return {"min": torch.amin, "max": torch.amax, "mean": torch.mean, "sum": torch.sum}[reduction](t).item()
+
+
+def _reduces_right(reduce) -> bool:
+    """The kernel's reductions (every one, plain and abs) against torch's in float64; its refusals: an
+    empty tensor, float32 beside float64."""
+    codes = list(range(2 * len(REDUCTIONS)))
+    for dtype, bits in ((torch.float32, 32), (torch.float64, 64)):
+        tensors = [t for t in _check_tensors() if t.dtype == dtype]
+        out = torch.empty(len(tensors), len(codes), dtype=torch.float64)
+        if reduce(tensors, codes, out) != bits:
+            return False
+        want = torch.tensor(
+            [[_torch_reduction(t, REDUCTIONS[c // 2], bool(c % 2)) for c in codes] for t in tensors],
+            dtype=torch.float64,
+        )
+        if not torch.allclose(out, want, rtol=1e-6, atol=1e-9, equal_nan=True):
+            return False
+    out = torch.empty(2, 1, dtype=torch.float64)
+    return (
+        reduce([torch.ones(2), torch.ones(0)], [0], out)
+        == 0
+        == reduce([torch.ones(2), torch.ones(2, dtype=torch.float64)], [0], out)
+    )
+
+
+def _partials_right(partials) -> bool:
+    """The kernel's partial statistics against torch's in float64 (an empty tensor's: EMPTY)."""
+    tensors = [*_check_tensors(), torch.empty(0), torch.tensor([3, -4], dtype=torch.int32)]
+    out = torch.empty(len(tensors), len(STATS), dtype=torch.float64)
+    partials(tensors, ABS | M2, out)
+    for t, row in zip(tensors, out):
+        if not t.numel():
+            want = list(EMPTY)
+        else:
+            n = t.numel()
+            var, avar = _torch_reduction(t, "variance", False), _torch_reduction(t, "variance", True)
+            want = [n, *(_torch_reduction(t, r, a) for r, a in (("sum", False),)), var * n]
+            want += [_torch_reduction(t, r, a) for r, a in (("min", False), ("max", False), ("sum", True))]
+            want += [avar * n, _torch_reduction(t, "min", True), _torch_reduction(t, "max", True)]
+            want += [_torch_reduction(t, "l2", False) ** 2, float((~torch.isfinite(t)).sum())]
+        if not torch.allclose(
+            row, torch.tensor(want, dtype=torch.float64), rtol=1e-6, atol=1e-9, equal_nan=True
+        ):
+            return False
+    return True
 
 
 def _built() -> Path | None:

@@ -19,6 +19,8 @@ namespace {
 
 constexpr int64_t kBlock = 4096;  // values summed in the tensor's precision before a double takes them
 constexpr int kLanes = 32;        // independent accumulators: the loop is not bound by one add's latency
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct Stats {
   double sumsq = 0;
@@ -148,10 +150,254 @@ struct Watch : torch::CustomClassHolder {
   }
 };
 
+
+// -- partial statistics and reductions of any list of tensors ----------------------------------------
+// A tensor's statistics, with numpy's semantics: a NaN makes every one NaN; an inf makes the squared
+// deviations NaN (inf - inf), and the sums infinite (NaN when both signs are there).
+struct Partial {
+  double n = 0, sum = 0, m2 = 0, min = kInf, max = -kInf, asum = 0, am2 = 0, amin = kInf, amax = -kInf,
+         sumsq = 0, nonfinite = 0;
+};
+// the columns of a row of partials (smdebug_torch.native.STATS names them)
+constexpr int kStats = 11;
+constexpr int kWide = 16;  // lanes of finite_stats (four to six accumulators: more would not fit the registers)
+
+enum Want : int64_t { kAbs = 1, kVar = 2 };  // also the sums and minimum of |x|; also the squared deviations
+
+// A block's (n, mean, squared deviations) merged into the running ones (Chan et al.'s pairwise update).
+inline void merge(double& n, double& mean, double& m2, double nb, double mean_b, double m2_b) {
+  const double total = n + nb, delta = mean_b - mean;
+  mean += delta * nb / total;
+  m2 += m2_b + delta * delta * n * nb / total;
+  n = total;
+}
+
+// Every value finite (and no float sum of squares overflowing): the statistics in blocks, each summed
+// in the tensor's precision over independent lanes, then in double; the squared deviations by a second
+// (corrected) pass over the block while it is in the cache, merged across blocks. False: a block holds
+// a NaN or an inf, or finite values whose squares overflow (the caller then reads it in double).
+template <typename T, bool Abs, bool Var>
+SMDEBUG_CLONES bool finite_stats(const T* x, int64_t n, Partial& p) {
+  double seen = 0, mean = 0, m2 = 0, aseen = 0, amean = 0, am2 = 0;
+  T lo = std::numeric_limits<T>::infinity(), hi = -lo, alo = lo;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t end = start + kBlock < n ? start + kBlock : n;
+    T s[kWide] = {}, q[kWide] = {}, as[kWide] = {}, l[kWide], h[kWide], al[kWide];
+    for (int j = 0; j < kWide; ++j) l[j] = lo, h[j] = hi, al[j] = alo;
+    int64_t i = start;
+    for (; i + kWide <= end; i += kWide) {
+      for (int j = 0; j < kWide; ++j) {
+        const T v = x[i + j];
+        s[j] += v;
+        q[j] += v * v;
+        l[j] = v < l[j] ? v : l[j];
+        h[j] = v > h[j] ? v : h[j];
+        if (Abs) {
+          const T a = std::fabs(v);
+          as[j] += a;
+          al[j] = a < al[j] ? a : al[j];
+        }
+      }
+    }
+    for (int j = 0; i < end; ++i, ++j) {  // the tail, spread over the lanes
+      const T v = x[i];
+      s[j] += v;
+      q[j] += v * v;
+      l[j] = v < l[j] ? v : l[j];
+      h[j] = v > h[j] ? v : h[j];
+      if (Abs) {
+        const T a = std::fabs(v);
+        as[j] += a;
+        al[j] = a < al[j] ? a : al[j];
+      }
+    }
+    T bs = 0, bq = 0, bas = 0;
+    for (int j = 0; j < kWide; ++j) {
+      bs += s[j], bq += q[j], bas += as[j];
+      lo = l[j] < lo ? l[j] : lo;
+      hi = h[j] > hi ? h[j] : hi;
+      alo = al[j] < alo ? al[j] : alo;
+    }
+    if (!std::isfinite(static_cast<double>(bq))) return false;
+    p.sum += bs, p.sumsq += bq, p.asum += bas;
+    if (Var) {
+      const double nb = static_cast<double>(end - start);
+      const T c = static_cast<T>(bs / static_cast<T>(nb)), ac = static_cast<T>(bas / static_cast<T>(nb));
+      T d[kWide] = {}, dd[kWide] = {}, e[kWide] = {}, ee[kWide] = {};
+      int64_t k = start;
+      for (; k + kWide <= end; k += kWide) {
+        for (int j = 0; j < kWide; ++j) {
+          const T u = x[k + j] - c;
+          d[j] += u;
+          dd[j] += u * u;
+          if (Abs) {
+            const T w = std::fabs(x[k + j]) - ac;
+            e[j] += w;
+            ee[j] += w * w;
+          }
+        }
+      }
+      for (int j = 0; k < end; ++k, ++j) {
+        const T u = x[k] - c;
+        d[j] += u;
+        dd[j] += u * u;
+        if (Abs) {
+          const T w = std::fabs(x[k]) - ac;
+          e[j] += w;
+          ee[j] += w * w;
+        }
+      }
+      double sd = 0, sdd = 0, se = 0, see = 0;
+      for (int j = 0; j < kWide; ++j) sd += d[j], sdd += dd[j], se += e[j], see += ee[j];
+      // the deviations from c, corrected to the block's own mean
+      merge(seen, mean, m2, nb, c + sd / nb, sdd - sd * sd / nb);
+      if (Abs) merge(aseen, amean, am2, nb, ac + se / nb, see - se * se / nb);
+    }
+  }
+  p.n = static_cast<double>(n);
+  p.min = lo, p.max = hi, p.amax = std::fmax(-static_cast<double>(lo), static_cast<double>(hi));
+  p.amin = Abs ? static_cast<double>(alo) : kInf;
+  p.m2 = m2 > 0 ? m2 : 0.0, p.am2 = am2 > 0 ? am2 : 0.0;
+  return true;
+}
+
+// Any values, one at a time in double (a tensor with a NaN or an inf, or with overflowing squares).
+template <typename T>
+void any_stats(const T* x, int64_t n, Partial& p) {
+  int64_t nans = 0, infs = 0;
+  double seen = 0, mean = 0, m2 = 0, amean = 0, am2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(x[i]), a = std::fabs(v);
+    if (std::isnan(v)) {
+      ++nans;
+      continue;
+    }
+    p.sum += v, p.asum += a, p.sumsq += v * v;
+    p.min = std::fmin(p.min, v), p.max = std::fmax(p.max, v);
+    p.amin = std::fmin(p.amin, a), p.amax = std::fmax(p.amax, a);
+    if (std::isinf(v)) {
+      ++infs;
+      continue;
+    }
+    seen += 1;  // Welford's update, of the values and of their magnitudes
+    const double d = v - mean, e = a - amean;
+    mean += d / seen, amean += e / seen;
+    m2 += d * (v - mean), am2 += e * (a - amean);
+  }
+  p.n = static_cast<double>(n);
+  p.nonfinite = static_cast<double>(nans + infs);
+  p.m2 = infs ? kNaN : m2, p.am2 = infs ? kNaN : am2;
+  if (nans) p.sum = p.m2 = p.min = p.max = p.asum = p.am2 = p.amin = p.amax = p.sumsq = kNaN;
+}
+
+template <typename T>
+Partial stats_of_values(const T* x, int64_t n, int64_t want) {
+  Partial p;
+  if (n == 0) return p;
+  const bool abs = want & kAbs, var = want & kVar;
+  const bool ok = abs ? (var ? finite_stats<T, true, true>(x, n, p) : finite_stats<T, true, false>(x, n, p))
+                      : (var ? finite_stats<T, false, true>(x, n, p) : finite_stats<T, false, false>(x, n, p));
+  if (!ok) {
+    p = Partial();
+    any_stats(x, n, p);
+  }
+  return p;
+}
+
+// A plain CPU tensor whose memory this reads: dense, strided, with memory of its own (not a tensor
+// subclass's or a torch.func transform's wrapper), values as they read (no negative view).
+bool readable(const at::Tensor& t) {
+  const auto keys = t.key_set();
+  return t.defined() && t.layout() == at::kStrided && t.device().is_cpu() && t.has_storage() &&
+         !keys.has_any(c10::python_ks) && !keys.has_any(c10::functorch_transforms_ks) && !t.is_neg() &&
+         !t.is_conj();
+}
+
+Partial stats_of_tensor(const at::Tensor& t, int64_t want) {
+  const at::Tensor c = t.is_contiguous() ? t : t.contiguous();
+  return c.scalar_type() == at::kFloat ? stats_of_values(c.const_data_ptr<float>(), c.numel(), want)
+                                       : stats_of_values(c.const_data_ptr<double>(), c.numel(), want);
+}
+
+// partials(tensors, want, out): each tensor's statistics into its row of out ([tensors, 11] float64:
+// count, sum, m2, min, max, sum |x|, m2 of |x|, min |x|, max |x|, sum of squares, non-finite count); an
+// empty tensor's row holds the neutral values (0, 0, 0, inf, -inf, 0, 0, inf, -inf, 0, 0). Other dtypes
+// are read as numpy reduces them: float16/bfloat16 in float32, integers and booleans in float64,
+// complex values as their magnitudes. The abs columns but max |x| are filled where want has kAbs, the
+// squared deviations where it has kVar.
+void partials(at::TensorList tensors, int64_t want, at::Tensor out) {
+  const int64_t n = static_cast<int64_t>(tensors.size());
+  TORCH_CHECK(out.scalar_type() == at::kDouble && out.is_contiguous() && out.device().is_cpu() &&
+                  out.numel() == n * kStats,
+              "smdebug_torch: partials need a contiguous float64 CPU tensor of [tensors, 11]");
+  for (const auto& t : tensors)
+    TORCH_CHECK(readable(t) || (t.defined() && t.device().is_cpu() && t.layout() == at::kStrided &&
+                                !t.key_set().has_any(c10::python_ks) && t.has_storage()),
+                "smdebug_torch: partials of a tensor that is not a plain CPU tensor");
+  double* o = out.data_ptr<double>();
+  for (int64_t k = 0; k < n; ++k) {
+    at::Tensor t = tensors[k];
+    if (t.is_neg() || t.is_conj()) t = t.resolve_conj().resolve_neg();
+    if (t.is_complex()) t = t.abs();
+    if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
+    if (t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble) t = t.to(at::kDouble);
+    const Partial p = stats_of_tensor(t, want);
+    double* row = o + k * kStats;
+    row[0] = p.n, row[1] = p.sum, row[2] = p.m2, row[3] = p.min, row[4] = p.max, row[5] = p.asum;
+    row[6] = p.am2, row[7] = p.amin, row[8] = p.amax, row[9] = p.sumsq, row[10] = p.nonfinite;
+  }
+}
+
+// the reductions, in the order of their codes (code = 2 x index + abs)
+enum Reduction : int64_t { kMin, kMax, kMean, kStd, kVariance, kSum, kL1, kL2, kReductions };
+
+// reduce(tensors, codes, out): each tensor's reductions (codes) into its row of out ([tensors, codes]
+// float64), when every tensor is a non-empty plain CPU tensor and all are float32 or all float64:
+// returns 32 or 64 (the dtype the reductions are stored in), else 0 and computes nothing.
+int64_t reduce(at::TensorList tensors, at::IntArrayRef codes, at::Tensor out) {
+  const int64_t n = static_cast<int64_t>(tensors.size()), m = static_cast<int64_t>(codes.size());
+  TORCH_CHECK(out.scalar_type() == at::kDouble && out.is_contiguous() && out.device().is_cpu() &&
+                  out.numel() == n * m,
+              "smdebug_torch: reductions need a contiguous float64 CPU tensor of [tensors, reductions]");
+  if (n == 0) return 0;
+  const auto dtype = tensors[0].defined() ? tensors[0].scalar_type() : at::kFloat;
+  if (dtype != at::kFloat && dtype != at::kDouble) return 0;
+  for (const auto& t : tensors)
+    if (!readable(t) || t.scalar_type() != dtype || t.numel() == 0) return 0;
+  int64_t want = 0;
+  for (const int64_t code : codes) {
+    TORCH_CHECK(code >= 0 && code < 2 * kReductions, "smdebug_torch: unknown reduction code");
+    const int64_t r = code / 2;
+    if (r == kL1 || (code % 2 && r != kMax && r != kL2)) want |= kAbs;
+    if (r == kStd || r == kVariance) want |= kVar;
+  }
+  double* o = out.data_ptr<double>();
+  for (int64_t k = 0; k < n; ++k) {
+    const Partial p = stats_of_tensor(tensors[k], want);
+    double* row = o + k * m;
+    for (int64_t c = 0; c < m; ++c) {
+      const bool a = codes[c] % 2;
+      switch (codes[c] / 2) {
+        case kMin: row[c] = a ? p.amin : p.min; break;
+        case kMax: row[c] = a ? p.amax : p.max; break;
+        case kMean: row[c] = (a ? p.asum : p.sum) / p.n; break;
+        case kStd: row[c] = std::sqrt((a ? p.am2 : p.m2) / p.n); break;
+        case kVariance: row[c] = (a ? p.am2 : p.m2) / p.n; break;
+        case kSum: row[c] = a ? p.asum : p.sum; break;
+        case kL1: row[c] = p.asum; break;
+        default: row[c] = std::sqrt(p.sumsq); break;
+      }
+    }
+  }
+  return dtype == at::kFloat ? 32 : 64;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(smdebug_torch, m) {
   m.class_<Watch>("HealthWatch")
       .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<int64_t>>())
       .def("fill", &Watch::fill);
+  m.def("partials(Tensor[] tensors, int want, Tensor(a!) out) -> ()", &partials);
+  m.def("reduce(Tensor[] tensors, int[] codes, Tensor(a!) out) -> int", &reduce);
 }
