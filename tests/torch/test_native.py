@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from smdebug_torch import native
 
@@ -46,9 +47,11 @@ NUMPY = {
 
 
 def numpy_of(t: torch.Tensor, reduction: str, absolute: bool) -> float:
+    """numpy's reduction in float64, stored in the tensor's dtype (float32's: inf past its range)."""
     a = t.double().numpy()
     with np.errstate(all="ignore"):
-        return float(NUMPY[reduction](np.abs(a) if absolute else a))
+        found = NUMPY[reduction](np.abs(a) if absolute else a)
+        return float(np.float32(found) if t.dtype == torch.float32 else found)
 
 
 def test_reduce_writes_every_reduction_of_each_tensor_as_numpy_computes_it(loaded):
@@ -122,3 +125,86 @@ def test_partials_of_shards_of_any_dtype(loaded):
 def test_partials_refuse_a_tensor_without_memory_on_the_cpu(loaded):
     with pytest.raises(RuntimeError, match="plain CPU tensor"):
         native.partials([torch.ones(2, device="meta")])
+
+
+# -- the ordinary reductions of a hook, through tensors.reductions / to_host -----------------------------
+PAIRS = [(r, a) for r in native.REDUCTIONS for a in (False, True)]
+
+
+@pytest.mark.usefixtures("reduction_path")
+def test_every_step_reductions_of_weights_and_gradients_equal_numpy(out_dir, monkeypatch, reduction_path):
+    import smdebug.pytorch as smd
+
+    kept = []
+    real = native.reducer()
+    if real is not None:  # the path under test ran: the kernel took every list
+        monkeypatch.setattr(native, "reducer", lambda: lambda *args: kept.append(real(*args)) or kept[-1])
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "biases", "gradients"],
+        reduction_config=smd.ReductionConfig(
+            reductions=["min", "max", "mean", "std", "variance", "sum"],
+            abs_reductions=["min", "max", "mean", "std", "variance", "sum"],
+            norms=["l1", "l2"],
+            abs_norms=["l1", "l2"],
+        ),
+    )
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    seen = []
+    for _ in range(3):
+        weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt.zero_grad()
+        model(torch.randn(4, 5)).square().mean().backward()
+        seen.append((weights, {n: p.grad.clone() for n, p in model.named_parameters()}))
+        opt.step()
+    hook.close()
+    assert (reduction_path == "native") == bool(kept) and set(kept) <= {32}
+    trial = smd.create_trial(out_dir)
+    for step, (weights, grads) in enumerate(seen):
+        for prefix, values in (("Sequential_", weights), ("gradient/Sequential_", grads)):
+            for name, value in values.items():
+                tensor = trial.tensor(prefix + name)
+                for reduction, absolute in PAIRS:
+                    got = tensor.reduction_value(step, reduction, abs=absolute)
+                    assert np.asarray(got).dtype == np.float32
+                    want = numpy_of(value, reduction, absolute)
+                    assert got == pytest.approx(want, rel=1e-5, abs=1e-7), (name, reduction, absolute)
+
+
+def test_results_brought_to_the_host_whole_apart_and_mixed(loaded):
+    from smdebug_torch import tensors
+
+    pairs = [("mean", False), ("max", True), ("l2", False)]
+    a, b, c, d = (torch.randn(4, 3) for _ in range(4))
+    first = tensors.reductions([a, b], pairs)
+    second = tensors.reductions([c, d], pairs)  # the first batch is still pending: another one
+    assert all(type(r) is tensors.HostRow for r in first + second)
+    assert first[0].batch is not second[0].batch
+    wide = tensors.reductions([a.double()], pairs)  # float64
+    half = tensors.reductions([a.half()], pairs)  # float16: torch's calls
+    assert type(half[0]) is tensors.Row
+    expected = [[numpy_of(t, r, x) for r, x in pairs] for t in (a, b, c, d, a, a)]
+
+    whole = tensors.to_host(first + second)
+    assert whole.dtype == np.float32 and whole.shape == (4, 3)
+    np.testing.assert_allclose(whole, expected[:4], rtol=1e-6)
+    again = tensors.reductions([c, a], pairs)  # to_host copied it: the (kept) batch is filled again
+    assert again[0].batch is second[0].batch
+    np.testing.assert_allclose(whole, expected[:4], rtol=1e-6)
+
+    apart = tensors.to_host([again[1], *wide, *half, again[0]])
+    assert [row.dtype for row in apart] == [np.float32, np.float64, np.float32, np.float32]
+    np.testing.assert_allclose(
+        np.array(apart, dtype=np.float64), [expected[i] for i in (4, 4, 5, 2)], rtol=1e-3
+    )
+
+
+def test_a_list_with_an_empty_tensor_is_left_to_torchs_calls(loaded):
+    from smdebug_torch import tensors
+
+    results = tensors.reductions([torch.ones(3), torch.ones(0)], [("max", False)])
+    assert type(results[0]) is tensors.Row and results[1] is None  # (the core: no reduction of it)

@@ -95,6 +95,7 @@ def test_hooks_decline_values_that_are_not_torch_tensors():
     assert plugin.smdebug_reduce(value=[1.0, 2.0], reduction="max", abs=False) is None
 
 
+@pytest.mark.usefixtures("reduction_path")
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("absolute", [False, True], ids=["plain", "abs"])
 @pytest.mark.parametrize(
@@ -115,6 +116,7 @@ def test_reductions_computed_by_torch_equal_numpy(reduction, absolute, dtype):
     assert got == pytest.approx(expected, rel=2e-5 if dtype != torch.float64 else 1e-12, abs=1e-6)
 
 
+@pytest.mark.usefixtures("reduction_path")
 def test_reduction_through_the_plugin_manager_and_edge_cases():
     assert plugins.reduce(torch.tensor([1.0, -5.0, 3.0]), "max", abs=True) == 5.0
     assert plugins.reduce(torch.tensor([[1, 2], [3, 4]], dtype=torch.int8), "mean") == 2.5

@@ -255,6 +255,7 @@ def weights_seen(hook, steps):
     return seen
 
 
+@pytest.mark.usefixtures("reduction_path")
 @pytest.mark.parametrize(
     "config, expected",
     [
@@ -285,6 +286,7 @@ def test_reduction_config_examples(out_dir, config, expected):
             assert tensor.reduction_value(step, name, abs=absolute) == pytest.approx(want, rel=1e-5)
 
 
+@pytest.mark.usefixtures("reduction_path")
 def test_reduction_config_with_raw_tensor(out_dir):
     hook = smd.Hook(
         out_dir=out_dir,
@@ -298,6 +300,7 @@ def test_reduction_config_with_raw_tensor(out_dir):
     assert tensor.reduction_value(1, "l2", abs=True) == pytest.approx(np.linalg.norm(seen[1]))
 
 
+@pytest.mark.usefixtures("reduction_path")
 def test_collection_reduction_config_overrides_the_hook_one(out_dir):
     hook = smd.Hook(
         out_dir=out_dir,

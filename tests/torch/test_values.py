@@ -371,6 +371,7 @@ def record_conversions(monkeypatch) -> list:
     return shapes
 
 
+@pytest.mark.usefixtures("reduction_path")
 def test_reduction_runs_on_the_tensor_device_and_only_scalars_reach_the_host(out_dir, monkeypatch):
     converted = record_conversions(monkeypatch)
     hook = smd.Hook(

@@ -353,7 +353,8 @@ enum Reduction : int64_t { kMin, kMax, kMean, kStd, kVariance, kSum, kL1, kL2, k
 
 // reduce(tensors, codes, out): each tensor's reductions (codes) into its row of out ([tensors, codes]
 // float64), when every tensor is a non-empty plain CPU tensor and all are float32 or all float64:
-// returns 32 or 64 (the dtype the reductions are stored in), else 0 and computes nothing.
+// returns 32 or 64 (the dtype the reductions are stored in: float32's are rounded to float32 here, so
+// the caller's cast is exact), else 0 and computes nothing.
 int64_t reduce(at::TensorList tensors, at::IntArrayRef codes, at::Tensor out) {
   const int64_t n = static_cast<int64_t>(tensors.size()), m = static_cast<int64_t>(codes.size());
   TORCH_CHECK(out.scalar_type() == at::kDouble && out.is_contiguous() && out.device().is_cpu() &&
@@ -387,6 +388,7 @@ int64_t reduce(at::TensorList tensors, at::IntArrayRef codes, at::Tensor out) {
         case kL1: row[c] = p.asum; break;
         default: row[c] = std::sqrt(p.sumsq); break;
       }
+      if (dtype == at::kFloat) row[c] = static_cast<float>(row[c]);
     }
   }
   return dtype == at::kFloat ? 32 : 64;

@@ -1,4 +1,5 @@
-"""Torch tensors to host numpy arrays, and reductions computed on the tensor's own device."""
+"""Torch tensors to host numpy arrays, and reductions computed on the tensor's own device (plain CPU
+float tensors by the native kernel once it is loaded: smdebug_torch.native)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from smdebug_torch import native
 
 # Dtypes numpy cannot hold (or holds badly): saved as float32 so that any reader can use them.
 _UPCAST = {torch.bfloat16}
@@ -170,8 +173,9 @@ def _reduce_rows(m: torch.Tensor, pairs: list[tuple[str, bool]]) -> torch.Tensor
 @_outside_transforms
 def reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
     """Every (reduction, abs) pair of each tensor, computed together on the tensors' devices without
-    waiting for them: tensors of one device, dtype and shape are stacked and reduced by one kernel per
-    reduction. None for a value torch does not reduce (the core then reduces it with numpy)."""
+    waiting for them: non-empty plain CPU float32 (or float64) tensors by the native kernel in one call
+    (but median and prod); else tensors of one device, dtype and shape are stacked and reduced by one
+    kernel per reduction. None for a value torch does not reduce (the core then reduces it with numpy)."""
     for reduction, _ in pairs:
         if reduction not in _ROW_REDUCTIONS:
             raise ValueError(f"unknown reduction {reduction!r}: choose from {', '.join(_ROW_REDUCTIONS)}")
@@ -247,7 +251,70 @@ def _groups(values: list) -> list[tuple[list[int], bool]]:
     return groups + [(members, False) for members in alone.values()]
 
 
+# The native kernel's code of each (reduction, abs) pair it computes (median and prod: torch's calls).
+_CODES = {(r, a): 2 * i + a for i, r in enumerate(native.REDUCTIONS) for a in (False, True)}
+_HOST_DTYPES = {32: np.dtype(np.float32), 64: np.dtype(np.float64)}
+
+
+class HostRow:
+    """A tensor's results computed by the native kernel: row ``index`` of a batch's host matrix."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: _Batch, index: int):
+        self.batch = batch
+        self.index = index
+
+
+class _Batch:
+    """A [tensors, reductions] float64 host matrix the native kernel fills, and a HostRow of each row:
+    kept for lists of the same length and reductions, and filled again once to_host has copied it (a
+    batch still pending is left to its rows; another is made)."""
+
+    __slots__ = ("codes", "out", "host", "rows", "dtype", "pending")
+
+    def __init__(self, count: int, codes: list[int]):
+        self.codes = codes
+        self.out = torch.empty(count, len(codes), dtype=torch.float64)
+        self.host = self.out.numpy()
+        self.rows = [HostRow(self, i) for i in range(count)]
+        self.dtype = _HOST_DTYPES[64]  # the reductions' dtype: their tensors'
+        self.pending = False
+
+
+_batches: dict[tuple, _Batch] = {}
+
+
+def _native(values: list, pairs: list[tuple[str, bool]]) -> list[HostRow] | None:
+    """The reductions of a list of non-empty plain CPU float32 (or float64) tensors by the native kernel,
+    in one call and one reading of each tensor; None when it is not loaded or does not take them."""
+    reduce = native.reducer()
+    if reduce is None:
+        return None
+    key = (len(values), *pairs)
+    batch = _batches.get(key)
+    if batch is None or batch.pending:
+        codes = [_CODES.get(pair) for pair in pairs]
+        if not values or None in codes:
+            return None
+        if len(_batches) >= PLANS:
+            _batches.clear()
+        batch = _batches[key] = _Batch(len(values), codes)
+    try:
+        bits = reduce(values, batch.codes, batch.out)
+    except (RuntimeError, TypeError):  # e.g. a value that is not a tensor: torch's calls say
+        return None
+    if not bits:
+        return None
+    batch.dtype = _HOST_DTYPES[bits]
+    batch.pending = True
+    return batch.rows[:]
+
+
 def _reductions(values: list, pairs: list[tuple[str, bool]]) -> list[Row | None]:
+    found = _native(values, pairs)
+    if found is not None:
+        return found
     dtypes = tuple(map(_dtype_of, values)) if _PLAIN_TYPES.issuperset(map(type, values)) else None
     if dtypes and _PLAIN_FLOATS.issuperset(dtypes) and set(map(_layout_of, values)) == {torch.strided}:
         devices = tuple(map(_device_of, values))
@@ -345,8 +412,51 @@ _index_of = operator.attrgetter("index")
 def to_host(results: list) -> list[np.ndarray] | np.ndarray | None:
     """The step's results on the host: one transfer per device and dtype for all of them. When all
     have the same device, dtype and reductions, a [results, reductions] array (its rows are the results)."""
-    if set(map(type, results)) != {Row}:
+    if results and type(results[0]) is HostRow:
+        joined = _batches_joined(results)
+        if joined is not None:
+            return joined
+    kinds = set(map(type, results))
+    if kinds == {Row}:
+        return _rows_to_host(results)
+    if not kinds <= {Row, HostRow}:
         return None
+    host: list = [None] * len(results)  # a mixture (or rows taken apart): each result's own row
+    device = [k for k, r in enumerate(results) if type(r) is Row]
+    if device:
+        for k, row in zip(device, _rows_to_host([results[k] for k in device])):
+            host[k] = row
+    for k, r in enumerate(results):
+        if type(r) is HostRow:
+            host[k] = r.batch.host[r.index].astype(r.batch.dtype)
+            r.batch.pending = False
+    return host
+
+
+def _batches_joined(results: list) -> np.ndarray | None:
+    """The results as one host array (a copy: the batches are free to be filled again) when they are
+    whole batches of native rows, in order, of one dtype (a step's common case); else None."""
+    batches, start, total = [], 0, len(results)
+    while start < total:
+        first = results[start]
+        if type(first) is not HostRow:
+            return None
+        rows = first.batch.rows
+        if first is not rows[0] or results[start : start + len(rows)] != rows:
+            return None
+        batches.append(first.batch)
+        start += len(rows)
+    dtype = batches[0].dtype
+    if any(b.dtype is not dtype for b in batches):
+        return None
+    joined = batches[0].host.astype(dtype) if len(batches) == 1 else np.concatenate([b.host for b in batches])
+    for b in batches:
+        b.pending = False
+    return joined.astype(dtype, copy=False)
+
+
+def _rows_to_host(results: list) -> list[np.ndarray] | np.ndarray:
+    """to_host of device rows (Row) alone."""
     found = list(map(_matrix_of, results))
     matrices = dict(zip(map(id, found), found))  # each matrix once, in order
     if len({(m.device, m.dtype, m.shape[1]) for m in matrices.values()}) == 1:
