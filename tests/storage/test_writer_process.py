@@ -85,6 +85,24 @@ def test_a_local_run_is_written_by_a_process_of_its_own_and_reads_as_the_thread_
     assert process_run["values"]["names", 3] == ["a", "bé", "raw"]
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's scheduling policies")
+def test_the_writer_process_and_its_threads_are_scheduled_as_a_batch_process(tmp_path):
+    """Each step's message wakes the child: as a batch process it does not preempt the training thread."""
+    policies = []
+
+    def look(hook, step):
+        wait_for_the_child(hook, step)
+        if step == 8:  # the child writes steps: its encoder and publisher threads exist
+            assert hook.wait_for_writer(60)
+            pid = hook._writer._proc.pid
+            policies.extend(os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{pid}/task"))
+
+    hook = train(str(tmp_path / "run"), between=look)
+    assert hook._writer.written_steps == list(range(STEPS))
+    assert len(policies) >= 3 and set(policies) == {os.SCHED_BATCH}
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH  # training keeps its own
+
+
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared memory is Linux's memfd")
 @pytest.mark.parametrize("ring_bytes", [64 + 100, 64 + 2048, process_writer.RING_BYTES])
 def test_the_arrays_bytes_reach_the_writer_process_through_shared_memory_or_the_pipe(

@@ -34,6 +34,20 @@ if hasattr(os, "register_at_fork"):  # (where it is missing, there is no fork ei
     os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 
+def _batch_scheduling(pid: int) -> None:
+    """Have the child (it waits for its start message: its threads, made later, inherit this) scheduled as
+    a batch process. Each step's message wakes it, and a woken normal process preempts the training
+    thread on its core (Linux's wakeup preemption: the write then takes ~1 ms instead of ~20 µs); a batch
+    one waits for a free core or the end of the running slice. Its share of the CPU is unchanged."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None:  # not Linux
+        return
+    try:
+        os.sched_setscheduler(pid, policy, os.sched_param(0))
+    except OSError:  # (a sandbox may forbid it): scheduled as before
+        pass
+
+
 class ChildLink:
     """ProcessWriter's child process; the start message uses the writer's uri, worker, queue bound,
     close timeout and claim token."""
@@ -97,6 +111,7 @@ class ChildLink:
             fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_BYTES)
         except OSError:
             pass
+        _batch_scheduling(self._proc.pid)
         threading.Thread(
             target=self._listen, name=f"smdebug-writer-replies-{self.worker}", daemon=True
         ).start()
