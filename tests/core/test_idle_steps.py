@@ -29,6 +29,18 @@ def test_next_save_step_is_the_first_step_should_save_step_accepts(interval, sta
         assert cfg.next_save_step(step) == expected, step
 
 
+@pytest.mark.parametrize("interval", [1, 3])
+@pytest.mark.parametrize("start, end", [(0, None), (5, None), (4, 20), (0, 0)])
+@pytest.mark.parametrize("save_steps", [[], [2, 11, 20, 21, 40], [0, 1]])
+def test_saves_until_never_passes_a_step_not_saved(interval, start, end, save_steps):
+    # the hook takes the due collections of a saved step as those of the following steps until then
+    cfg = SaveConfigMode(save_interval=interval, start_step=start, end_step=end, save_steps=save_steps)
+    for step in (s for s in range(50) if cfg.should_save_step(s)):
+        until = cfg.saves_until(step)
+        assert until is None or until > step
+        assert all(cfg.should_save_step(s) for s in range(step, 200 if until is None else until)), step
+
+
 def train(hook, steps, on_step=None):
     """A plugin's loop: a step starts idle when it can, and saves "w" (its global step) when due."""
     for i in range(steps):
@@ -96,6 +108,28 @@ def test_a_save_configuration_edited_between_idle_steps_takes_effect_at_the_next
     train(hook, 12, on_step=lambda i: i == 5 and EDITS[edit](hook))
     assert 7 in saved_steps(tmp_path)
     assert saved_steps(tmp_path)[:2] == [0, 3]
+
+
+STOPS = {
+    "end_step set": lambda h: setattr(
+        h.get_collection("weights").save_config.get_save_config(modes.GLOBAL), "end_step", 7
+    ),
+    "collection's config replaced": lambda h: setattr(
+        h.get_collection("weights"), "save_config", smdebug.SaveConfig(save_steps=[7], start_step=10**6)
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", STOPS)
+def test_a_save_configuration_edited_while_every_step_saves_takes_effect_at_the_next_step(tmp_path, edit):
+    hook = make_hook(tmp_path, save_config=smdebug.SaveConfig(save_interval=1))
+    asked = []  # the steps where the collections' save configurations were asked
+    original = hook._included
+    hook._included = lambda: asked.append(hook.step) or original()
+    train(hook, 12, on_step=lambda i: i == 5 and STOPS[edit](hook))
+    assert saved_steps(tmp_path) == ([0, 1, 2, 3, 4, 5, 6] if edit == "end_step set" else [0, 1, 2, 3, 4, 7])
+    # asked again only once something changed (the edit, before step 5 begins)
+    assert 0 in asked and 5 in asked and not {1, 2, 3, 4} & set(asked)
 
 
 def test_a_collection_included_between_idle_steps_is_saved_at_its_steps(tmp_path):

@@ -251,6 +251,15 @@ class SaveConfigMode(ConfigModel):
             found.append(first)
         return min(found, default=None)
 
+    def saves_until(self, step: int) -> int | None:
+        """After a step it saves: the first later step it does not save, or an earlier one (None: it saves
+        every later step)."""
+        in_range = self.start_step <= step and (self.end_step is None or step < self.end_step)
+        after = self.end_step if self.save_interval == 1 and in_range else step + 1
+        while after is not None and after in self.save_steps:
+            after += 1
+        return after
+
     def to_json_dict(self) -> dict:
         return {
             "save_interval": self.save_interval,

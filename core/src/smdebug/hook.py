@@ -202,9 +202,9 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         self.mode_steps: dict[ModeKeys, int] = {ModeKeys.GLOBAL: -1}
         self._in_step = False
         self._due: frozenset[Collection] = frozenset()
-        # (edits, mode, first, end): nothing is due at the mode's steps first..end-1 while the save
-        # configurations and collections stay as they were, so those steps skip _collections_due
-        self._idle: tuple = ()
+        # (edits, mode, first, end, due): the collections due at the mode's steps first..end-1 while the
+        # save configurations and collections stay as they were (those steps skip asking them again)
+        self._span: tuple = ()
         self._saved_now = False  # save_scalar/save_tensor wrote into the current step
         self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
         # reductions started this step, not yet on the host: the plugins' results and their names

@@ -74,7 +74,7 @@ class DuePlanning:
     def _forget_matches(self) -> None:
         self._colls_of.clear()
         self._any_due.clear()
-        self._idle = ()
+        self._span = ()
         self.collections_version += 1
 
     def _include(self, name: str) -> None:
@@ -124,21 +124,30 @@ class DuePlanning:
 
     def _collections_due(self) -> frozenset[Collection]:
         mode, step = self.mode, self.mode_step
+        span = self._span
+        if span and span[0] == edits[0] and span[1] is mode and span[2] <= step < span[3]:
+            return span[4]  # (every step of a save_interval=1 run: no configuration asked again)
         skipped = self.train_only_collections if mode in (ModeKeys.EVAL, ModeKeys.PREDICT) else ()
         configs = [
             (c, c.save_config.get_save_config(mode)) for c in self._included() if c.name not in skipped
         ]
         due = frozenset(c for c, cfg in configs if cfg.should_save_step(step))
-        if not due:
-            later = [n for n in (cfg.next_save_step(step + 1) for _, cfg in configs) if n is not None]
-            end = min(later, default=float("inf"))
-            self._idle = (edits[0], mode, step, end)
+        # the following steps where the same collections are due: until the first config changes its answer
+        changes = (cfg.saves_until(step) if c in due else cfg.next_save_step(step + 1) for c, cfg in configs)
+        end = min((n for n in changes if n is not None), default=float("inf"))
+        self._span = (edits[0], mode, step, end, due)
         return due
 
     def _idle_at(self, mode_step: int) -> bool:
-        """Whether this mode step is one of the idle steps _collections_due found last, nothing changed."""
-        idle = self._idle
-        return bool(idle) and idle[0] == edits[0] and idle[1] is self.mode and idle[2] <= mode_step < idle[3]
+        """Whether nothing is due at this mode step, as _collections_due found last, nothing changed."""
+        span = self._span
+        return (
+            bool(span)
+            and not span[4]
+            and span[0] == edits[0]
+            and span[1] is self.mode
+            and span[2] <= mode_step < span[3]
+        )
 
     # -- a tensor's plan ----------------------------------------------------------------------------
     def _due_plan(self, name: str, value: Any) -> tuple | None:
