@@ -210,6 +210,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         # reductions started this step, not yet on the host: the plugins' results and their names
         self._pending: list[Any] = []
         self._pending_names: list[list[list[str]]] = []  # per block: each result's reduction names
+        self._joined_names: tuple[list, list] = ([], [])  # the last step's blocks, and their names joined
         # (step, the reductions' names it wrote): the health recorder does not write them again
         self._reduced: tuple[int, list[list[str]]] = (-1, [])
         self._bulk_plans: dict[int, tuple] = {}  # id(names) -> save_many_for_step's plan (hook_capture)

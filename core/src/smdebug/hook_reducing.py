@@ -5,6 +5,7 @@ results brought to the host together and queued for writing at its end."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -103,8 +104,15 @@ class HookReducing:
             return
         pending, self._pending = self._pending, []
         chunks, self._pending_names = self._pending_names, []
-        # one block's names alone: the same lists at every step (the writers know them by identity)
-        names = chunks[0] if len(chunks) == 1 else [some for chunk in chunks for some in chunk]
+        # the same lists at every step, the writers know them by identity: one block's alone, or the
+        # blocks' joined as at the last step when the blocks are the same lists (the weights', the gradients')
+        if len(chunks) == 1:
+            names = chunks[0]
+        else:
+            last, names = self._joined_names
+            if len(last) != len(chunks) or not all(map(operator.is_, last, chunks)):
+                names = [some for chunk in chunks for some in chunk]
+                self._joined_names = (chunks, names)  # holding the blocks keeps their ids their own
         try:
             rows = plugins.to_host(pending)
         except Exception as exc:  # the step's reductions are lost: each is recorded in the run
