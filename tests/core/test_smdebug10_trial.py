@@ -338,3 +338,46 @@ def test_a_step_only_some_workers_have_written_yet_reads_theirs(tmp_path):
     runs[1].step(1, w=np.full(2, 11, np.float32))  # worker_1 catches up: the step is complete
     assert trial.steps() == [0, 1] and w.workers(1) == ["worker_0", "worker_1"]
     assert w.value(1, worker="worker_1").tolist() == [11.0, 11.0]
+
+
+def test_shapes_by_step_and_a_shape_never_saved_is_tensor_unavailable_for_step(tmp_path):
+    """smdebug's analysis documentation: ``shapes(mode, worker)`` gives every step's shape
+    (``dict[int -> tuple(int)]``), and ``shape(step)`` raises TensorUnavailableForStep when neither the shape
+    nor the value was saved (smdebug 1.0.34's ShapeUnavailableForStep, which therefore is one)."""
+    from smdebug.exceptions import InvalidWorker, ShapeUnavailableForStep
+
+    run = Run(tmp_path / "run")
+    run.step(0, w=np.zeros((2, 3), np.float32))
+    run.step(1, ModeKeys.EVAL, 0, w=np.zeros(4, np.float32))
+    run.writer.write_tensor(2, ModeKeys.TRAIN, 1, "smdebug/reductions/max/v", np.array(3.0, np.float32))
+    run.step(2, w=np.zeros((5,), np.float32))
+    run.end()
+    trial = create_trial(run.path)
+    w = trial.tensor("w")
+    assert w.shapes() == {0: (2, 3), 1: (4,), 2: (5,)}
+    assert w.shapes(mode=ModeKeys.TRAIN) == {0: (2, 3), 1: (5,)}
+    assert w.shapes(mode=ModeKeys.EVAL, worker="worker_0") == {0: (4,)}
+    with pytest.raises(InvalidWorker):
+        w.shapes(worker="worker_3")
+    with pytest.raises(TensorUnavailableForStep) as caught:
+        trial.tensor("v").shape(2)  # reductions only, no shape
+    assert isinstance(caught.value, ShapeUnavailableForStep) and caught.value.step == 2
+    assert str(caught.value) == "Shape for tensor v is not available for step 2 with mode GLOBAL"
+
+
+def test_values_of_a_worker_are_the_steps_it_saved(tmp_path):
+    """``values(worker=...)`` and ``shapes(worker=...)`` give what that worker saved, by step (the
+    documentation's "value of the tensor from a specific worker"): a finished run whose worker_1 saved
+    fewer steps gave InvalidWorker for worker_1, as smdebug 1.0.34 does."""
+    runs = [Run(tmp_path / "run", worker=f"worker_{i}", num_workers=2) for i in range(2)]
+    for step in range(3):
+        for i, run in enumerate(runs):
+            if i == 0 or step < 2:
+                run.step(step, w=np.full(2, 10 * i + step, np.float32))
+    runs[1].writer.close()
+    runs[0].end()
+    w = create_trial(str(tmp_path / "run")).tensor("w")
+    assert w.steps() == [0, 1, 2]
+    assert {s: v.tolist() for s, v in w.values(worker="worker_1").items()} == {0: [10, 10], 1: [11, 11]}
+    assert sorted(w.values(worker="worker_0")) == [0, 1, 2] and sorted(w.values()) == [0, 1, 2]
+    assert w.shapes(worker="worker_1") == {0: (2,), 1: (2,)}

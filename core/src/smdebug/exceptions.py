@@ -111,10 +111,12 @@ class CorruptTensorRecord(TensorUnavailableForStep, CorruptRunError):
         return f"Value for tensor {self.tname} at step {self.step} with mode {_name(self.mode)} is unreadable: {self.reason}"
 
 
-class ShapeUnavailableForStep(SMDebugError):
+class ShapeUnavailableForStep(TensorUnavailableForStep):
+    """Neither the shape nor the value was saved: a TensorUnavailableForStep, which smdebug's analysis
+    documentation says ``shape()`` raises then (and rules pass over)."""
+
     def __init__(self, tname, step, mode=ModeKeys.GLOBAL):
         super().__init__(tname, step, mode)
-        self.tname, self.step, self.mode = tname, step, mode
 
     def __str__(self):
         return f"Shape for tensor {self.tname} is not available for step {self.step} with mode {_name(self.mode)}"

@@ -235,12 +235,23 @@ class Tensor:
         return full
 
     def values(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
-        """Every saved value by step; a damaged one is left out (and reported once, with file and offset)."""
+        """Every saved value by step (``worker``'s: the steps it saved); a damaged one is left out (and
+        reported once, with file and offset)."""
+        return self._by_step(self.value, mode, worker)
+
+    def shapes(self, mode=ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, tuple]:
+        """Every saved step's shape, as ``values()`` gives the values (smdebug's analysis documentation)."""
+        return self._by_step(self.shape, mode, worker)
+
+    def _by_step(self, read, mode, worker) -> dict:
+        workers = self.trial.workers()
+        if worker is not None and worker not in workers and worker_from_file_name(str(worker)) not in workers:
+            raise InvalidWorker(worker)
         out = {}
         for s in self.steps(mode=mode):
             try:
-                out[s] = self.value(s, mode=mode, worker=worker)
-            except CorruptTensorRecord:
+                out[s] = read(s, mode=mode, worker=worker)
+            except (CorruptTensorRecord, InvalidWorker):  # damaged, or a step that worker did not save
                 continue
         return out
 
