@@ -192,9 +192,11 @@ def test_results_brought_to_the_host_whole_apart_and_mixed(loaded):
     whole = tensors.to_host(first + second)
     assert whole.dtype == np.float32 and whole.shape == (4, 3)
     np.testing.assert_allclose(whole, expected[:4], rtol=1e-6)
-    again = tensors.reductions([c, a], pairs)  # to_host copied it: the (kept) batch is filled again
-    assert again[0].batch is second[0].batch
+    again = tensors.reductions([c, a], pairs)  # to_host copied them: the kept batches are filled again
+    other = tensors.reductions([b, d], pairs)  # (a step's weights, then its gradients: no new batch)
+    assert (again[0].batch, other[0].batch) == (first[0].batch, second[0].batch)
     np.testing.assert_allclose(whole, expected[:4], rtol=1e-6)
+    tensors.to_host(other)
 
     apart = tensors.to_host([again[1], *wide, *half, again[0]])
     assert [row.dtype for row in apart] == [np.float32, np.float64, np.float32, np.float32]

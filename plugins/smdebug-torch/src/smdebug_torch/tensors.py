@@ -268,8 +268,9 @@ class HostRow:
 
 class _Batch:
     """A [tensors, reductions] float64 host matrix the native kernel fills, and a HostRow of each row:
-    kept for lists of the same length and reductions, and filled again once to_host has copied it (a
-    batch still pending is left to its rows; another is made)."""
+    kept for lists of the same length and reductions (a few: a step's weights and gradients may be
+    two such lists), and filled again once to_host has copied it (one still pending is left to its
+    rows)."""
 
     __slots__ = ("codes", "out", "host", "rows", "dtype", "pending")
 
@@ -282,7 +283,8 @@ class _Batch:
         self.pending = False
 
 
-_batches: dict[tuple, _Batch] = {}
+_batches: dict[tuple, list[_Batch]] = {}
+BATCHES = 4  # kept of one length and reductions
 
 
 def _native(values: list, pairs: list[tuple[str, bool]]) -> list[HostRow] | None:
@@ -292,22 +294,30 @@ def _native(values: list, pairs: list[tuple[str, bool]]) -> list[HostRow] | None
     if reduce is None:
         return None
     key = (len(values), *pairs)
-    batch = _batches.get(key)
-    if batch is None or batch.pending:
+    kept = _batches.get(key, ())
+    for batch in kept:
+        if not batch.pending:
+            break
+    else:
         codes = [_CODES.get(pair) for pair in pairs]
         if not values or None in codes:
             return None
-        if len(_batches) >= PLANS:
-            _batches.clear()
-        batch = _batches[key] = _Batch(len(values), codes)
+        batch = _Batch(len(values), codes)
+        if not kept:
+            if len(_batches) >= PLANS:
+                _batches.clear()
+            kept = _batches[key] = []
+        if len(kept) < BATCHES:
+            kept.append(batch)
+    batch.pending = True  # (at once: the kernel runs without the GIL, another thread takes another batch)
     try:
         bits = reduce(values, batch.codes, batch.out)
     except (RuntimeError, TypeError):  # e.g. a value that is not a tensor: torch's calls say
-        return None
+        bits = 0
     if not bits:
+        batch.pending = False
         return None
     batch.dtype = _HOST_DTYPES[bits]
-    batch.pending = True
     return batch.rows[:]
 
 
