@@ -22,6 +22,9 @@ _BULK_PLANS = 64  # save_many_for_step's plans kept (a plugin passes the same fe
 class HookCapture:
     """BaseHook's capture of tensors; it uses the hook's plans, reductions and writer."""
 
+    # save_computed's last (tensors and their reductions, the lists of their reduction names)
+    _computed: tuple[list, list[list[str]]] = ([], [])
+
     def save_for_step(self, name: str, value: Any) -> bool:
         """Save a tensor seen by the framework if one of its collections is due now; True if saved.
         The name is recorded in its collections, so the run's collections file lists it."""
@@ -85,14 +88,19 @@ class HookCapture:
             return
         for name, value in (values or {}).items():
             self._write_planned(name, value, ((), [], True, False))
-        names, rows = [], []
-        for name, results in (reductions or {}).items():
-            if results:
-                names.append([reduction_tensor_name(name, r, a) for r, a in results])
-                rows.append(np.array(list(results.values())))
-        if rows:
-            with self.guard("save reductions"):
-                self._write_reductions(names, rows)
+        found = [(name, results) for name, results in (reductions or {}).items() if results]
+        if not found:
+            return
+        key = [(name, tuple(results)) for name, results in found]
+        if key != self._computed[0]:
+            names = [[reduction_tensor_name(name, r, a) for r, a in results] for name, results in found]
+            self._computed = (key, names)
+        # the same tensors and reductions as the last time (every step, for a plugin): the same lists,
+        # which the writer knows (they cross to a writer process by number, and encode from a template)
+        names = self._computed[1]
+        rows = [np.array(list(results.values())) for _, results in found]
+        with self.guard("save reductions"):
+            self._write_reductions(names, rows)
 
     def record_placement(self, name: str, placement: Mapping[str, Any]) -> None:
         """Record where this worker's saved value of ``name`` lies in the full tensor it is a shard of

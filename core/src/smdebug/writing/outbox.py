@@ -134,6 +134,7 @@ class Outbox:
         self._outbox: collections.deque = collections.deque()
         self._outbox_memory = 0
         self._publishing = None  # the publication being sent right now
+        self._room_waiters = 0  # threads waiting for what the writer holds to go down
         self._failing = False  # the last attempt failed: the outbox waits for a retry
         self._retry_at = 0.0
         self._backoff = RETRY_FIRST
@@ -227,7 +228,7 @@ class Outbox:
                 and not (self._failing or self._abandoned or self._draining_over())
                 and self._publisher.is_alive()
             ):
-                self._lock.wait(0.5)
+                self._wait_for_room(0.5)
             failing = self._failing
         keep = counted  # what its staged file counts: none once on disk
         if failing:  # waiting steps go to local disk (before the publisher can see them)
@@ -245,7 +246,26 @@ class Outbox:
             self._held += pub.memory - counted
             self._outbox_memory += pub.memory
             self._outbox.append(pub)
-            self._lock.notify_all()
+            # A local store's step with nothing before it is sent by this thread itself: waking the
+            # publisher for a rename and an index write cost more CPU than they do (two thread hand-offs
+            # a step, in a writer process that shares the cores with training).
+            inline = self.store.is_local and self._outbox[0] is pub and self._publishing is None
+            inline = inline and not self._failing and self._drain_deadline is None
+            if inline:
+                self._publishing = pub
+            else:
+                self._lock.notify_all()
+        if inline:
+            self._send(pub)
+
+    def _wait_for_room(self, timeout: float | None = None) -> None:
+        """Wait (holding _lock) until what the writer holds may have gone down: ``_count`` wakes only
+        the threads waiting here for that, and only when some are."""
+        self._room_waiters += 1
+        try:
+            self._lock.wait(timeout)
+        finally:
+            self._room_waiters -= 1
 
     def _parked(self) -> int:
         """What steps waiting for a failing store hold (their objects): training never waits on it."""
@@ -256,7 +276,8 @@ class Outbox:
         if nbytes:
             with self._lock:
                 self._held += nbytes
-                self._lock.notify_all()
+                if nbytes < 0 and self._room_waiters:
+                    self._lock.notify_all()
 
     def _spill_waiting(self) -> None:
         """The store fails: the steps waiting for it go to local disk, keeping only their objects in
@@ -283,21 +304,25 @@ class Outbox:
             pub = self._next()
             if pub is None:
                 break
-            # an upload holds the file's bytes (and the client's copy) while it is in flight: beyond
-            # what the step counts, when it waited on disk for a failing store
-            flight = 0
-            if not self.store.is_local and isinstance(pub, Publication):
-                flight = max(0, pub.sending() - pub.memory)
-            self._count(flight)
-            try:
-                pub.publish(self.store)
-            except Exception as exc:
-                self._count(-flight)
-                self._attempt_failed(pub, exc)
-            else:
-                self._count(-flight)
-                self._attempt_succeeded(pub)
+            self._send(pub)
         self._finish_close()
+
+    def _send(self, pub) -> None:
+        """Publish ``pub``, the outbox's first (``_publishing``), and note how that went."""
+        # an upload holds the file's bytes (and the client's copy) while it is in flight: beyond what
+        # the step counts, when it waited on disk for a failing store
+        flight = 0
+        if not self.store.is_local and isinstance(pub, Publication):
+            flight = max(0, pub.sending() - pub.memory)
+        self._count(flight)
+        try:
+            pub.publish(self.store)
+        except Exception as exc:
+            self._count(-flight)
+            self._attempt_failed(pub, exc)
+        else:
+            self._count(-flight)
+            self._attempt_succeeded(pub)
 
     def _next(self):
         """The publication to send now (waiting out the backoff of a failing store); None to stop."""
@@ -311,10 +336,12 @@ class Outbox:
                 draining = self._drain_deadline is not None and self._encoded_all
                 if draining and (not self._outbox or now >= self._drain_deadline):
                     return None
-                if self._outbox and (not self._failing or now >= self._retry_at):
+                # (a step the encoder thread is sending itself is _publishing: waited for)
+                waiting = self._outbox and self._publishing is None
+                if waiting and (not self._failing or now >= self._retry_at):
                     self._publishing = self._outbox[0]
                     return self._publishing
-                timeout = self._retry_at - now if self._outbox else None
+                timeout = self._retry_at - now if waiting else None
                 if self._drain_deadline is not None:
                     left = self._drain_deadline - now
                     timeout = left if timeout is None else min(timeout, left)

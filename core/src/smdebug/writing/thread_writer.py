@@ -166,7 +166,7 @@ class RunWriter(Outbox):
             while self._held > self._parked() and self._held + nbytes > self._limit:
                 if self._batch:
                     self._send_batch()  # the encoder frees room only for what it has been given
-                self._lock.wait()
+                self._wait_for_room()
             self._held += nbytes
 
     def _send_batch(self) -> None:
