@@ -6,7 +6,24 @@ import pytest
 import torch
 
 from smdebug.reductions import numpy_reduction
-from smdebug_torch.sharded import combine, needed, partials
+from smdebug_torch import native
+from smdebug_torch.sharded import (
+    _EMPTY,
+    AM2,
+    AMAX,
+    AMIN,
+    ASUM,
+    M2,
+    MAX,
+    MIN,
+    NONFINITE,
+    SUM,
+    SUMSQ,
+    N,
+    combine,
+    needed,
+    partials,
+)
 
 PAIRS = [
     (r, a)
@@ -56,3 +73,70 @@ def test_only_the_reductions_asked_are_combined_from_only_the_statistics_they_ne
     for pair in asked:
         expected = numpy_reduction(whole.numpy(), *pair)
         assert combined[pair][0] == pytest.approx(expected, rel=1e-9, abs=1e-12), pair
+
+
+def kernel_loaded() -> None:
+    if not native.wait(timeout=600):
+        pytest.skip("the native kernel could not be built here (no C++ compiler?)")
+
+
+def mixed_shards() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return [
+        torch.randn(64, 33, generator=g),
+        torch.randn(9, 7, generator=g).t(),  # strided
+        torch.empty(0),  # a rank's shard of a small tensor
+        torch.tensor([1.0, float("nan"), -3.0]),
+        torch.tensor([float("inf"), 2.0]),
+        torch.full((4,), -3e30),  # squares overflow float32
+        torch.randn(20000, generator=g) * 0.01 + 1e3,
+        torch.randn(33, generator=g).double(),
+        torch.tensor([3, -4, 0], dtype=torch.int32),
+        torch.randn(6, generator=g).to(torch.bfloat16),
+    ]
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        [("l2", False)],
+        [("mean", False), ("max", False), ("l2", False)],
+        [("std", False), ("l1", False)],
+        [("min", True), ("variance", True), ("mean", True)],
+    ],
+)
+def test_the_native_kernel_gives_the_partials_numpy_gives(asked, monkeypatch):
+    kernel_loaded()
+    shards, stats = mixed_shards(), needed(asked)
+    calls = []
+    kernel = native.partials
+    monkeypatch.setattr(native, "partials", lambda *a: calls.append(1) or kernel(*a))
+    fast = partials(shards, stats).numpy()
+    assert calls, "the kernel was not used"
+    whole = shards[0]  # and so the full tensor's reductions, from uneven shards of it
+    rows = partials([whole[:40], whole[40:], whole[:0]], stats).numpy()[:, None, :]
+    for pair in asked:
+        expected = numpy_reduction(whole.double().numpy(), *pair)
+        assert combine(rows, asked)[pair][0] == pytest.approx(expected, rel=1e-6), pair
+    for shard, row in zip(shards, fast):  # as numpy computes them in float64
+        a = shard.double().numpy().ravel()
+        if not a.size:
+            assert row.tolist() == list(_EMPTY)
+            continue
+        with np.errstate(all="ignore"):
+            want = {N: a.size, SUM: a.sum(), M2: a.var() * a.size, MIN: a.min(), MAX: a.max()}
+            m = np.abs(a)
+            want.update({ASUM: m.sum(), AM2: m.var() * a.size, AMIN: m.min(), AMAX: m.max()})
+            want.update({SUMSQ: (a * a).sum(), NONFINITE: (~np.isfinite(a)).sum()})
+        for column in stats:
+            assert row[column] == pytest.approx(want[column], rel=1e-6, nan_ok=True), (shard, column)
+
+
+def test_a_product_or_a_shard_the_kernel_cannot_read_is_computed_by_torch(monkeypatch):
+    kernel_loaded()
+    whole = torch.randn(12, dtype=torch.float64)
+    prod = combine(partials([whole[:5], whole[5:]], needed([("prod", False)])).numpy()[:, None, :])
+    assert prod[("prod", False)][0] == pytest.approx(float(whole.prod()), rel=1e-9)
+    sparse = torch.tensor([[0.0, 2.0], [3.0, 0.0]]).to_sparse()  # the kernel refuses it
+    l2 = combine(partials([sparse, torch.ones(3)], needed([("l2", False)])).numpy()[:, None, :])
+    assert l2[("l2", False)][0] == pytest.approx(4.0)  # sqrt(4 + 9 + 3)

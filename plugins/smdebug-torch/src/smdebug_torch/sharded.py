@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from smdebug_torch import native
 from smdebug_torch.tensors import _median_rows, _prepared
 
 if TYPE_CHECKING:
@@ -209,12 +210,16 @@ def partials(
     shards: list[torch.Tensor], stats: set[int] = _ALL, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The partial statistics of each shard, a [shards, 13] float64 host matrix (or written into ``out``,
-    one): only ``stats`` (the others keep the neutral values of an empty shard), computed where the shards
-    live by a few batched calls for all of them (torch's foreach kernels where they exist), then one stack
-    of the results and one transfer to the host per device and dtype; the rest in numpy, on the host."""
+    one): at least ``stats`` (the others keep the neutral values of an empty shard). CPU shards are read
+    once each, by the native kernel (smdebug_torch.native) in one call, once it is loaded and unless a
+    product is asked (it has none); else they are computed where the shards live by a few batched calls
+    for all of them (torch's foreach kernels where they exist), then one stack of the results and one
+    transfer to the host per device and dtype; the rest in numpy, on the host."""
     if out is None:
         out = torch.tensor([_EMPTY] * len(shards), dtype=torch.float64)
     host = out.numpy()
+    if not stats & {PROD, APROD} and _native_partials(shards, stats, host):
+        return out
     groups: dict = {}
     for i, shard in enumerate(shards):
         t = _prepared(shard.detach())
@@ -230,6 +235,39 @@ def partials(
                 block[k, NONFINITE] = float((~torch.isfinite(ts[k])).sum())
         host[rows] = block
     return out
+
+
+# the native kernel's columns (native.STATS), always computed, and those it computes when asked (ABS, M2)
+# -> this module's columns
+_NATIVE_ALWAYS = {0: N, 1: SUM, 3: MIN, 4: MAX, 8: AMAX, 9: SUMSQ, 10: NONFINITE}
+_NATIVE_ABS = {5: ASUM, 7: AMIN}
+_NATIVE_M2 = {2: M2}
+_NATIVE_ABS_M2 = {6: AM2}
+_native_columns: dict[int, tuple[list[int], list[int]]] = {}  # want -> (native's, this module's)
+
+
+def _native_partials(shards: list[torch.Tensor], stats: set[int], host: np.ndarray) -> bool:
+    """The shards' partial statistics by the native kernel into ``host``; False when it is not loaded
+    (it starts loading at the first call) or does not take every shard (one not on the CPU)."""
+    want = (native.ABS if stats & {ASUM, AMIN, AM2} else 0) | (native.M2 if stats & {M2, AM2} else 0)
+    try:
+        found = native.partials(shards, want)
+    except RuntimeError:  # a shard the kernel does not read (another device): torch's calls
+        return False
+    if found is None:
+        return False
+    columns = _native_columns.get(want)
+    if columns is None:
+        pairs = dict(_NATIVE_ALWAYS)
+        if want & native.ABS:
+            pairs.update(_NATIVE_ABS)
+        if want & native.M2:
+            pairs.update(_NATIVE_M2)
+        if want == native.ABS | native.M2:
+            pairs.update(_NATIVE_ABS_M2)
+        columns = _native_columns[want] = (list(pairs), list(pairs.values()))
+    host[:, columns[1]] = found.numpy()[:, columns[0]]
+    return True
 
 
 def _columns(ts: list[torch.Tensor], stats: set[int]) -> np.ndarray:
