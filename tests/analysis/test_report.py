@@ -134,6 +134,9 @@ def test_panels_rules_contents_and_downsampling_notes(tmp_path, cli):
     assert max(len(s["x"]) for c in data["curves"] for s in c["series"]) <= 10
     assert "Downsampled" in html and "5 of 40 saved steps" in html
     assert [r["rule"] for r in data["rules"]]  # the built-in rules, as `smdebug rules` runs them
+    # a rule with nothing to read in this run (no activations saved) says so, as `smdebug rules` does
+    dead_relu = next(r for r in data["rules"] if r["rule"] == "dead_relu")
+    assert dead_relu["result"] == "no data" and "nothing to check" in dead_relu["details"]
     assert {"Rules", "Run contents", "Unsaved steps"} <= set(
         re.findall(r"Rules|Run contents|Unsaved steps", html)
     )

@@ -29,3 +29,12 @@ def test_rule_that_checked_nothing_is_an_error_row(tmp_path):
     assert all("checked nothing" in e and "wieght/.*" in e for e in typo["error"])
     fine = table[table["parameters"].map(lambda p: p["tensor_regex"] == "weight/.*")]
     assert list(fine["status"]) == ["ok", "ok"]
+
+
+def test_a_rule_with_nothing_to_read_is_a_no_data_row(tmp_path):
+    runs = [_write(str(tmp_path / "a"))]
+    table = evaluate_runs(runs, [("vanishing_gradient", {}), ("exploding_tensor", {})], steps_per_task=2)
+    by_rule = dict(zip(table["rule"], table["status"]))
+    assert by_rule == {"vanishing_gradient": "no data", "exploding_tensor": "ok"}  # no gradients saved
+    note = table[table["rule"] == "vanishing_gradient"]["note"].iloc[0]
+    assert "nothing to check" in note

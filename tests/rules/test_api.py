@@ -327,3 +327,22 @@ def test_numpy_helpers_of_rules_on_odd_tensors(tmp_path):
         ("dead_relu", {"tensor_regex": ".*"}, []),
     ]:
         assert evaluate_rule(create_rule(name, trial, **params)) == fired, name
+
+
+def test_a_rule_that_checked_nothing_says_so(tmp_path, caplog):
+    import numpy_runs
+
+    out = str(tmp_path / "run")
+    hook = numpy_runs.make_hook(out, include=("weights", "losses"))
+    numpy_runs.train(hook, lr=0.05, steps=3)
+    hook.close()
+    trial = create_trial(out)
+    caplog.set_level("WARNING", logger="smdebug")
+    rule = create_rule("vanishing_gradient", trial)
+    assert evaluate_rule(rule) == []
+    assert "nothing to check" in rule.nothing_checked()
+    assert [r.getMessage() for r in caplog.records if "nothing to check" in r.getMessage()] == [
+        f"smdebug: VanishingGradient: {rule.nothing_checked()}"
+    ]
+    rule = create_rule("exploding_tensor", trial)
+    assert evaluate_rule(rule) == [] and rule.nothing_checked() == ""

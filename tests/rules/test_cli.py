@@ -141,7 +141,7 @@ def test_several_runs_and_json_with_the_core_alone(runs):
     done = subprocess.run([*args[:4], runs[1], "--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)["results"]
-    assert results and {r["status"] for r in results} <= {"ok", "skipped"}
+    assert results and {r["status"] for r in results} <= {"ok", "no data", "skipped"}
 
 
 WALKTHROUGH_RULE = """
@@ -221,3 +221,33 @@ def test_many_runs_with_an_interrupted_one_give_up_after_timeout_with_the_stall_
     rows = {r["run"].rsplit("/", 1)[-1]: r for r in json.loads(done.stdout)["results"]}
     assert rows["a"]["note"] == "stopped following the run: no new step for 2s", rows
     assert rows["b"]["status"] == "ok" and not rows["a"]["error"]
+
+
+@pytest.fixture(scope="module")
+def no_gradients(tmp_path_factory):
+    """A run that saved weights and losses only: the gradient rules have nothing to read."""
+    out = str(tmp_path_factory.mktemp("nograd") / "run")
+    hook = numpy_runs.make_hook(out, include=("weights", "losses"))
+    numpy_runs.train(hook, lr=0.05, steps=4)
+    hook.close()
+    return out
+
+
+def test_a_rule_with_nothing_to_read_says_so_not_ok(no_gradients):
+    done = smdebug_rules(no_gradients)
+    assert done.returncode == 0, done.stdout + done.stderr  # the run has no defect, only no gradients
+    line = row(done.stdout, "vanishing_gradient")
+    assert "no data" in line and "nothing to check" in line and " ok " not in line
+    assert "ok" in row(done.stdout, "exploding_tensor")  # the weights and losses were checked
+
+
+def test_a_rule_asked_for_with_nothing_to_read_is_not_a_pass(no_gradients):
+    done = smdebug_rules(no_gradients, "--rule", "vanishing_gradient")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no data" in row(done.stdout, "vanishing_gradient")
+    # a step range holding no step: nothing checked either
+    done = smdebug_rules(no_gradients, "--rule", "exploding_tensor", "--start-step", "100")
+    assert done.returncode == 2 and "no data" in row(done.stdout, "exploding_tensor")
+    assert "no step" in row(done.stdout, "exploding_tensor")
+    done = smdebug_rules(no_gradients, "--rule", "exploding_tensor")
+    assert done.returncode == 0 and "ok" in row(done.stdout, "exploding_tensor")

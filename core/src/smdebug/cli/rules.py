@@ -2,8 +2,9 @@
 one run or many.
 
 Without ``--rule`` every built-in rule that needs no parameter runs. A progress bar follows the work (on
-stderr), then a table gives each rule's result (on stdout). Exit code: 1 when a rule fired, 0 when none
-did, 2 on an error. With ``--watch`` the command follows a live run until it ends and, the first time a
+stderr), then a table gives each rule's result (on stdout). A rule that had nothing to
+check (no step, no tensor it reads) shows "no data", not "ok". Exit code: 1 when a rule fired, 0 when none
+did, 2 on an error or when a rule named with ``--rule`` had nothing to check. With ``--watch`` the command follows a live run until it ends and, the first time a
 rule fires, leaves the stop signal in the run's folder: the running hook then stops training at its next
 step (see ``smdebug.rules.actions``).
 
@@ -122,6 +123,7 @@ class _State:
     reason: str = ""
     error: str = ""
     skipped: str = ""
+    nodata: str = ""  # why the rule judged nothing (no step, no tensor it reads): not "ok"
 
 
 def run(args) -> int:
@@ -173,6 +175,7 @@ def _many(args) -> bool:
 
 def _run_one(args) -> int:
     from smdebug.cli._common import reach_trial
+    from smdebug.rules.rule import nothing_checked
     from smdebug.rules.stalled import StalledTrainingRule
 
     trial = _open(args.out, args.watch, args.timeout, lambda path: reach_trial(path, missing_ok=args.watch))
@@ -191,10 +194,15 @@ def _run_one(args) -> int:
         unmatched = getattr(state.rule, "unmatched", None)
         if not (state.fired or state.error) and unmatched is not None:
             state.error = unmatched()  # a typo in the tensors to check: not "ok"
+        if not (state.fired or state.error):
+            state.nodata = nothing_checked(state.rule)
     _print_table(states, trial, message)
     if any(s.fired for s in states):
         return EXIT_FIRED
-    return EXIT_ERROR if any(s.error for s in states) else 0
+    # a rule asked for by name that had nothing to check could not be evaluated; a default one that has
+    # no data in this run (gradient rules on an XGBoost run) is only shown as such
+    failed = any(s.error or (args.rules and s.nodata) for s in states)
+    return EXIT_ERROR if failed else 0
 
 
 def rule_states(trial, rules=None) -> list[_State]:
@@ -335,6 +343,8 @@ def _print_table(states: list[_State], trial, message: str) -> None:
             result, details = "[yellow]error[/yellow]", s.error
         elif s.skipped:
             result, details = "[dim]skipped[/dim]", s.skipped
+        elif s.nodata:
+            result, details = "[cyan]no data[/cyan]", s.nodata
         else:
             result, details = "[green]ok[/green]", ""
         table.add_row(s.name, result, steps_text(s.fired), details)

@@ -56,7 +56,8 @@ def run_many(args) -> int:
     statuses = {row["status"] for row in rows}
     if "fired" in statuses:
         return EXIT_FIRED
-    return EXIT_ERROR if "error" in statuses else 0
+    # as for one run: a rule named with --rule that had nothing to check could not be evaluated
+    return EXIT_ERROR if "error" in statuses or (args.rules and "no data" in statuses) else 0
 
 
 def _params_text(params: dict) -> str:
@@ -71,6 +72,7 @@ def _print_table(rows: list[dict], skipped: dict, show_all: bool = False) -> Non
     runs = list(dict.fromkeys(row["run"] for row in rows))
     # an ok row with a note (damaged steps skipped, a live run not followed to its end) is shown too
     shown = rows if show_all else [row for row in rows if row["status"] in ("fired", "error") or row["note"]]
+    shown = shown if show_all else [row for row in shown if row["status"] != "no data"]
     # runs under one folder are named relative to it
     parent = os.path.commonprefix([r.rsplit("/", 1)[0] + "/" for r in runs]).rsplit("/", 1)[0]
     where = f" in {parent}" if parent and len(runs) > 1 else ""
@@ -83,6 +85,7 @@ def _print_table(rows: list[dict], skipped: dict, show_all: bool = False) -> Non
         "error": "[yellow]error[/yellow]",
         "skipped": "[dim]skipped[/dim]",
         "ok": "[green]ok[/green]",
+        "no data": "[cyan]no data[/cyan]",
     }
     for row in shown:
         details = row["error"] if row["status"] == "error" else row["reason"]
@@ -108,6 +111,9 @@ def _print_table(rows: list[dict], skipped: dict, show_all: bool = False) -> Non
         f"{len(runs)} runs x {len(rules)} rules: {len(fired)} fired in "
         f"{len({row['run'] for row in fired})} runs, {len(errors)} with errors"
     )
+    nodata = sum(row["status"] == "no data" for row in rows)
+    if nodata:
+        summary += f", {nodata} with nothing to check (no data)"
     if not show_all:
         summary += "; every other (run, rule) is ok or skipped (--all lists them)"
     console.print(summary)

@@ -95,15 +95,17 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
 def _rules(trial) -> tuple[list[dict], list[dict]]:
     """The built-in rules evaluated over the saved steps, as ``smdebug rules RUN`` does."""
     from smdebug.cli.rules import evaluate_steps, rule_states
+    from smdebug.rules.rule import nothing_checked
 
     states = rule_states(trial)
     evaluate_steps([s for s in states if s.rule is not None], trial.steps())
     rows, firings = [], []
     for s in states:
+        nodata = "" if s.fired or s.error or s.rule is None else nothing_checked(s.rule)
         result = "fired" if s.fired else "error" if s.error else "skipped" if s.skipped else "ok"
-        rows.append(
-            {"rule": s.name, "result": result, "steps": s.fired, "details": s.reason or s.error or s.skipped}
-        )
+        result = "no data" if nodata else result
+        details = s.reason or s.error or s.skipped or nodata
+        rows.append({"rule": s.name, "result": result, "steps": s.fired, "details": details})
         firings += [{"rule": s.name, "step": step} for step in s.fired[:20]]  # marks: the first ones
     return firings, rows
 

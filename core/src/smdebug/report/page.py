@@ -193,7 +193,7 @@ def _rule_rows(rows: list[dict]) -> str:
     return "".join(
         f"<tr><td class='mono'>{escape(r['rule'])}</td><td class='{r['result']}'>{r['result']}</td>"
         f"<td>{escape(_steps(r['steps']))}</td><td>{escape(r['details'] or '')}</td></tr>"
-        for r in sorted(rows, key=lambda r: ("fired", "error", "ok", "skipped").index(r["result"]))
+        for r in sorted(rows, key=lambda r: ("fired", "error", "ok", "no data", "skipped").index(r["result"]))
     )
 
 

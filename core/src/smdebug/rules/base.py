@@ -17,6 +17,7 @@ class BuiltinRule(Rule):
     why it fired last (shown by ``smdebug rules``)."""
 
     name: ClassVar[str] = ""
+    reads_tensors: ClassVar[bool] = True  # False: the rule judges something else (time, for a stall)
 
     def __init__(self, base_trial, other_trials=None, action_str: str = ""):
         super().__init__(base_trial, action_str=action_str, other_trials=other_trials)
@@ -74,13 +75,21 @@ class BuiltinRule(Rule):
         saved = f" (the run saves e.g. {', '.join(names)})" if names else ""
         return f"{self.rule_name} checked nothing: {' and '.join(given)} matched no saved tensor{saved}"
 
+    def nothing_checked(self) -> str:
+        why = super().nothing_checked()
+        if why or not self.reads_tensors or self._matched:
+            return why
+        return "nothing to check: the run saved no tensor this rule reads at the evaluated steps"
+
     def _value(self, name: str, step: int, mode=ModeKeys.GLOBAL, trial=None) -> np.ndarray | None:
         """The saved value, or None when only reductions (or nothing) were saved for it at this step."""
         trial = trial or self.base_trial
         try:
-            return np.asarray(trial.tensor(name).value(step, mode=mode))
+            value = np.asarray(trial.tensor(name).value(step, mode=mode))
         except (TensorUnavailableForStep, TensorUnavailable):
             return None
+        self._matched = True  # a value read: the rule had something to judge
+        return value
 
     def _scalar(self, name: str, step: int, mode=ModeKeys.GLOBAL) -> float | None:
         """The value of a scalar tensor (a loss), None when it is not a single number."""

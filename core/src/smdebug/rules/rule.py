@@ -6,7 +6,13 @@ import logging
 from abc import ABC, abstractmethod
 
 from smdebug.analysis.utils import no_refresh
-from smdebug.exceptions import RuleEvaluationConditionMet, SMDebugValueError
+from smdebug.exceptions import (
+    RuleEvaluationConditionMet,
+    SMDebugValueError,
+    StepUnavailable,
+    TensorUnavailable,
+    TensorUnavailableForStep,
+)
 from smdebug.rules.req_tensors import RequiredTensors
 
 logger = logging.getLogger("smdebug")
@@ -35,6 +41,7 @@ class Rule(ABC):
         self.action_str = action_str
         self.logger = logger
         self.req_tensors = RequiredTensors(base_trial, self.other_trials)
+        self._evaluated = self._skipped = 0  # steps evaluated; steps skipped for a missing tensor
 
     @property
     def action_str(self) -> str:
@@ -67,12 +74,27 @@ class Rule(ABC):
         # the step is there: evaluate it on what the trials hold now, without re-reading them per query
         with no_refresh(self.trials):
             self.req_tensors.clear()
-            self.set_required_tensors(step)
-            self.req_tensors.fetch()
-            fired = self.invoke_at_step(step)
+            try:
+                self.set_required_tensors(step)
+                self.req_tensors.fetch()
+                fired = self.invoke_at_step(step)
+            except (TensorUnavailableForStep, TensorUnavailable, StepUnavailable):
+                self._skipped = getattr(self, "_skipped", 0) + 1
+                raise
+        self._evaluated = getattr(self, "_evaluated", 0) + 1
         if fired:
             self.run_actions(step)
             raise RuleEvaluationConditionMet(self.rule_name, step)
+
+    def nothing_checked(self) -> str:
+        """Why the rule judged nothing in the steps it was invoked at (no step, or none holding a tensor
+        it needs); "" when it judged something. A rule that checked nothing did not pass: it has no
+        data, which ``smdebug rules`` shows as such."""
+        if getattr(self, "_evaluated", 0):
+            return ""
+        if getattr(self, "_skipped", 0):
+            return f"nothing to check: the tensors it needs were saved at none of the {self._skipped} steps"
+        return "nothing to check: no step was evaluated"
 
     def run_actions(self, step: int) -> None:
         """Take the actions of ``action_str`` for a firing: "stoptraining" leaves the stop signal in
@@ -114,3 +136,9 @@ class Rule(ABC):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return [str(v).strip() for v in value]
+
+
+def nothing_checked(rule) -> str:
+    """``rule.nothing_checked()`` for any rule object ("" for one that does not say)."""
+    method = getattr(rule, "nothing_checked", None)
+    return method() if callable(method) else ""

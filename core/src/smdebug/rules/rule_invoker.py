@@ -12,6 +12,7 @@ from smdebug.exceptions import (
     TensorUnavailable,
     TensorUnavailableForStep,
 )
+from smdebug.rules.rule import nothing_checked
 
 logger = logging.getLogger("smdebug")
 
@@ -67,9 +68,14 @@ def evaluate_rule(rule_obj, start_step: int = 0, end_step: int | None = None) ->
 
 
 def _warn_unmatched(rule_obj, fired: list[int]) -> None:
+    """A rule that did not fire because it judged nothing says so: it did not pass."""
+    if fired:
+        return
     unmatched = getattr(rule_obj, "unmatched", None)
-    if not fired and unmatched is not None and unmatched():
+    if unmatched is not None and unmatched():
         logger.warning("smdebug: %s", unmatched())
+    elif nothing_checked(rule_obj):
+        logger.warning("smdebug: %s: %s", type(rule_obj).__name__, nothing_checked(rule_obj))
 
 
 def _next_step(trial, step: int) -> int:

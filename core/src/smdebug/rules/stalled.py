@@ -15,6 +15,7 @@ class StalledTrainingRule(BuiltinRule):
     ``stop_training_on_fire`` it also leaves the stop signal that makes the running hook stop training."""
 
     name = "stalled_training_rule"
+    reads_tensors = False  # it judges the time between steps
 
     def __init__(
         self, base_trial, threshold=1800, stop_training_on_fire=False, training_job_name_prefix=None
@@ -53,6 +54,7 @@ class StalledTrainingRule(BuiltinRule):
             self._last_progress = time.monotonic()  # a later step arrived
             raise
         self._last_progress = time.monotonic()
+        self._evaluated += 1
         if self.invoke_at_step(step):
             raise RuleEvaluationConditionMet(self.rule_name, step)
 

@@ -64,7 +64,8 @@ def evaluate_runs(runs, rules=None, **options):
       cancels its tasks on the cluster, those following live runs included.
     (These options are keywords; ``evaluate_rows`` takes the same and needs no pandas.)
 
-    Columns: run, rule, parameters (dict), status (fired, ok, error, skipped), fired_steps (list),
+    Columns: run, rule, parameters (dict), status (fired, ok, no data: the rule had
+    nothing to check, error, skipped), fired_steps (list),
     tensors (named in the reasons it fired), reason (of its first firing), error, note. A run that cannot
     be read has one row with rule None and status "error". Needs pandas.
     """
@@ -239,6 +240,8 @@ def _rows(paths, specs, baselines, results, skipped_rules: dict) -> list[dict]:
             if not (fired or error) and all(chunk.get("unmatched") for chunk in chunks):
                 error = chunks[0]["unmatched"]  # a typo in the tensors to check: not "ok"
             status = "fired" if fired else "error" if error else "ok"
+            if status == "ok" and all(chunk.get("nodata") for chunk in chunks):
+                status, note = "no data", "; ".join(n for n in (chunks[0]["nodata"], note) if n)
             rows.append(_row(path, spec.label, params, status, fired, sorted(tensors), reason, error, note))
     return rows
 

@@ -19,6 +19,7 @@ from smdebug.exceptions import (
     TensorUnavailable,
     TensorUnavailableForStep,
 )
+from smdebug.rules.rule import nothing_checked
 from smdebug.rules.rule_specs import RuleSpec
 
 _SKIPPABLE = (TensorUnavailableForStep, TensorUnavailable, StepUnavailable, StepNotYetAvailable)
@@ -138,6 +139,7 @@ def evaluate_task(
     unmatched = getattr(rule, "unmatched", None)
     if unmatched is not None:
         out["unmatched"] = unmatched()  # the user's choice of tensors matched none in these steps
+    out["nodata"] = nothing_checked(rule)  # no step, no tensor it reads: the rule judged nothing here
     return out
 
 
