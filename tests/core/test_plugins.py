@@ -1336,3 +1336,52 @@ def test_a_framework_plugin_over_its_capture_budget_is_named_and_kept(tmp_path, 
     logged = [r.getMessage() for r in caplog.records if "'slow-framework'" in r.getMessage()]
     assert len(logged) == 1 and "is slow in smdebug_to_numpy" in logged[0], logged
     assert "called again" in logged[0] and "not called there again" not in logged[0], logged
+
+
+class UndefinedReductionPlugin:
+    """Reduces Lazy values itself; an empty one has no max: ValueError, the contract's "undefined"."""
+
+    def __init__(self):
+        self.calls = 0
+
+    @hookimpl
+    def smdebug_to_numpy(self, value):
+        return value.data.copy() if isinstance(value, Lazy) else None
+
+    @hookimpl
+    def smdebug_reduce(self, value, reduction, abs):
+        if not isinstance(value, Lazy):
+            return None
+        self.calls += 1
+        if not value.data.size:
+            raise ValueError(f"the {reduction} of an empty tensor is undefined")
+        return numpy_reduction(value.data, reduction, abs)
+
+
+@pytest.mark.parametrize("trace", ["0", "1"], ids=["plain", "traced"])
+def test_a_value_error_from_smdebug_reduce_means_undefined_not_a_failing_plugin(
+    tmp_path, caplog, monkeypatch, trace
+):
+    monkeypatch.setenv("SMDEBUG_TRACE_PLUGINS", trace)  # traced: every call goes through pluggy
+    plugins.reset()
+    plugin = UndefinedReductionPlugin()
+    plugins.get_plugin_manager().register(plugin, name="undefined")
+    caplog.set_level("INFO", logger="smdebug")
+    hook = BaseHook(
+        out_dir=str(tmp_path / "run"),
+        save_config=smdebug.SaveConfig(save_interval=1),
+        reduction_config=smdebug.ReductionConfig(reductions=["max"]),
+        include_regex=["^t"],
+    )
+    for step in range(2):
+        hook.begin_step()
+        hook.save_for_step("t_empty", Lazy([]))
+        hook.save_for_step("t_full", Lazy([step, -3.0]))
+        hook.end_step()
+    hook.close()
+    assert "failed in smdebug_reduce" not in caplog.text and "undefined' failed" not in caplog.text
+    assert "no reductions of t_empty: the max of an empty tensor is undefined" in caplog.text
+    trial = create_trial(str(tmp_path / "run"))
+    # the plugin was neither skipped nor replaced: it reduced every value, the later full ones too
+    assert plugin.calls == 4 and trial.tensor("t_full").reduction_value(1, "max") == 1.0
+    assert trial.tensor("t_full").reduction_value(0, "max") == 0.0

@@ -7,7 +7,7 @@ registered later are asked first; ``tryfirst``/``trylast`` move one); the others
 
 Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation that raises, or answers with
 the wrong kind of value (the Returns below), is logged once per process and skipped (a firstresult hook then
-asks the next one, finally the core's); a plugin that implements a hook not listed here, or takes an argument
+asks the next one, finally the core's), except a ``ValueError`` from ``smdebug_reduce`` (undefined: see it); a plugin that implements a hook not listed here, or takes an argument
 its hook does not have, is refused when it loads, naming the closest one; hook wrappers (``wrapper=True`` or
 ``hookwrapper=True``) are honoured. A plugin's observation hooks and the calls made once
 (``smdebug_framework``, ``smdebug_open_store``, ``smdebug_rules``, ``smdebug_add_commands``) run on a thread
@@ -154,6 +154,12 @@ def smdebug_reduce(value: Any, reduction: str, abs: bool) -> float | None:
     Returns:
         A float or a numpy scalar (its dtype is what is stored), or None: the core then reduces the array
         ``smdebug_to_numpy`` returns.
+
+    Raises:
+        ValueError: the reduction is undefined for this value (the max of an empty tensor). That is an
+            answer, not a failure: the plugin is neither logged as failing nor skipped, no other
+            implementation is asked, and the tensor is saved without that reduction, with one warning.
+            Any other error is a failure, as for every hook (above).
 
     firstresult: the first answer is used; the core's numpy reduction answers last.
     """

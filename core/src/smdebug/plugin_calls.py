@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from smdebug.hookspecs import Framework
-from smdebug.plugin_isolation import PluginFailed
+from smdebug.plugin_isolation import UNDEFINED_IS_VALUE_ERROR, PluginFailed
 
 if TYPE_CHECKING:
     import argparse
@@ -135,12 +135,11 @@ class PluginCalls:
             try:
                 result = function(*map(kwargs.__getitem__, argnames))
             except Exception as exc:
+                if isinstance(exc, ValueError) and spec in UNDEFINED_IS_VALUE_ERROR:
+                    raise  # the value has none (an empty tensor's max): the answer, the caller's ValueError
                 if plugin_name in self.defaults:
                     if failed is not None and spec in _ANSWER_NEEDED and not isinstance(exc, PluginFailed):
-                        # both say the value has none (a reduction of an empty tensor): no plugin's fault,
-                        # the caller's ValueError (the hook then saves the tensor without reductions)
-                        if not (isinstance(exc, ValueError) and isinstance(failed[1], ValueError)):
-                            raise PluginFailed(failed[0], spec, failed[1], exc) from exc
+                        raise PluginFailed(failed[0], spec, failed[1], exc) from exc
                     raise
                 self._report(plugin_name, spec, exc)
                 failed = failed or (plugin_name, exc)

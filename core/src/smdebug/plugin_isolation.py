@@ -19,13 +19,22 @@ from smdebug.env import env_number
 logger = logging.getLogger("smdebug")
 
 
+# Hooks whose ValueError is an answer, not a failure: the value has none (an empty tensor's max is
+# undefined). It goes to the caller as the core's own would (the tensor is saved without that reduction,
+# with one warning), the plugin is not reported nor skipped, and no other implementation is asked.
+UNDEFINED_IS_VALUE_ERROR = frozenset({"smdebug_reduce"})
+
+
 def isolate(function: Callable, plugin_name: str, hook_name: str, report: Callable) -> Callable:
     """The implementation as pluggy calls it: its error reported once and its answer taken as None."""
+    undefined = ValueError if hook_name in UNDEFINED_IS_VALUE_ERROR else ()
 
     @functools.wraps(function)
     def isolated(*args, **kwargs):
         try:
             return function(*args, **kwargs)
+        except undefined:
+            raise
         except Exception as exc:
             report(plugin_name, hook_name, exc)
             return None
