@@ -130,9 +130,11 @@ def test_a_hostile_firings_file_is_skipped_with_a_warning(tmp_path, caplog, cont
     train(hook, lr=0.0, steps=4)
     hook.close()
     (out / "rules" / "worker_1.json").write_bytes(content)
-    firings = create_trial(str(out)).rule_firings()
+    trial = create_trial(str(out))
+    firings = trial.rule_firings()
     assert [(f["step"], f["worker"]) for f in firings] == [(3, "worker_0")]  # the good record stays
-    assert "rules/worker_1.json: malformed rule firings file" in caplog.text
+    assert trial.rule_firings() == firings  # asked again (the report does): warned of once
+    assert caplog.text.count("rules/worker_1.json: malformed rule firings file") == 1
 
 
 def test_a_custom_rule_class_and_instance(tmp_path):

@@ -409,12 +409,13 @@ class Trial:
                 self._unsaved_tensors[worker] = unsaved
         self._notes_files = set(files)
 
-    def _warn_unreadable(self, relpath: str, exc: Exception) -> None:
+    def _warn_unreadable(self, relpath: str, exc: Exception, said: str | None = None) -> None:
         """Warn once of a damaged run file (its readers are asked again and again: ``unsaved_steps`` reads
-        ``unsaved()``, a live trial reloads its notes)."""
+        ``unsaved()``, a live trial reloads its notes); ``said``: the warning, when the error names the
+        file itself."""
         if (relpath, str(exc)) not in self._unreadable:
             self._unreadable.add((relpath, str(exc)))
-            logger.warning("smdebug: %s/%s is not readable: %s", self.path, relpath, exc)
+            logger.warning("smdebug: %s", said or f"{self.path}/{relpath} is not readable: {exc}")
 
     def placements(self, tname: str) -> dict[str, dict]:
         """Per worker, where its saved value of a sharded tensor lies in the full tensor (global_shape,
@@ -676,7 +677,7 @@ class Trial:
             try:
                 found = decode_firings(data, f"{self.path}/{relpath}")
             except CorruptRunError as exc:
-                logger.warning("smdebug: %s", exc)
+                self._warn_unreadable(relpath, exc, str(exc))  # it names the file
                 continue
             firings += [{**f, "worker": layout.worker_from_file_name(f["worker"] or worker)} for f in found]
         return sorted(firings, key=lambda f: (f["step"], f["time"] or 0.0, f["worker"], f["rule"]))
