@@ -136,6 +136,35 @@ def test_a_job_restarted_into_its_run_goes_on_as_one_history(
     assert create_trial(out_dir).loaded_all_steps
 
 
+def test_a_restarted_job_removes_the_unfinished_files_its_killed_job_left(
+    preemption, monkeypatch, tmp_path, caplog_smdebug
+):
+    """The earlier job was killed while it wrote (its temp files stay beside their destinations); the
+    restarted job of that worker removes them, never another worker's (it may be writing them now)."""
+    out = tmp_path / "run"
+    train(make_hook(str(out), save_config=smdebug.SaveConfig(save_interval=1)), 4, 3, preemption.folder)
+    killed = "tmp-5f3a9c0e4242-7"  # as store._temp_name names them: <file>.tmp-<token><pid>-<n>
+    left = [
+        out / "index" / "000000000" / f"000000000003_worker_0.json.{killed}",
+        out / "events" / "000000000003" / f"000000000003_worker_0.tfevents.{killed}",
+        out / "unsaved_steps" / f"worker_0.json.{killed}",
+    ]
+    others = [
+        out / "index" / "000000000" / f"000000000003_worker_1.json.{killed}",
+        out / "events" / "000000000003" / f"000000000003_worker_10.tfevents.{killed}",
+    ]
+    for path in left + others:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"half a file")
+    restart(monkeypatch)
+    hook = make_hook(str(out), save_config=smdebug.SaveConfig(save_interval=1))
+    assert hook.checkpoints.continues_run
+    assert [p.exists() for p in left] == [False] * 3 and all(p.exists() for p in others)
+    assert "removed 3 unfinished file(s) the earlier job of worker_0 left" in caplog_smdebug.text
+    train(hook, 2, run=2)
+    assert values(str(out)) == {0: 1, 1: 1, 2: 1, 3: 2, 4: 2}
+
+
 def test_a_value_saved_before_the_restarted_jobs_first_step_is_not_the_earlier_jobs(
     preemption, monkeypatch, tmp_path
 ):

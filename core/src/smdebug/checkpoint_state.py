@@ -185,11 +185,14 @@ class CheckpointWatcher:
         except Exception:  # a plugin not initialised yet
             worker = DEFAULT_WORKER
         dropped: list[int] = []
+        left: list[str] = []
         cancelled = threading.Event()
 
         def prepare() -> None:
             store = plugins.open_store(hook.out_dir)
             dropped.extend(drop_steps_after(store, worker, seen, cancelled))
+            # the earlier job, gone, may have been killed while it wrote a file: its temp file goes too
+            left.extend(store.remove_left_temp_files(lambda name: layout.is_worker_file(name, worker)))
             for relpath in (layout.END_OF_JOB_FILE, layout.writer_claim_path(worker)):
                 if not cancelled.is_set() and store.exists(relpath):
                     store.remove(relpath)
@@ -209,6 +212,14 @@ class CheckpointWatcher:
                 seen,
                 type(exc).__name__,
                 exc,
+            )
+        if left:
+            logger.info(
+                "smdebug: %s: removed %d unfinished file(s) the earlier job of %s left (e.g. %s.tmp-...)",
+                redact(hook.out_dir),
+                len(left),
+                worker,
+                left[0],
             )
         if dropped:
             logger.warning(

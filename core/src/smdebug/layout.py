@@ -109,6 +109,16 @@ def worker_in_file_name(worker: str) -> str:
     return worker.replace("/", "_").replace(":", "-")
 
 
+def is_worker_file(name: str, worker: str) -> bool:
+    """Whether a file name in a run is one of ``worker``'s own: its index, events, collections, or a
+    record named after it (unsaved steps, notes, rule firings, health, its claim)."""
+    own = worker_in_file_name(worker)
+    if name in (f"{own}.json", f"{own}_collections.json"):
+        return True
+    step, sep, rest = name.partition("_")
+    return bool(sep) and step.isdigit() and rest in (f"{own}.json", f"{own}.tfevents")
+
+
 def is_collections_file(relpath: str) -> bool:
     return COLLECTIONS_FILE_NAME.search(relpath) is not None
 

@@ -17,7 +17,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from smdebug import staging
@@ -199,6 +199,22 @@ class Store:
             _unlink(path)
         else:
             self.fs.rm_file(path)
+
+    def remove_left_temp_files(self, owned: Callable[[str], bool]) -> list[str]:
+        """Remove the temp files (``<file>.tmp-...``) a local writer that is gone left beside the files
+        ``owned(file name)`` says were its own, never this process's; the files they were for (relative
+        paths). Only its caller can know the writer is gone (a restarted job taking over its worker)."""
+        if not self.is_local:
+            return []  # objects are published whole: no temp file
+        mine = f"{TEMP_MARK}{_TEMP_TOKEN}{os.getpid()}-"
+        removed = []
+        for dirpath, _, files in os.walk(self.root):
+            for name in files:
+                target, mark, _ = name.partition(TEMP_MARK)
+                if mark and target and not name.startswith(target + mine) and owned(target):
+                    _unlink(os.path.join(dirpath, name))
+                    removed.append(self.relative(os.path.join(dirpath, target)))
+        return sorted(removed)
 
     def stage(self, relpath: str) -> StagedFile:
         """A file written piece by piece and published whole by ``commit()`` (which may be retried)."""
@@ -409,7 +425,7 @@ class Store:
                 found = self._read(self.fs.find, base)
             except FileNotFoundError:
                 found = []
-        return sorted(self.relative(p) for p in found if ".tmp-" not in p)
+        return sorted(self.relative(p) for p in found if TEMP_MARK not in p)
 
     def list_dirs(self, relprefix: str) -> list[str]:
         """The immediate subfolders of relprefix, as sorted paths relative to the root."""
@@ -428,12 +444,13 @@ class Store:
         return sorted(self.relative(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory")
 
 
+TEMP_MARK = ".tmp-"  # a file being written locally: <file>.tmp-<token><pid>-<n>, renamed when whole
 _TEMP_TOKEN = uuid.uuid4().hex[:8]  # with the pid: temp names of this process, unique on a shared folder
 _temp_numbers = itertools.count()
 
 
 def _temp_name(path: str) -> str:
-    return f"{path}.tmp-{_TEMP_TOKEN}{os.getpid()}-{next(_temp_numbers)}"
+    return f"{path}{TEMP_MARK}{_TEMP_TOKEN}{os.getpid()}-{next(_temp_numbers)}"
 
 
 def read_at(fd: int, start: int, end: int) -> bytes:
