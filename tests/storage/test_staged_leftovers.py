@@ -103,3 +103,30 @@ def test_a_live_process_folder_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(staging, "_swept", set())
     staging.sweep()
     assert os.path.exists(path)
+
+
+def test_loose_staged_files_of_older_versions_go_when_their_process_surely_has(tmp_path, monkeypatch, caplog):
+    """Older versions spilled to loose smdebug-staged-* files (no process named in them): one goes when no
+    process holds it open and no Python process that started before it was written is alive."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(staging, "_swept", set())
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    with open("/proc/stat", encoding="ascii") as f:
+        boot = next(float(line.split()[1]) for line in f if line.startswith("btime "))
+
+    def loose(name: str, written: float) -> str:
+        path = str(tmp_path / f"smdebug-staged-{name}")
+        with open(path, "wb") as f:
+            f.write(b"x" * 100)
+        os.utime(path, (written, written))
+        return path
+
+    gone = loose("gone", boot - 60)  # written before any living process started: its writer is gone
+    held = loose("held", boot - 60)  # ... but a living process has it open
+    fresh = loose("fresh", time.time())  # this Python process started before it: maybe its writer
+    with open(held, "rb"):
+        staging.sweep()
+    assert not os.path.exists(gone) and os.path.exists(held) and os.path.exists(fresh)
+    said = [r.getMessage() for r in caplog.records if "an older smdebug left" in r.getMessage()]
+    assert len(said) == 1 and "removed 1 file(s) (100 bytes)" in said[0], said
+    assert "their steps are not in their runs" in said[0]

@@ -6,7 +6,12 @@ written anywhere else.
 A process that ends removes its folder unless files still wait in it. A process killed while its steps waited
 for the store (kill -9 during an S3 outage) leaves its folder behind; the next process on the machine that
 stages a remote run's file removes every such folder whose lock is free, with one warning naming the runs and
-the steps they held (those steps are not in the run)."""
+the steps they held (those steps are not in the run).
+
+Older versions left loose ``smdebug-staged-*`` files in the temp dir instead (one per spilled file, named
+after no process). One is removed, with one warning, only when its process is surely gone: no process has it
+open, and no Python process of its owner that started before the file was last written is alive (Linux's
+/proc tells; elsewhere none is removed)."""
 
 from __future__ import annotations
 
@@ -94,13 +99,96 @@ def sweep() -> None:
         names = [n for n in os.listdir(root) if n.startswith(PREFIX)]
     except OSError:
         return
+    loose = []
     for name in names:
         path = os.path.join(root, name)
         if path != own:
             try:
-                _remove_if_left(path)
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    loose.append(path)
+                else:
+                    _remove_if_left(path)
             except OSError as exc:  # another user's, or going away meanwhile
                 logger.debug("smdebug: left %s: %s", path, exc)
+    if loose:
+        _remove_loose(loose)
+
+
+def _remove_loose(paths: list[str]) -> None:
+    """Remove the loose staged files of older versions whose process is surely gone."""
+    try:
+        processes = _processes()
+    except OSError:  # no /proc: no process is known to be gone
+        return
+    removed = []
+    for path in paths:
+        try:
+            info = os.lstat(path)
+            if info.st_uid != os.getuid() or (info.st_dev, info.st_ino) in processes.open_files:
+                continue
+            # its writer started before it wrote the file: any such Python process may still be it
+            if any(uid == info.st_uid and start <= info.st_mtime for uid, start in processes.pythons):
+                continue
+            os.unlink(path)
+            removed.append(info.st_size)
+        except OSError as exc:
+            logger.debug("smdebug: left %s: %s", path, exc)
+    if removed:
+        logger.warning(
+            "smdebug: removed %d file(s) (%d bytes) an older smdebug left in %s (smdebug-staged-*) while "
+            "they waited for the store: their steps are not in their runs",
+            len(removed),
+            sum(removed),
+            tempfile.gettempdir(),
+        )
+
+
+class _Processes:
+    def __init__(self) -> None:
+        self.open_files: set[tuple[int, int]] = set()  # (device, inode) of the files open in processes
+        self.pythons: list[tuple[int, float]] = []  # (uid, start time) of each process that may be Python
+
+
+def _processes() -> _Processes:
+    """What /proc says of the living processes (raises OSError without it)."""
+    found = _Processes()
+    with open("/proc/stat", encoding="ascii") as f:
+        boot = next(float(line.split()[1]) for line in f if line.startswith("btime "))
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in (n for n in os.listdir("/proc") if n.isdigit()):
+        base = f"/proc/{pid}"
+        try:
+            uid = os.stat(base).st_uid
+            with open(f"{base}/stat", encoding="ascii", errors="replace") as f:
+                started = boot + int(f.read().rsplit(")", 1)[1].split()[19]) / ticks
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if _may_be_python(base):
+            found.pythons.append((uid, started))
+        try:
+            for fd in os.listdir(f"{base}/fd"):
+                try:
+                    opened = os.stat(f"{base}/fd/{fd}")
+                    found.open_files.add((opened.st_dev, opened.st_ino))
+                except OSError:
+                    pass
+        except OSError:  # another user's: its Python processes count by their start time alone
+            pass
+    return found
+
+
+def _may_be_python(base: str) -> bool:
+    """Whether a process may run Python: its program is a python, or it maps libpython; one we cannot
+    look into may be."""
+    try:
+        if "python" in os.path.basename(os.readlink(f"{base}/exe")):
+            return True
+        with open(f"{base}/maps", encoding="ascii", errors="replace") as f:
+            return any("libpython" in line for line in f)
+    except FileNotFoundError:  # no program: a kernel thread, or a process that has just ended
+        return False
+    except OSError:
+        return True
 
 
 def _remove_if_left(path: str) -> None:
