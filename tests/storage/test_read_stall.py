@@ -98,3 +98,15 @@ def test_smdebug_ls_on_an_endpoint_that_stops_answering_mid_listing(run, proxy):
     lines = [line for line in result.stderr.splitlines() if "smdebug-broken" not in line]
     assert len(lines) == 1 and "did not answer within" in lines[0], result.stderr
     assert took < BOUND + 15, took  # (+ the interpreter's start)
+
+
+def test_a_sweeps_baseline_on_an_endpoint_that_stops_answering(run, proxy, monkeypatch):
+    """The sweep's look at its baseline (is a run there?) is a read like any other: bounded."""
+    from smdebug.rules.sweep import evaluate_rows
+
+    monkeypatch.setenv("SMDEBUG_READ_TIMEOUT", str(TIMEOUT))
+    baseline = run.rsplit("/", 1)[0] + "/no-run-here"
+    proxy.stall(b"no-run-here")
+    took, error = timed(lambda: evaluate_rows([run], [("exploding_tensor", {})], baseline=baseline))
+    assert took < BOUND, took
+    assert "did not answer within" in error and "SMDEBUG_READ_TIMEOUT" in error, error

@@ -325,9 +325,18 @@ def existing_run(store, worker: str | None) -> str | None:
 
 
 # -- which runs -------------------------------------------------------------------------------------------
-def is_run(fs, root: str) -> bool:
-    """Whether root holds an smdebug run (its index or collections folder)."""
-    return any(fs.exists(f"{root}/{name}") for name in (INDEX_DIR, COLLECTIONS_DIR))
+def is_run(store, root: str | None = None) -> bool:
+    """Whether root (the store's own by default) holds an smdebug run (its index or collections folder);
+    each question bounded by the read timeout."""
+    root = store.root if root is None else root
+    return any(store.ask(store.fs.exists, f"{root}/{name}") for name in (INDEX_DIR, COLLECTIONS_DIR))
+
+
+def no_run_here(store, path: str) -> str:
+    """Why a store holding no run's file is not one: no such folder, or a folder that holds no run."""
+    if not store.ask(store.fs.exists, store.root):
+        return f"{path}: no such file or directory"
+    return f"{path}: no smdebug run found (no index or collections files)"
 
 
 def find_runs(runs) -> list[str]:
@@ -344,27 +353,27 @@ def find_runs(runs) -> list[str]:
             continue
         uri = os.fspath(item).rstrip("/") or "/"
         store = plugins.open_store(uri)
-        fs, root = store.fs, store.root
+        fs, root, ask = store.fs, store.root, store.ask
         prefix = uri[: len(uri) - len(uri.split("://", 1)[-1])] if "://" in uri else ""
         if any(c in root for c in "*?["):
-            matches = sorted(fs.glob(root))
-        elif is_run(fs, root):
+            matches = sorted(ask(fs.glob, root))
+        elif is_run(store):
             found.append(uri)
             continue
-        elif not fs.exists(root):
+        elif not ask(fs.exists, root):
             found.append(uri)  # reported as an error row: no such folder
             continue
         else:
             matches = []
             for depth in ("*", "*/*"):
                 for marker in (INDEX_DIR, COLLECTIONS_DIR):
-                    matches += [m.rsplit("/", 1)[0] for m in fs.glob(f"{root}/{depth}/{marker}")]
+                    matches += [m.rsplit("/", 1)[0] for m in ask(fs.glob, f"{root}/{depth}/{marker}")]
             matches = sorted(set(matches))
         for match in matches:
             if match.endswith("/" + INDEX_DIR) or match.endswith("/" + COLLECTIONS_DIR):
                 continue
             path = f"{prefix}{match}" if prefix and not match.startswith(prefix) else match
-            if path not in found and (not any(c in root for c in "*?[") or is_run(fs, match)):
+            if path not in found and (not any(c in root for c in "*?[") or is_run(store, match)):
                 found.append(path)
     if not found:
         where = ", ".join(map(str, runs))

@@ -244,6 +244,11 @@ class Store:
                 f"{self.uri} did not answer within {timeout:g} s ({READ_TIMEOUT_ENV})"
             ) from exc
 
+    def ask(self, call, *args, **kwargs):
+        """``call(*args)`` of the store's filesystem (``fs.exists``, ``fs.glob``, ...), given up after the
+        read timeout as every read of the store is (TimeoutError naming it)."""
+        return self._read(call, *args, **kwargs)
+
     def read_bytes(self, relpath: str, start: int | None = None, end: int | None = None) -> bytes:
         path = self.path(relpath)
         if self.is_local:

@@ -20,9 +20,9 @@ def open_trial(path: str):
     cannot be reached (no answer, no credentials): one line naming the URI and the cause, in bounded time."""
     trial = reach_trial(path)
     if not trial.steps(show_incomplete_steps=True) and not trial.collections():
-        if not trial.store.fs.exists(trial.store.root):
-            raise SMDebugValueError(f"{path}: no such file or directory")
-        raise SMDebugValueError(f"{path}: no smdebug run found (no index or collections files)")
+        from smdebug.layout import no_run_here
+
+        raise SMDebugValueError(no_run_here(trial.store, path))
     return trial
 
 

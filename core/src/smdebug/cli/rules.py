@@ -155,10 +155,10 @@ def _many(args) -> bool:
     def look() -> None:  # a folder (or prefix) that exists and is not itself a run holds runs
         try:
             store = plugins.open_store(path)
-            isdir = os.path.isdir(store.root) if store.is_local else store.fs.isdir(store.root)
+            isdir = os.path.isdir(store.root) if store.is_local else store.ask(store.fs.isdir, store.root)
             # a writer's claim and nothing else yet: a run starting (--watch waits for its first step)
-            starting = store.fs.exists(f"{store.root}/{WRITERS_DIR}")
-            answer.append(isdir and not (starting or is_run(store.fs, store.root)))
+            starting = store.ask(store.fs.exists, f"{store.root}/{WRITERS_DIR}")
+            answer.append(isdir and not (starting or is_run(store)))
         except Exception:
             answer.append(False)  # _run_one reports it
 
@@ -229,9 +229,9 @@ def _open(path: str, watch: bool, timeout: float | None, create_trial):
     deadline = None if timeout is None else time.monotonic() + timeout
     while not trial.steps(show_incomplete_steps=True) and not trial.collections():
         if not watch:
-            if not trial.store.fs.exists(trial.store.root):
-                raise SMDebugValueError(f"{path}: no such file or directory")
-            raise SMDebugValueError(f"{path}: no smdebug run found (no index or collections files)")
+            from smdebug.layout import no_run_here
+
+            raise SMDebugValueError(no_run_here(trial.store, path))
         if deadline is not None and time.monotonic() > deadline:
             raise SMDebugValueError(f"{path}: no smdebug run appeared within {timeout:g}s")
         time.sleep(0.2)

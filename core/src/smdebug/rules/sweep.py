@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 
 from smdebug.exceptions import SMDebugValueError
-from smdebug.layout import WRITERS_DIR, find_runs, is_run  # noqa: F401 (run discovery, importable from here too)
+from smdebug.layout import WRITERS_DIR, find_runs, is_run, no_run_here  # noqa: F401 (run discovery, importable from here too)
 from smdebug.rules.rule_specs import STEP_INDEPENDENT, RuleSpec, rule_specs  # noqa: F401 (and importable here)
 from smdebug.rules.sweep_executors import (  # noqa: F401 (the CLI's and the bench's)
     DASK_HINT,
@@ -148,9 +148,8 @@ def _baseline(path: str, paths: list[str]) -> str:
         other = plugins.open_store(run)
         if (other.fs.protocol, other.root) == key:
             return run
-    if not is_run(store.fs, store.root) and not store.fs.exists(f"{store.root}/{WRITERS_DIR}"):
-        what = "no smdebug run found" if store.fs.exists(store.root) else "no such file or directory"
-        raise SMDebugValueError(f"baseline {path}: {what}")
+    if not is_run(store) and not store.ask(store.fs.exists, f"{store.root}/{WRITERS_DIR}"):
+        raise SMDebugValueError(f"baseline {no_run_here(store, path)}")
     return path
 
 

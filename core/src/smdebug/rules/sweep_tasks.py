@@ -19,6 +19,7 @@ from smdebug.exceptions import (
     TensorUnavailable,
     TensorUnavailableForStep,
 )
+from smdebug.layout import no_run_here
 from smdebug.rules.rule import nothing_checked
 from smdebug.rules.rule_specs import RuleSpec
 
@@ -53,9 +54,7 @@ def plan_run(sweep_id: str, path: str) -> dict:
         trial = _trial(sweep_id, path)
         steps = trial.steps()
         if not steps and not trial.collections() and not trial.steps(show_incomplete_steps=True):
-            if not trial.store.fs.exists(trial.store.root):
-                return {"error": f"{path}: no such file or directory"}
-            return {"error": f"{path}: no smdebug run found (no index or collections files)"}
+            return {"error": no_run_here(trial.store, path)}
         ended = trial.loaded_all_steps
         if not ended:
             _local.trials.pop((sweep_id, path), None)  # followed by each task with its own trial
