@@ -113,6 +113,26 @@ def test_framework_imported_before_install_activates_at_install(toy):
 
 
 @pytest.mark.parametrize("toy", [{"supported": ">=999"}], indirect=True)
+def test_after_import_calls_back_once_a_submodule_has_run(toy, tmp_path, caplog):
+    """A plugin attaching to a submodule its framework's import does not load (xgboost.dask)."""
+    (tmp_path / toy.import_name / "sub.py").write_text("DONE = False\nDONE = True\n")
+    (tmp_path / toy.import_name / "bad.py").write_text("DONE = True\n")
+    seen = []
+    importlib.import_module(toy.import_name)
+    activation.after_import(toy.import_name, lambda m: seen.append(("already", m.__name__)))
+    activation.after_import(f"{toy.import_name}.sub", lambda m: seen.append(("later", m.__name__, m.DONE)))
+    activation.after_import(f"{toy.import_name}.bad", lambda m: 1 / 0)
+    assert seen == [("already", toy.import_name)]
+    importlib.import_module(f"{toy.import_name}.sub")
+    importlib.import_module(f"{toy.import_name}.sub")  # once
+    assert seen[1:] == [("later", f"{toy.import_name}.sub", True)]
+    caplog.set_level(logging.WARNING, logger="smdebug")
+    assert importlib.import_module(f"{toy.import_name}.bad").DONE  # the import goes on
+    assert f"after the import of {toy.import_name}.bad: ZeroDivisionError" in caplog.text
+    for sub in ("sub", "bad"):
+        sys.modules.pop(f"{toy.import_name}.{sub}", None)
+
+
 def test_unsupported_version_skips_with_one_line(toy, caplog):
     activation.install()
     importlib.import_module(toy.import_name)

@@ -163,3 +163,6 @@ def test_a_rule_added_to_the_hook_judges_the_workers_rounds_and_stops_them_all(
     workers = ["worker_0", "worker_1"] if include_workers == "all" else ["worker_0"]
     firings = sorted((f["worker"], f["rule"], f["step"]) for f in trial.rule_firings())
     assert firings == [(worker, "TreeDepth", 0) for worker in workers]
+    # the driver's hook holds the firings its workers' copies made (it judged no round itself)
+    assert [(r.rule, r.step) for r in hook.rule_results] == [("TreeDepth", 0)] * len(workers)
+    assert all(r.reason for r in hook.rule_results)

@@ -82,3 +82,41 @@ def test_under_smdebug_run(tmp_path, script):
     assert done.returncode == 0, done.stderr
     assert f"run saved to {out_dir}" in done.stdout
     check_run(out_dir, tmp_path / "history.json")
+
+
+DASK_SCRIPT = """
+import json, sys
+import dask.array as da
+import numpy as np
+import xgboost as xgb
+from distributed import Client, LocalCluster
+from xgboost import dask as dxgb
+
+if __name__ == "__main__":
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(float)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      host="127.0.0.1") as cluster, Client(cluster) as client:
+        dtrain = dxgb.DaskDMatrix(client, da.from_array(X, chunks=(200, 4)), da.from_array(y, chunks=200))
+        params = {"max_depth": 2, "objective": "binary:logistic", "nthread": 1}
+        result = dxgb.train(client, params, dtrain, 3, evals=[(dtrain, "train")])
+        json.dump(result["history"]["train"], open(sys.argv[1], "w"))
+"""
+
+
+def test_an_xgboost_dask_script_under_smdebug_run(tmp_path):
+    """Activation wraps xgboost.dask.train as it wraps xgboost.train: every worker saves its rounds."""
+    script = tmp_path / "train_dask.py"
+    script.write_text(DASK_SCRIPT)
+    out_dir = str(tmp_path / "run")
+    smdebug = str(Path(sys.executable).parent / "smdebug")
+    command = [smdebug, "run", "--out-dir", out_dir, "--collections", "metrics", "--save-interval", "1"]
+    command += ["--", "python", str(script), str(tmp_path / "history.json")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"run saved to {out_dir}" in done.stdout, done.stdout + done.stderr
+    history = json.loads((tmp_path / "history.json").read_text())
+    trial = smd.create_trial(out_dir)
+    assert trial.training_ended() and trial.steps() == [0, 1, 2]
+    assert [trial.tensor("train-logloss").value(s)[0] for s in range(3)] == pytest.approx(history["logloss"])

@@ -185,6 +185,32 @@ def activate(framework, module) -> Any:
     return hook
 
 
+def after_import(name: str, callback) -> None:
+    """Call ``callback(module)`` once the module ``name`` has been imported (now, when it is already): for
+    a plugin's activation that attaches to a submodule its framework's import does not load
+    (``xgboost.dask``). A callback that raises is logged as one line; the import goes on."""
+    global _finder
+    module = sys.modules.get(name)
+    if module is None:
+        with _lock:
+            if _finder is None:
+                _finder = _PostImportFinder()
+                sys.meta_path.insert(0, _finder)
+            _finder.callbacks.setdefault(name, []).append(callback)
+            if name not in sys.modules:
+                return
+            _finder.callbacks[name].remove(callback)  # imported meanwhile
+        module = sys.modules[name]
+    _call_after_import(name, callback, module)
+
+
+def _call_after_import(name: str, callback, module) -> None:
+    try:
+        callback(module)
+    except Exception as exc:
+        logger.warning("smdebug: after the import of %s: %s: %s", name, type(exc).__name__, exc)
+
+
 def _started_by_activated_process() -> bool:
     """Whether another process activated with this environment and started this one."""
     pid = os.environ.get(ACTIVATED_PID_ENV, "")
@@ -213,11 +239,12 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self):
         self.watched: dict[str, list] = {}
+        self.callbacks: dict[str, list] = {}  # import name -> what after_import calls once it is imported
         self._busy: set[str] = set()
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.watched or fullname in self._busy:
-            return None  # the common case: one dict lookup per import
+        if (fullname not in self.watched and fullname not in self.callbacks) or fullname in self._busy:
+            return None  # the common case: one or two dict lookups per import
         self._busy.add(fullname)
         try:
             spec = None
@@ -259,6 +286,10 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
     def imported(self, name: str, module) -> None:
         for framework in self.watched.pop(name, ()):
             activate(framework, module)
+        with _lock:
+            callbacks = self.callbacks.pop(name, ())
+        for callback in callbacks:
+            _call_after_import(name, callback, module)
 
 
 class _ActivatingLoader(importlib.abc.Loader):

@@ -557,6 +557,8 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         """Pickled (Dask ships a training callback to its workers): rebuilt on the other side from the
         options, as a worker's copy that writes its own files into the same run."""
         self.shipped = True
+        if not self.is_copy:
+            self._close_at_exit()  # its copies train: the run they write is finished at exit at the latest
         return (_rebuild_copy, (type(self), self.copy_options(), self.collection_manager, self.copy_state()))
 
     def __repr__(self):

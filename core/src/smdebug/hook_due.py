@@ -89,11 +89,16 @@ class DuePlanning:
         # _prepare created every included collection; not get_collection, which empties _colls_of
         return [collections[n] for n in self.include_collections if n in collections]
 
-    def _prepare(self) -> None:
-        """Give every collection its effective configs (its own, completed by the hook's)."""
-        if self._closed_at_exit is None:  # training started: the run is finished at exit at the latest
+    def _close_at_exit(self) -> None:
+        """Training started (here, or in the workers the hook was shipped to): the run is finished at
+        exit at the latest."""
+        if self._closed_at_exit is None:
             self._closed_at_exit = weakref.ref(self)
             at_exit(close_at_exit, self._closed_at_exit, None)
+
+    def _prepare(self) -> None:
+        """Give every collection its effective configs (its own, completed by the hook's)."""
+        self._close_at_exit()
         self.worker = self.worker_name()
         self.prepare_collections()
         for name in self.include_collections:

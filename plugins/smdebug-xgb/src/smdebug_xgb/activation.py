@@ -1,6 +1,7 @@
 """Zero-code-change use: the hook of the JSON configuration joins every ``xgboost.train`` call, and so
-every scikit-learn estimator's ``fit`` (which calls it), and every ``xgboost.cv`` call, unless the call
-already has an smdebug hook."""
+every scikit-learn estimator's ``fit`` (which calls it), every ``xgboost.cv`` call and, once the script
+imports ``xgboost.dask``, every ``xgboost.dask.train`` call (its workers get copies of the hook), unless the
+call already has an smdebug hook."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 import importlib
 import inspect
 import logging
+import sys
 
 logger = logging.getLogger("smdebug")
 
@@ -23,6 +25,9 @@ def activate():
         return None
     install(hook)
     logger.info("smdebug: every xgboost.train and scikit-learn fit now saves to %s", hook.out_dir)
+    from smdebug.activation import after_import
+
+    after_import(DASK, lambda module: install_dask(module, hook))  # xgboost's import does not load it
     return hook
 
 
@@ -39,9 +44,17 @@ def install(hook) -> None:
                 setattr(module, name, wrapper)
 
 
+def install_dask(module, hook) -> None:
+    """Make ``xgboost.dask.train`` add ``hook`` to its callbacks (Dask ships a copy to each worker)."""
+    current = module.train
+    original = getattr(current, ORIGINAL, current)
+    module.train = _train_with(original, hook, borrow=False)  # a DaskDMatrix stays where it is
+
+
 def uninstall() -> None:
     """Give xgboost its own train and cv functions back."""
-    for name, modules in _WRAPPED.items():
+    dask = [("train", (DASK,))] if DASK in sys.modules else []
+    for name, modules in [*_WRAPPED.items(), *dask]:
         for module in map(importlib.import_module, modules):
             function = getattr(module, name, None)
             if hasattr(function, ORIGINAL):
@@ -53,9 +66,10 @@ _WRAPPED = {
     "train": ("xgboost", "xgboost.training", "xgboost.sklearn"),
     "cv": ("xgboost", "xgboost.training"),
 }
+DASK = "xgboost.dask"  # its train is wrapped once the script imports it
 
 
-def _train_with(train, hook):
+def _train_with(train, hook, borrow: bool = True):
     from smdebug_xgb.hook import Hook
 
     signature = inspect.signature(train)
@@ -72,8 +86,8 @@ def _train_with(train, hook):
         bound.arguments["callbacks"] = [*callbacks, hook]
         # Without data of its own the hook takes this call's: SHAP values on the training data,
         # predictions and labels on the first evaluation set that is not the training data.
-        dtrain = bound.arguments.get("dtrain")
-        evals = [d for d, _ in bound.arguments.get("evals") or () if d is not dtrain]
+        dtrain = bound.arguments.get("dtrain") if borrow else None
+        evals = [d for d, _ in bound.arguments.get("evals") or () if d is not dtrain] if borrow else []
         borrowed = {}
         if hook.train_data is None and dtrain is not None:
             borrowed["train_data"] = dtrain

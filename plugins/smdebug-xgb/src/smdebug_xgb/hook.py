@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -115,6 +116,30 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
     def hook_from_config(cls, json_config_path: str | None = None):
         """smdebug 1.0's older name of ``create_from_json_file``."""
         return cls.create_from_json_file(json_config_path)
+
+    @property
+    def rule_results(self) -> list:
+        """Every firing of the hook's rules so far. Under ``xgboost.dask`` the workers' copies judge the
+        rounds: their firings, read from the run, come after this hook's own."""
+        own = BaseHook.rule_results.fget(self)
+        if not self.shipped or self.is_copy or self.dry_run:
+            return own
+        from smdebug.rules.runner import RuleResult
+        from smdebug.trials import create_trial
+
+        try:
+            firings = create_trial(self.out_dir).rule_firings()
+        except Exception as exc:  # no run yet, or one that cannot be read now
+            logger.debug("smdebug: the workers' rule firings could not be read: %s", exc)
+            return own
+        left = Counter((r.rule, r.step, r.reason) for r in own)  # this process's, recorded there too
+        for firing in firings:
+            key = (firing["rule"], firing["step"], firing["reason"])
+            if left[key]:
+                left[key] -= 1
+            else:
+                own.append(RuleResult(*key))
+        return own
 
     def add_rule(self, rule, action: str | None = "stoptraining", **params):
         built = super().add_rule(rule, action, **params)
