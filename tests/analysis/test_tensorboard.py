@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import EVAL_STEPS, SAVE_INTERVAL, TRAIN_STEPS, train
 
+from smdebug.exceptions import TensorUnavailableForStep
 from smdebug.modes import ModeKeys
 from smdebug.tensorboard import SummaryWriter, export_tensorboard, summaries_for
 
@@ -83,6 +84,23 @@ def test_hook_reductions_become_scalars(run_dir, trial, tb):
         assert f"smdebug/reductions/abs_max/{name}" in read["scalars"]
 
 
+def test_hook_reductions_only_collections_get_histograms_too(run_dir, trial, tb):
+    """As smdebug 1.0: a collection saved as reductions only still gets its TensorBoard histograms (of
+    the value the hook saw), read here by TensorBoard's own reader; the run holds only the reductions."""
+    read = tb(Path(run_dir) / "tensorboard" / "TRAIN")
+    biases = trial.tensor_names(collection="biases")
+    for name in biases:
+        got = read["histograms"][f"biases/{name}"]
+        assert [s for s, _ in got] == TRAIN_SAVED
+        for step, histo in got:
+            assert histo.sum_squares == pytest.approx(trial.tensor(name).reduction_value(step, "l2") ** 2)
+            largest = max(abs(histo.min), abs(histo.max))
+            assert largest == pytest.approx(trial.tensor(name).reduction_value(step, "max", abs=True))
+            assert sum(histo.bucket) == histo.num > 1
+    with pytest.raises(TensorUnavailableForStep):  # the run itself holds the reductions only
+        trial.tensor(biases[0]).value(TRAIN_SAVED[0])
+
+
 def test_tensorboard_dir_option_without_export_flag(tmp_path, tb):
     tb_dir = tmp_path / "tb"
     train(tmp_path / "run", train_steps=2, eval_steps=0, tensorboard_dir=str(tb_dir))
@@ -122,6 +140,8 @@ def test_export_of_a_saved_run_matches_the_hook(run_dir, trial, tb, tmp_path):
     for mode in ("TRAIN", "EVAL"):
         live = tb(Path(run_dir) / "tensorboard" / mode)
         exported = tb(tmp_path / "logs" / mode)
+        # a collection saved as reductions only (biases) has its histograms in the hook's export only
+        live["histograms"] = {t: v for t, v in live["histograms"].items() if not t.startswith("biases/")}
         assert set(exported["histograms"]) == set(live["histograms"])
         # save_scalar values (scalar/lr) are saved at every step, the rest on the save interval
         assert set(exported["scalars"]) == set(live["scalars"])

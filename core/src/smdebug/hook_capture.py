@@ -33,9 +33,10 @@ class HookCapture:
         plan = self._due_plan(name, value)
         if plan is None:
             return False
-        pairs, names, raw, shape = plan
-        if self._gathered is not None and pairs and not (raw or shape):  # reductions only, in a together()
-            self._gathered.append((name, value, pairs, names))  # block: what _reduce_all does, inline
+        pairs, names, raw, shape, histogram = plan
+        # reductions only, in a together() block: what _reduce_all does, inline
+        if self._gathered is not None and pairs and not (raw or shape or histogram):
+            self._gathered.append((name, value, pairs, names))
         else:
             self._write_planned(name, value, plan)
         return True
@@ -68,7 +69,7 @@ class HookCapture:
         """(reduction pairs, each tensor's reduction names) when every tensor is due for the same
         reductions only, else None."""
         plans = [self._due_plan(name, value) for name, value in zip(names, values)]
-        if not plans or any(p is None or p[2] or p[3] or not p[0] for p in plans):
+        if not plans or any(p is None or p[2] or p[3] or p[4] or not p[0] for p in plans):
             return None
         pairs = plans[0][0]
         if any(p[0] != pairs for p in plans):
@@ -87,7 +88,7 @@ class HookCapture:
         if not (self._in_step and self.writing):
             return
         for name, value in (values or {}).items():
-            self._write_planned(name, value, ((), [], True, False))
+            self._write_planned(name, value, ((), [], True, False, False))
         found = [(name, results) for name, results in (reductions or {}).items() if results]
         if not found:
             return
@@ -181,10 +182,14 @@ class HookCapture:
         self._write_planned(name, value, self._plan(name, value, colls))
 
     def _write_planned(self, name: str, value: Any, plan: tuple) -> None:
-        pairs, names, raw, shape = plan
+        pairs, names, raw, shape, histogram = plan
         try:
             if pairs:
                 self._reduce_all(name, value, pairs, names)
+            if histogram:  # for TensorBoard only: the run holds the reductions
+                from smdebug import tensorboard
+
+                tensorboard.tensor_saved(self, name, self._to_numpy(value), self.step, self.mode)
             if raw or shape:
                 writer = self._writer or self._get_writer()
                 if raw and not shape and not plugins.listens_to_tensors(self):

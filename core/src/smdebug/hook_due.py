@@ -182,7 +182,7 @@ class DuePlanning:
 
     def _plan(self, name: str, value: Any, colls: Iterable[Collection]) -> tuple:
         """What saving a tensor means for these collections: (reduction pairs, their tensor names, raw,
-        shape); a text tensor is saved raw only. Cached per tensor name while its collections and the
+        shape, a TensorBoard histogram of a value not saved raw); a text tensor is saved raw only. Cached per tensor name while its collections and the
         due collections stay the same objects (save_for_step)."""
         colls = list(colls)
         numeric = not (isinstance(value, np.ndarray) and value.dtype.kind in "USO")  # text: raw only
@@ -197,4 +197,12 @@ class DuePlanning:
         names = [reduction_tensor_name(name, r, a, self.reduction_names_keep_index) for r, a in pairs]
         raw = not numeric or any(c.reduction_config.save_raw_tensor for c in colls)
         shape = any(c.reduction_config.save_shape for c in colls)
-        return pairs, names, raw, shape
+        # reductions only, exported to TensorBoard: the histogram of the value all the same (as 1.0)
+        histogram = (
+            numeric
+            and not raw
+            and self.tensorboard_dir is not None
+            and not self.dry_run
+            and any(c.save_histogram and c.name not in self.scalar_collections for c in colls)
+        )
+        return pairs, names, raw, shape, histogram

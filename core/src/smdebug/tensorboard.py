@@ -9,7 +9,9 @@ files; summary steps are global steps. What becomes a summary (``summaries_for``
 - a scalar summary for every stored reduction, tagged with its stored name
   (``smdebug/reductions/<reduction>/<tensor>``), so a reductions-only run still shows its curves;
 - a histogram, tagged ``<collection>/<tensor>``, for a numeric tensor of a collection whose
-  ``save_histogram`` is true (never for scalar collections), of its finite values.
+  ``save_histogram`` is true (never for scalar collections), of its finite values; the hook's export
+  histograms a tensor saved as reductions only too (as smdebug 1.0), of the value it saw, which an export
+  of the saved run cannot (the run holds the reductions).
 
 The hook writes them while training when ``export_tensorboard=True`` or ``tensorboard_dir`` is given
 (through the observation hooks, off the training thread); ``export_tensorboard(trial, logdir)`` and
