@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 
 from smdebug.exceptions import SMDebugValueError
-from smdebug.layout import WRITERS_DIR, find_runs, is_run, no_run_here  # noqa: F401 (run discovery, importable from here too)
+from smdebug.layout import WRITERS_DIR, find_runs, is_run  # noqa: F401 (run discovery, importable from here too)
 from smdebug.rules.rule_specs import STEP_INDEPENDENT, RuleSpec, rule_specs  # noqa: F401 (and importable here)
 from smdebug.rules.sweep_executors import (  # noqa: F401 (the CLI's and the bench's)
     DASK_HINT,
@@ -149,7 +149,10 @@ def _baseline(path: str, paths: list[str]) -> str:
         if (other.fs.protocol, other.root) == key:
             return run
     if not is_run(store) and not store.ask(store.fs.exists, f"{store.root}/{WRITERS_DIR}"):
-        raise SMDebugValueError(f"baseline {no_run_here(store, path)}")
+        found = store.ask(store.fs.exists, store.root)
+        raise SMDebugValueError(
+            f"baseline {path}: {'no smdebug run found' if found else 'no such file or directory'}"
+        )
     return path
 
 
