@@ -102,6 +102,36 @@ def tp_dtensor_outputs(rank, out_dir):
     train(model, h, lambda step: batch("tp", rank, step))
 
 
+def tp_save_tensor(rank, out_dir):
+    """hook.save_tensor of DTensors the script holds (fc1's column shards, and their product with the
+    batch), on every rank at the same point: saved as sharded parameters are. Rank 0 records their full
+    values for the test."""
+    mesh = init_device_mesh("cpu", (2,))
+    model = make("tp")
+    h = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_workers="all")
+    h.register_module(model)
+    h.get_collection("shards").reduction_config = smd.ReductionConfig(
+        reductions=["max", "mean"], norms=["l2"]
+    )
+    parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    for step in range(STEPS):
+        x, y = batch("tp", rank, step)
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        weight = model.fc1.weight.detach() * 2.0  # a DTensor, sharded as fc1's weight
+        h.save_tensor("double_fc1_weight", weight)  # into "default": the raw shards
+        h.save_tensor("double_fc1_weight_stats", weight, "shards")  # reductions only
+        expected.append(weight.full_tensor().tolist())
+        opt.step()
+    h.close()
+    if rank == 0:
+        with open(f"{out_dir}.expected.json", "w") as f:
+            json.dump(expected, f)
+
+
 def ddp_bucket_view(rank, out_dir):
     model = make("mlp")
     h = hook(out_dir, include_workers="all")
@@ -276,6 +306,7 @@ SCENARIOS = {
         rank, d, include_workers="all", gather_full_tensors=True
     ),
     "tp_dtensor_outputs": tp_dtensor_outputs,
+    "tp_save_tensor": tp_save_tensor,
     "ddp_bucket_view": ddp_bucket_view,
     "lazy_mlp": lazy_mlp,
     "classic_fsdp": classic_fsdp,

@@ -162,6 +162,25 @@ def test_a_dtensor_module_output_is_recorded_as_unsaved_and_the_rest_of_the_step
     assert trial.tensor("gradient/MLP_fc1.weight").steps() == list(range(STEPS))
 
 
+def test_save_tensor_of_a_dtensor_saves_it_as_sharded_parameters_are(runs):
+    """It was recorded unsaved ("cannot convert a DTensor"): now each rank's shard with its placement,
+    the Trial assembling the full tensor, and the full tensor's reductions."""
+    out_dir = os.path.join(runs, "tp_save_tensor")
+    trial = smd.create_trial(out_dir)
+    with open(f"{out_dir}.expected.json") as f:
+        expected = [np.array(v, dtype=np.float32) for v in json.load(f)]
+    assert trial.unsaved_tensors() in ({}, {"worker_0": {}, "worker_1": {}})
+    raw, stats = trial.tensor("double_fc1_weight"), trial.tensor("double_fc1_weight_stats")
+    assert raw.steps() == stats.steps() == list(range(STEPS))
+    for step, full in enumerate(expected):
+        np.testing.assert_allclose(raw.value(step), full, rtol=1e-6)
+        assert raw.value(step, worker="worker_1").shape == (full.shape[0] // 2, full.shape[1])  # a shard
+        for reduction, absolute in [("max", False), ("mean", False), ("l2", False)]:
+            got = stats.reduction_values(step, worker="worker_0")[(reduction, absolute)]
+            assert got == pytest.approx(numpy_reduction(full, reduction, absolute), rel=1e-5), reduction
+    assert "double_fc1_weight" in trial.tensor_names(collection="default")
+
+
 def test_include_workers_one_saves_full_tensors_with_correct_reductions(runs):
     trial, reference = _trials(runs, "fsdp_mlp_one", "mlp")
     assert trial.workers() == ["worker_0"]

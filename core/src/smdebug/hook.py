@@ -324,6 +324,12 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
 
     def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
         """Save a tensor at the current step into the given collections, whatever their save config."""
+        colls = self.save_tensor_collections(tensor_name, collections_to_write)
+        self._write_now(tensor_name, _user_scalar(tensor_value), colls)
+
+    def save_tensor_collections(self, tensor_name: str, collections_to_write="default") -> list[Collection]:
+        """The collections ``save_tensor`` saves a tensor into (a name or a list of names), the tensor
+        recorded in each and each included (for a plugin saving such a tensor its own way)."""
         names = (
             [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
         )
@@ -333,7 +339,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             coll.add_tensor_name(tensor_name)
             self._include(cname)
             colls.append(coll)
-        self._write_now(tensor_name, _user_scalar(tensor_value), colls)
+        return colls
 
     def write_summary(self, summary: bytes) -> bool:
         """A serialized TensorBoard Summary (a framework's own summary op computed it) for the current step,

@@ -268,6 +268,25 @@ class Hook(BaseHook):
                     continue
                 coll.include(layer_tensor_patterns(name, inputs, outputs))
 
+    def save_tensor(self, tensor_name: str, tensor_value, collections_to_write="default") -> None:
+        """As the core's; a sharded tensor (DTensor) is saved as sharded parameters are: each writing
+        rank's shard with its place in the full tensor, and the reductions of the full tensor (every rank
+        must call it at the same point: they are combined together)."""
+        if not sharded.is_sharded(tensor_value):
+            return super().save_tensor(tensor_name, tensor_value, collections_to_write)
+        colls = self.save_tensor_collections(tensor_name, collections_to_write)
+        if self.closed or not self.in_step:
+            self.record_unsaved_tensor(
+                tensor_name, "a sharded tensor is saved within a step (once training began)"
+            )
+            return None
+        configs = [c.reduction_config or self.reduction_config for c in colls]
+        pairs = dict.fromkeys(pair for config in configs for pair in config.reduction_pairs())
+        raw = any(config.save_raw_tensor for config in configs)
+        with self.guard("save a sharded tensor"):
+            self._shards.save_now(tensor_name, tensor_value.detach(), pairs, raw)
+        return None
+
     def close(self) -> None:
         if self._health is not None and not self.closed:
             self._health.close()  # the last step recorded before the core writes what a trigger asks

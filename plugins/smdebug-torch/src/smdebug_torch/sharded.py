@@ -428,6 +428,15 @@ class Shards:
                 self._announce()
             self.pending[name] = _Item(name, value, plan[0], plan[1])
 
+    def save_now(self, name: str, value, pairs, raw: bool) -> None:
+        """``hook.save_tensor`` of a sharded tensor: saved at once as a captured one is at a flush (every
+        rank calls it at the same point, as any collective: its reductions need every rank's shard)."""
+        if self.key is None:
+            self._announce()
+        self.pending[name] = _Item(name, value, tuple(pairs), raw)
+        self.flush()
+        self.resolve()
+
     def _announce(self) -> None:
         """Tell the other ranks that this rank's hook captures sharded tensors (it enters the flushes'
         collectives): a key of the job's store, numbered by this process's hooks."""
