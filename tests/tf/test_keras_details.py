@@ -285,3 +285,26 @@ def test_a_collection_ended_by_its_end_step_saves_no_later_epoch_logs(out_dir, d
     trial = create_trial(out_dir)
     assert trial.tensor("loss").steps(mode=modes.TRAIN) == [0, 1]
     assert trial.tensor("accuracy").steps(mode=modes.TRAIN) == list(range(8))
+
+
+def test_a_shared_layer_saves_its_last_calls_tensors_as_smdebug_1_0(out_dir):
+    """A layer called twice in a step has one <layer>/inputs and <layer>/outputs: its last call's, as
+    smdebug 1.0.34's TF 2 Keras hook keeps them (one InputOutputSaver per layer, overwritten each call)."""
+    inp = keras.Input((3,))
+    shared = keras.layers.Dense(2, name="shared")
+    first, second = shared(inp), shared(inp * 0.0 + 5.0)
+    model = keras.Model(inp, keras.layers.Dense(1, name="head")(keras.layers.Concatenate()([first, second])))
+    model.compile("sgd", "mse")
+    hook = smd.KerasHook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["layers"])
+    x, y = np.ones((4, 3), np.float32), np.zeros((4, 1), np.float32)
+    kernel, bias = (w.numpy() for w in shared.weights)  # as the step's forward pass saw them
+    model.fit(x, y, epochs=1, batch_size=4, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = create_trial(out_dir)
+    assert sorted(n for n in trial.tensor_names() if n.startswith("shared/")) == [
+        "shared/inputs",
+        "shared/outputs",
+    ]
+    np.testing.assert_array_equal(trial.tensor("shared/inputs").value(0), np.full((4, 3), 5.0))
+    expected = np.full((4, 3), 5.0, np.float32) @ kernel + bias  # the second call's output
+    np.testing.assert_allclose(trial.tensor("shared/outputs").value(0), expected, rtol=1e-6)
