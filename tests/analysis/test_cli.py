@@ -204,7 +204,8 @@ def test_export_tensorboard_command(cli, run_dir, tb, tmp_path):
     read = tb(logs / "TRAIN")
     live = tb(Path(run_dir) / "tensorboard" / "TRAIN")
     assert read["scalars"][LOSS] == live["scalars"][LOSS]
-    assert set(read["histograms"]) == set(live["histograms"]) != set()
+    # biases are saved as reductions only: their histograms are in the hook's live export alone
+    assert set(read["histograms"]) == {t for t in live["histograms"] if not t.startswith("biases/")} != set()
 
 
 def test_a_reader_that_stops_early_gets_no_error(run_dir):
