@@ -4,7 +4,7 @@ one run or many.
 Without ``--rule`` every built-in rule that needs no parameter runs. A progress bar follows the work (on
 stderr), then a table gives each rule's result (on stdout). A rule that had nothing to
 check (no step, no tensor it reads) shows "no data", not "ok". Exit code: 1 when a rule fired, 0 when none
-did, 2 on an error or when a rule named with ``--rule`` had nothing to check. With ``--watch`` the command follows a live run until it ends and, the first time a
+did, 2 on an error. With ``--watch`` the command follows a live run until it ends and, the first time a
 rule fires, leaves the stop signal in the run's folder: the running hook then stops training at its next
 step (see ``smdebug.rules.actions``).
 
@@ -199,10 +199,8 @@ def _run_one(args) -> int:
     _print_table(states, trial, message)
     if any(s.fired for s in states):
         return EXIT_FIRED
-    # a rule asked for by name that had nothing to check could not be evaluated; a default one that has
-    # no data in this run (gradient rules on an XGBoost run) is only shown as such
-    failed = any(s.error or (args.rules and s.nodata) for s in states)
-    return EXIT_ERROR if failed else 0
+    # a rule with nothing to check neither fired nor failed: shown as "no data", exit code unchanged
+    return EXIT_ERROR if any(s.error for s in states) else 0
 
 
 def rule_states(trial, rules=None) -> list[_State]:
