@@ -28,6 +28,7 @@ _LAZY = {
     "SMDebugTypeError": "smdebug.exceptions",
     "StopTraining": "smdebug.exceptions",
     "exports": "smdebug.framework_api",
+    "after_import": "smdebug.activation",
 }
 
 __all__ = ["Framework", "hookimpl", *_LAZY]

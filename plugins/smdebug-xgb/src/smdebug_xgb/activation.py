@@ -25,7 +25,7 @@ def activate():
         return None
     install(hook)
     logger.info("smdebug: every xgboost.train and scikit-learn fit now saves to %s", hook.out_dir)
-    from smdebug.activation import after_import
+    from smdebug.plugin import after_import
 
     after_import(DASK, lambda module: install_dask(module, hook))  # xgboost's import does not load it
     return hook
