@@ -182,8 +182,9 @@ class DuePlanning:
 
     def _plan(self, name: str, value: Any, colls: Iterable[Collection]) -> tuple:
         """What saving a tensor means for these collections: (reduction pairs, their tensor names, raw,
-        shape, a TensorBoard histogram of a value not saved raw); a text tensor is saved raw only. Cached per tensor name while its collections and the
-        due collections stay the same objects (save_for_step)."""
+        shape, a TensorBoard histogram of a value not saved raw); a text tensor is saved raw only. Cached
+        per tensor name while its collections and the due collections stay the same objects
+        (save_for_step)."""
         colls = list(colls)
         numeric = not (isinstance(value, np.ndarray) and value.dtype.kind in "USO")  # text: raw only
         pairs = tuple(

@@ -7,9 +7,10 @@ registered later are asked first; ``tryfirst``/``trylast`` move one); the others
 
 Rules that hold for every hook, kept by ``smdebug.plugins``: an implementation that raises, or answers with
 the wrong kind of value (the Returns below), is logged once per process and skipped (a firstresult hook then
-asks the next one, finally the core's), except a ``ValueError`` from ``smdebug_reduce`` (undefined: see it); a plugin that implements a hook not listed here, or takes an argument
-its hook does not have, is refused when it loads, naming the closest one; hook wrappers (``wrapper=True`` or
-``hookwrapper=True``) are honoured. A plugin's observation hooks and the calls made once
+asks the next one, finally the core's), except a ``ValueError`` from ``smdebug_reduce`` (undefined: see it); a
+plugin that implements a hook not listed here, or takes an argument its hook does not have, is refused when it
+loads, naming the closest one; hook wrappers (``wrapper=True`` or ``hookwrapper=True``) are honoured. A
+plugin's observation hooks and the calls made once
 (``smdebug_framework``, ``smdebug_open_store``, ``smdebug_rules``, ``smdebug_add_commands``) run on a thread
 of the plugin's own while the caller waits: a call lasting over a second is logged once, and one lasting over
 ``SMDEBUG_PLUGIN_TIMEOUT`` seconds (5) is no longer waited for and the plugin is not called there again, so
