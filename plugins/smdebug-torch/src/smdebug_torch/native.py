@@ -77,7 +77,8 @@ def partials(tensors: list, want: int = ABS | M2, out: torch.Tensor | None = Non
     columns (without them, theirs are not to be read). NaN and inf as numpy reduces them: a NaN makes every
     statistic NaN but the count and the non-finite count; an inf makes m2 NaN. float16/bfloat16 are read in
     float32, integers and booleans in float64, complex values as their magnitudes. None while the kernel is
-    not loaded (the first call starts loading it); RuntimeError for a tensor that is not a plain CPU tensor."""
+    not loaded (the first call starts loading it); RuntimeError for a tensor that is not a plain CPU
+    tensor."""
     if not _started:
         start()
     if _partials is None:
