@@ -61,6 +61,16 @@ def test_a_nan_in_one_shard_propagates_as_numpy_does():
         assert np.isnan(combined[pair][0]), pair
 
 
+def test_an_inf_in_one_shard_gives_numpys_sum_beside_a_variance_on_torchs_path(monkeypatch):
+    monkeypatch.setattr(native, "partials", lambda *args, **kwargs: None)  # the kernel not loaded
+    whole = torch.tensor([float("inf"), 1.0, 2.0, -3.0])
+    asked = [("sum", False), ("mean", False), ("std", False), ("sum", True), ("variance", True)]
+    combined = combine(partials([whole[:3], whole[3:]], needed(asked)).numpy()[:, None, :], asked)
+    for pair in asked:
+        expected = numpy_reduction(whole.numpy(), *pair)
+        np.testing.assert_equal(combined[pair][0], expected, err_msg=str(pair))
+
+
 @pytest.mark.parametrize(
     "asked", [[("l2", False)], [("mean", False), ("max", False)], [("std", True), ("min", False)]]
 )

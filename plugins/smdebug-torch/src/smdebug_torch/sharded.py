@@ -275,12 +275,11 @@ def _columns(ts: list[torch.Tensor], stats: set[int]) -> np.ndarray:
     statistic where torch has one, then one stack of every 0-d result and one transfer."""
     k = len(ts)
     found: dict[int, list] = {SUMSQ: torch._foreach_norm(ts, 2)}  # squared on the host (no overflow)
-    if M2 in stats:
-        var_mean = [torch.var_mean(t, correction=0) for t in ts]
-        found[SUM] = [m for _, m in var_mean]  # means: times the count on the host
-        found[M2] = [v for v, _ in var_mean]  # variances: likewise
-    elif SUM in stats:
+    # (sums apart from the variances: var_mean's running mean is NaN beside an inf, where the sum is inf)
+    if stats & {SUM, M2}:
         found[SUM] = [t.sum() for t in ts]
+    if M2 in stats:
+        found[M2] = [t.var(correction=0) for t in ts]  # variances: times the count on the host
     if MAX in stats:
         found[MAX] = torch._foreach_max(ts) if hasattr(torch, "_foreach_max") else [t.amax() for t in ts]
     if MIN in stats:
@@ -291,12 +290,9 @@ def _columns(ts: list[torch.Tensor], stats: set[int]) -> np.ndarray:
         found[AMAX] = torch._foreach_norm(ts, math.inf)
     if stats & {ASUM, AM2, AMIN, APROD}:
         magnitudes = torch._foreach_abs(ts) if stats & {AM2, AMIN, APROD} else None
+        found[ASUM] = torch._foreach_norm(ts, 1)
         if AM2 in stats:
-            var_mean = [torch.var_mean(a, correction=0) for a in magnitudes]
-            found[ASUM] = [m for _, m in var_mean]
-            found[AM2] = [v for v, _ in var_mean]
-        else:
-            found[ASUM] = torch._foreach_norm(ts, 1)
+            found[AM2] = [a.var(correction=0) for a in magnitudes]
         if AMIN in stats:
             found[AMIN] = [a.amin() for a in magnitudes]
         if APROD in stats:
@@ -309,10 +305,8 @@ def _columns(ts: list[torch.Tensor], stats: set[int]) -> np.ndarray:
     block[:, N] = n
     block[:, SUMSQ] **= 2
     if M2 in stats:
-        block[:, SUM] *= n
         block[:, M2] *= n
     if AM2 in stats:
-        block[:, ASUM] *= n
         block[:, AM2] *= n
     return block
 
