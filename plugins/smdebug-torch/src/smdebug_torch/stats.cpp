@@ -184,23 +184,7 @@ SMDEBUG_CLONES bool finite_stats(const T* x, int64_t n, Partial& p) {
     const int64_t end = start + kBlock < n ? start + kBlock : n;
     T s[kWide] = {}, q[kWide] = {}, as[kWide] = {}, l[kWide], h[kWide], al[kWide];
     for (int j = 0; j < kWide; ++j) l[j] = lo, h[j] = hi, al[j] = alo;
-    int64_t i = start;
-    for (; i + kWide <= end; i += kWide) {
-      for (int j = 0; j < kWide; ++j) {
-        const T v = x[i + j];
-        s[j] += v;
-        q[j] += v * v;
-        l[j] = v < l[j] ? v : l[j];
-        h[j] = v > h[j] ? v : h[j];
-        if (Abs) {
-          const T a = std::fabs(v);
-          as[j] += a;
-          al[j] = a < al[j] ? a : al[j];
-        }
-      }
-    }
-    for (int j = 0; i < end; ++i, ++j) {  // the tail, spread over the lanes
-      const T v = x[i];
+    const auto take = [&](const T v, const int j) {  // one value into lane j
       s[j] += v;
       q[j] += v * v;
       l[j] = v < l[j] ? v : l[j];
@@ -210,7 +194,11 @@ SMDEBUG_CLONES bool finite_stats(const T* x, int64_t n, Partial& p) {
         as[j] += a;
         al[j] = a < al[j] ? a : al[j];
       }
-    }
+    };
+    int64_t i = start;
+    for (; i + kWide <= end; i += kWide)
+      for (int j = 0; j < kWide; ++j) take(x[i + j], j);
+    for (int j = 0; i < end; ++i, ++j) take(x[i], j);  // the tail, spread over the lanes
     T bs = 0, bq = 0, bas = 0;
     for (int j = 0; j < kWide; ++j) {
       bs += s[j], bq += q[j], bas += as[j];
@@ -224,29 +212,20 @@ SMDEBUG_CLONES bool finite_stats(const T* x, int64_t n, Partial& p) {
       const double nb = static_cast<double>(end - start);
       const T c = static_cast<T>(bs / static_cast<T>(nb)), ac = static_cast<T>(bas / static_cast<T>(nb));
       T d[kWide] = {}, dd[kWide] = {}, e[kWide] = {}, ee[kWide] = {};
-      int64_t k = start;
-      for (; k + kWide <= end; k += kWide) {
-        for (int j = 0; j < kWide; ++j) {
-          const T u = x[k + j] - c;
-          d[j] += u;
-          dd[j] += u * u;
-          if (Abs) {
-            const T w = std::fabs(x[k + j]) - ac;
-            e[j] += w;
-            ee[j] += w * w;
-          }
-        }
-      }
-      for (int j = 0; k < end; ++k, ++j) {
-        const T u = x[k] - c;
+      const auto deviate = [&](const T v, const int j) {  // one value's deviations into lane j
+        const T u = v - c;
         d[j] += u;
         dd[j] += u * u;
         if (Abs) {
-          const T w = std::fabs(x[k]) - ac;
+          const T w = std::fabs(v) - ac;
           e[j] += w;
           ee[j] += w * w;
         }
-      }
+      };
+      int64_t k = start;
+      for (; k + kWide <= end; k += kWide)
+        for (int j = 0; j < kWide; ++j) deviate(x[k + j], j);
+      for (int j = 0; k < end; ++k, ++j) deviate(x[k], j);
       double sd = 0, sdd = 0, se = 0, see = 0;
       for (int j = 0; j < kWide; ++j) sd += d[j], sdd += dd[j], se += e[j], see += ee[j];
       // the deviations from c, corrected to the block's own mean
