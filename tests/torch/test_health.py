@@ -82,18 +82,6 @@ def train(out_dir, fault=None, steps=10, lr_jump_at=None, rule=None, lagged=Fals
     return hook, seen
 
 
-@pytest.fixture(params=["native", "torch"])
-def kernel(request, monkeypatch):
-    """Health's statistics computed by the native kernel (smdebug_torch.native, built on this machine)
-    or by torch's batched calls (the kernel not loaded yet, or no compiler)."""
-    if request.param == "native":
-        if not native.wait(timeout=600):
-            pytest.skip("the native kernel could not be built here (no C++ compiler?)")
-    else:
-        monkeypatch.setattr(native, "health_watch", lambda *args: None)
-    return request.param
-
-
 def hooked_net(out_dir):
     """A seeded Net and its loss, both registered with a health hook (a save step every 100 steps)."""
     torch.manual_seed(0)
@@ -843,13 +831,11 @@ def test_evaluation_steps_record_no_gradients(kernel, tmp_path):
     assert healthy.tensor("Net_fc1.weight").steps(mode=smd.modes.EVAL) == [0, 1]  # mode steps
 
 
-def test_native_kernel_values_against_torch():
+def test_native_kernel_values_against_torch(native_kernel):
     # each weight's, gradient's and the loss's l2 norm and max |x|, written into their columns (here in
     # reverse order): float32, float64 and bfloat16, non-contiguous, 0-d and empty tensors, NaN, inf,
     # finite values whose squares overflow float32, in small tensors and in large ones (read in blocks);
     # absent gradients (and all of them in evaluation): -1
-    if not native.wait(timeout=600):
-        pytest.skip("the native kernel could not be built here (no C++ compiler?)")
     g = torch.Generator().manual_seed(3)
     weights = [
         torch.randn(70, 33, generator=g),

@@ -6,15 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support import NUMPY_REDUCTIONS
 from torch import nn
 
 from smdebug_torch import native
-
-
-@pytest.fixture(scope="module")
-def loaded():
-    if not native.wait(timeout=600):
-        pytest.skip("the native kernel could not be built here (no C++ compiler?)")
 
 
 def some_tensors() -> list[torch.Tensor]:
@@ -34,27 +29,15 @@ def some_tensors() -> list[torch.Tensor]:
     ]
 
 
-NUMPY = {
-    "min": np.min,
-    "max": np.max,
-    "mean": np.mean,
-    "std": np.std,
-    "variance": np.var,
-    "sum": np.sum,
-    "l1": lambda a: np.sum(np.abs(a)),
-    "l2": lambda a: np.sqrt(np.sum(a * a)),
-}
-
-
 def numpy_of(t: torch.Tensor, reduction: str, absolute: bool) -> float:
     """numpy's reduction in float64, stored in the tensor's dtype (float32's: inf past its range)."""
     a = t.double().numpy()
     with np.errstate(all="ignore"):
-        found = NUMPY[reduction](np.abs(a) if absolute else a)
+        found = NUMPY_REDUCTIONS[reduction](np.abs(a) if absolute else a)
         return float(np.float32(found) if t.dtype == torch.float32 else found)
 
 
-def test_reduce_writes_every_reduction_of_each_tensor_as_numpy_computes_it(loaded):
+def test_reduce_writes_every_reduction_of_each_tensor_as_numpy_computes_it(native_kernel):
     codes = list(range(2 * len(native.REDUCTIONS)))
     for dtype, bits in ((torch.float32, 32), (torch.float64, 64)):
         tensors = [t.to(dtype) for t in some_tensors()]
@@ -78,14 +61,14 @@ def test_reduce_writes_every_reduction_of_each_tensor_as_numpy_computes_it(loade
     ],
     ids=["empty", "mixed", "float16", "int64", "negative-view", "meta", "sparse"],
 )
-def test_reduce_refuses_what_it_does_not_read_and_writes_nothing(loaded, made):
+def test_reduce_refuses_what_it_does_not_read_and_writes_nothing(native_kernel, made):
     tensors = made()
     out = torch.full((len(tensors), 1), 7.0, dtype=torch.float64)
     assert native.reducer()(tensors, [0], out) == 0
     assert out.eq(7.0).all()
 
 
-def test_partials_of_shards_of_any_dtype(loaded):
+def test_partials_of_shards_of_any_dtype(native_kernel):
     g = torch.Generator().manual_seed(2)
     tensors = [
         *some_tensors(),
@@ -122,7 +105,7 @@ def test_partials_of_shards_of_any_dtype(loaded):
         assert got == pytest.approx(want, rel=2e-6, nan_ok=True), t
 
 
-def test_partials_refuse_a_tensor_without_memory_on_the_cpu(loaded):
+def test_partials_refuse_a_tensor_without_memory_on_the_cpu(native_kernel):
     with pytest.raises(RuntimeError, match="plain CPU tensor"):
         native.partials([torch.ones(2, device="meta")])
 
@@ -175,7 +158,7 @@ def test_every_step_reductions_of_weights_and_gradients_equal_numpy(out_dir, mon
                     assert got == pytest.approx(want, rel=1e-5, abs=1e-7), (name, reduction, absolute)
 
 
-def test_results_brought_to_the_host_whole_apart_and_mixed(loaded):
+def test_results_brought_to_the_host_whole_apart_and_mixed(native_kernel):
     from smdebug_torch import tensors
 
     pairs = [("mean", False), ("max", True), ("l2", False)]
@@ -205,7 +188,7 @@ def test_results_brought_to_the_host_whole_apart_and_mixed(loaded):
     )
 
 
-def test_a_list_with_an_empty_tensor_is_left_to_torchs_calls(loaded):
+def test_a_list_with_an_empty_tensor_is_left_to_torchs_calls(native_kernel):
     from smdebug_torch import tensors
 
     results = tensors.reductions([torch.ones(3), torch.ones(0)], [("max", False)])

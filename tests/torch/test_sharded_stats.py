@@ -85,11 +85,6 @@ def test_only_the_reductions_asked_are_combined_from_only_the_statistics_they_ne
         assert combined[pair][0] == pytest.approx(expected, rel=1e-9, abs=1e-12), pair
 
 
-def kernel_loaded() -> None:
-    if not native.wait(timeout=600):
-        pytest.skip("the native kernel could not be built here (no C++ compiler?)")
-
-
 def mixed_shards() -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(3)
     return [
@@ -115,8 +110,7 @@ def mixed_shards() -> list[torch.Tensor]:
         [("min", True), ("variance", True), ("mean", True)],
     ],
 )
-def test_the_native_kernel_gives_the_partials_numpy_gives(asked, monkeypatch):
-    kernel_loaded()
+def test_the_native_kernel_gives_the_partials_numpy_gives(asked, monkeypatch, native_kernel):
     shards, stats = mixed_shards(), needed(asked)
     calls = []
     kernel = native.partials
@@ -142,8 +136,7 @@ def test_the_native_kernel_gives_the_partials_numpy_gives(asked, monkeypatch):
             assert row[column] == pytest.approx(want[column], rel=1e-6, nan_ok=True), (shard, column)
 
 
-def test_a_product_or_a_shard_the_kernel_cannot_read_is_computed_by_torch(monkeypatch):
-    kernel_loaded()
+def test_a_product_or_a_shard_the_kernel_cannot_read_is_computed_by_torch(monkeypatch, native_kernel):
     whole = torch.randn(12, dtype=torch.float64)
     prod = combine(partials([whole[:5], whole[5:]], needed([("prod", False)])).numpy()[:, None, :])
     assert prod[("prod", False)][0] == pytest.approx(float(whole.prod()), rel=1e-9)
