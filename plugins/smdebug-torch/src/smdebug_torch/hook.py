@@ -453,7 +453,9 @@ class Hook(BaseHook):
         if model.own_grads or not self.any_due(model.grad_names):
             return
         with self.guard("watch the gradients"):
-            watch = _Callback(self._on_backward, model)
+            watch = model.watch
+            if watch is None:
+                watch = model.watch = _Callback(self._on_backward, model)
             watched = False
             for tensor in self.tensors_in(outputs):
                 if tensor.requires_grad:
@@ -533,6 +535,7 @@ class _Model:
         self.module = module
         self.modules = set(module.modules())  # (as registered: another model registered later may hold it)
         self.handle: Any = None  # its step starter (the forward pre-hook)
+        self.watch: Any = None  # the hook's callback at a backward pass through its output (made once)
         self.params: list[tuple[str, torch.nn.Parameter]] = []
         self.names: tuple[str, ...] = ()
         self.gradients: list[tuple[str, torch.nn.Parameter]] = []  # (gradient's name, parameter)
