@@ -377,13 +377,67 @@ def _store():
 
 class _InFlight:
     """A flush's all_gather of partial statistics, issued and not yet awaited, and what its combination
-    needs: the items, the asked reductions, the buffers, and the medians computed at the flush."""
+    needs: the flush's layout and items, the gathered buffer, and the medians computed at the flush."""
 
-    __slots__ = ("work", "everyone", "shape", "items", "pairs", "medians")
+    __slots__ = ("work", "layout", "items", "everyone", "medians")
 
-    def __init__(self, work, everyone, shape, items, pairs, medians):
-        self.work, self.everyone, self.shape = work, everyone, shape
-        self.items, self.pairs, self.medians = items, pairs, medians
+    def __init__(self, work, layout, items, everyone):
+        self.work, self.layout, self.items, self.everyone, self.medians = work, layout, items, everyone, {}
+
+
+class _Layout:
+    """What a flush of the same tensors as the last one (in training: every saved step) reuses: the checks
+    of each tensor (its mesh, its placements, whether its shard counts), the reductions asked and the
+    statistics they need, their dtypes, and the all_gather's buffers (free again once it was awaited,
+    which happens before the next flush). Worked out anew when a tensor, its placements or its reductions
+    change."""
+
+    def __init__(self, key: list, items: list[_Item], world: int, hook: Hook):
+        self.key = key
+        self.partial = [
+            k for k, item in enumerate(items) if any(p.is_partial() for p in item.value.placements)
+        ]
+        for k in self.partial:
+            items[k].value = _resolved(items[k].value)
+        self.reduced = []  # the items whose reductions are combined (their rows in the all_gather)
+        for k, item in enumerate(items):
+            if not item.pairs:
+                continue
+            if item.value.device_mesh.size() == world:
+                self.reduced.append(k)
+                continue
+            hook.warn_once(
+                f"shards:mesh:{item.name}",
+                "smdebug: %s is sharded over a mesh that is not the whole job: its reductions are "
+                "not saved (save its raw value instead)",
+                item.name,
+            )
+            hook.record_unsaved_tensor(item.name, "reductions of a tensor sharded over part of the job")
+        # the items whose raw value or exact median is saved at the flush (_save_value)
+        self.valued = [k for k, i in enumerate(items) if i.raw or any(p[0] == _MEDIAN for p in i.pairs)]
+        reduced = [items[k] for k in self.reduced]
+        self.contributes = [_contributes(i.value) for i in reduced]
+        self.pairs = {pair for i in reduced for pair in i.pairs if pair[0] != _MEDIAN}
+        self.stats = needed(self.pairs)
+        # each reduced item's (reductions, dtype), grouped: one cast of a matrix per group at each step
+        groups: dict[tuple, list[int]] = {}
+        for j, item in enumerate(reduced):
+            pairs = tuple(p for p in item.pairs if p[0] != _MEDIAN)
+            groups.setdefault((pairs, _result_dtype(item.value)), []).append(j)
+        self.groups = [(pairs, dtype, np.array(js)) for (pairs, dtype), js in groups.items()]
+        names = [i.name for i in reduced]
+        self.names = names
+        header = [float(len(names)), float(zlib.crc32("\n".join(names).encode()))]
+        self.template = np.array([header + [0.0] * (len(_EMPTY) - 2)] + [_EMPTY] * len(names))
+        self.mine = torch.from_numpy(self.template.copy())
+        self.everyone = self.mine.new_empty((world * self.mine.shape[0], self.mine.shape[1]))
+        self.gathered = self.everyone.numpy().reshape(world, *self.mine.shape)  # a view of the buffer
+
+
+def _all_gather(*args, **kwargs):
+    """torch's all_gather into one tensor (all_gather_into_tensor is deprecated for all_gather_single)."""
+    dist = torch.distributed
+    return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(*args, **kwargs)
 
 
 _group: tuple[Any, Any] | None = None  # (the default group it was made in, the statistics' own group)
@@ -410,6 +464,7 @@ class Shards:
         self.pending: dict[str, _Item] = {}
         self.flush_queued = False
         self.in_flight: _InFlight | None = None  # the last flush's all_gather, awaited by resolve()
+        self.layout: _Layout | None = None  # the last flush's, reused while its tensors stay the same
         self.broken = False  # the statistics' collective failed once: no more reductions (see resolve)
         self.key: str | None = None  # this hook's key in the job's store, once it captured a sharded tensor
         self.every_rank: bool | None = None  # whether every rank's hook captures them (at the first flush)
@@ -491,54 +546,46 @@ class Shards:
             return
         gather = hook.options.gather_full_tensors or hook.include_workers == "one"
         with torch.no_grad():
-            for item in items:
-                item.value = _resolved(item.value)
-            reduced = [i for i in items if i.pairs and i.value.device_mesh.size() == world]
-            for item in items:
-                if item.pairs and item.value.device_mesh.size() != world:
-                    hook.warn_once(
-                        f"shards:mesh:{item.name}",
-                        "smdebug: %s is sharded over a mesh that is not the whole job: its reductions are "
-                        "not saved (save its raw value instead)",
-                        item.name,
-                    )
-                    hook.record_unsaved_tensor(
-                        item.name, "reductions of a tensor sharded over part of the job"
-                    )
+            key = [
+                (i.name, i.pairs, i.raw, i.value.device_mesh, i.value.placements, i.value.dtype)
+                for i in items
+            ]
+            layout = self.layout
+            if layout is not None and layout.key == key:
+                for k in layout.partial:
+                    items[k].value = _resolved(items[k].value)
+            else:
+                layout = self.layout = _Layout(key, items, world, hook)
             # (the all_gather, issued now, is awaited at the step's end: resolve())
-            self.in_flight = self._issue(reduced, world)
+            self.in_flight = self._issue(layout, items)
             values, medians = {}, {}
-            for item in items:
-                self._save_value(item, gather, values, medians)
+            for k in layout.valued:
+                self._save_value(items[k], gather, values, medians)
             if self.in_flight is not None:  # saved with the reductions, together
                 self.in_flight.medians, medians = medians, {}
-            hook.save_computed(values, medians)
+            if values or medians:
+                hook.save_computed(values, medians)
 
-    def _issue(self, items: list[_Item], world: int) -> _InFlight | None:
-        """Every rank's partial statistics of the items, computed now (before the optimizer changes the
-        weights) and gathered by one all_gather on the statistics' own group, not awaited here."""
-        if not items:
+    def _issue(self, layout: _Layout, items: list[_Item]) -> _InFlight | None:
+        """Every rank's partial statistics of the layout's reduced items, computed now (before the optimizer
+        changes the weights) and gathered by one all_gather on the statistics' own group, not awaited here."""
+        if not layout.reduced:
             return None
+        reduced = [items[k] for k in layout.reduced]
         if self.broken:
-            for item in items:
+            for item in reduced:
                 self.hook.record_unsaved_tensor(item.name, "the reductions' collective failed earlier")
             return None
-        header = [float(len(items)), float(zlib.crc32("\n".join(i.name for i in items).encode()))]
-        mine = torch.tensor([header + [0.0] * (len(_EMPTY) - 2)] + [_EMPTY] * len(items), dtype=torch.float64)
-        pairs = {pair for i in items for pair in i.pairs if pair[0] != _MEDIAN}
-        partials(
-            [i.value.to_local() if _contributes(i.value) else _NOTHING for i in items],
-            needed(pairs),
-            out=mine[1:],
-        )
+        layout.mine.numpy()[:] = layout.template  # (the rows of empty shards keep the neutral values)
+        shards = [i.value.to_local() if c else _NOTHING for i, c in zip(reduced, layout.contributes)]
+        partials(shards, layout.stats, out=layout.mine[1:])
         group = _statistics_group()
+        mine, everyone = layout.mine, layout.everyone
         if torch.distributed.get_backend(group) != "gloo":  # e.g. NCCL alone: it gathers only CUDA tensors
-            mine = mine.to(items[0].value.device_mesh.device_type)
-        everyone = mine.new_empty((world * mine.shape[0], mine.shape[1]))
-        dist = torch.distributed  # (all_gather_into_tensor is deprecated for all_gather_single)
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        work = gather(everyone, mine, group=group, async_op=True)
-        return _InFlight(work, everyone, mine.shape, items, pairs, {})
+            mine = mine.to(reduced[0].value.device_mesh.device_type)
+            everyone = mine.new_empty(everyone.shape)
+        work = _all_gather(everyone, mine, group=group, async_op=True)
+        return _InFlight(work, layout, reduced, everyone)
 
     def resolve(self) -> None:
         """Await the last flush's all_gather and save the full tensors' reductions it combines (in the
@@ -562,29 +609,36 @@ class Shards:
                 hook.record_unsaved_tensor(item.name, f"the reductions' collective failed: {e}")
         else:
             if hook.writing:
-                world = flight.everyone.shape[0] // flight.shape[0]
-                gathered = flight.everyone.cpu().view(world, *flight.shape).numpy()
-                reductions = self._combined(gathered, flight.items, flight.pairs)
+                layout = flight.layout
+                gathered = layout.gathered
+                if flight.everyone is not layout.everyone:  # (gathered on a device)
+                    gathered = flight.everyone.cpu().view(gathered.shape).numpy()
+                reductions = self._combined(gathered, layout)
         for name, found in flight.medians.items():
             reductions.setdefault(name, {}).update(found)
         hook.save_computed({}, reductions)
 
-    def _combined(self, gathered: np.ndarray, items: list[_Item], pairs) -> dict[str, dict]:
-        """The items' reductions from every rank's gathered statistics ([rank, 1 + tensors, statistics])."""
+    def _combined(self, gathered: np.ndarray, layout: _Layout) -> dict[str, dict]:
+        """The reduced items' reductions from every rank's gathered statistics ([rank, 1 + tensors,
+        statistics]), each as numpy scalars of its dtype."""
         if not (gathered[:, 0, :2] == gathered[0, 0, :2]).all():
             self.hook.warn_once(
                 "shards:mismatch",
                 "smdebug: the ranks captured different sharded tensors; their reductions are not saved",
             )
             return {}
-        columns = combine(gathered[:, 1:], pairs)
+        columns = combine(gathered[:, 1:], layout.pairs)
         count = gathered[:, 1:, N].sum(0)
-        reductions = {}
-        for k, item in enumerate(items):
-            if count[k]:
-                dtype = _result_dtype(item.value).type
-                reductions[item.name] = {p: dtype(columns[p][k]) for p in item.pairs if p[0] != _MEDIAN}
-        return reductions
+        names = layout.names
+        found = {}
+        for pairs, dtype, js in layout.groups:
+            if not pairs:  # (a median alone: saved at the flush)
+                continue
+            matrix = np.stack([columns[p][js] for p in pairs], 1).astype(dtype, copy=False)
+            for j, row in zip(js.tolist(), matrix):
+                if count[j]:
+                    found[names[j]] = dict(zip(pairs, row))
+        return {name: found[name] for name in names if name in found}  # (in the items' order)
 
     def _save_alone(self, items: list[_Item]) -> None:
         """No hook on some other rank: no collective; this rank's shards are saved with their placement
