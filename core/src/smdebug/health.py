@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -70,13 +71,16 @@ class HealthMonitor:
         self.names: tuple[str, ...] = ()
         self.buffer: Any = None
         self._loss_col: int | None = None
+        # each slot's step, mode, mode step, whether the hook wrote something at that step, whether the row
+        # is written, its loss: Python lists (a numpy scalar's reading or writing runs far more code, and
+        # a step runs these with its caches cold)
         n = self.capacity
-        self._steps = np.full(n, -1, dtype=np.int64)
+        self._steps: list[int] = [-1] * n
         self._modes: list[Any] = [None] * n
-        self._mode_steps = np.zeros(n, dtype=np.int64)
-        self._written = np.zeros(n, dtype=bool)  # the hook wrote something at that step
-        self._dumped = np.zeros(n, dtype=bool)
-        self._losses = np.full(n, np.nan)
+        self._mode_steps: list[int] = [0] * n
+        self._written: list[bool] = [False] * n
+        self._dumped: list[bool] = [False] * n
+        self._losses: list[float] = [math.nan] * n
         self._next = 0
         self._seen = 0
         self._median: float | None = None
@@ -102,8 +106,8 @@ class HealthMonitor:
         self.buffer = make_buffer(self.capacity, 2 * len(names))
         self.names = names
         self._loss_col = names.index(loss_name) if loss_name in names else None
-        self._steps[:] = -1
-        self._dumped[:] = False
+        self._steps = [-1] * self.capacity
+        self._dumped = [False] * self.capacity
         keep = self.hook.reduction_names_keep_index  # (as the hook names its other reductions)
         self._l2_names = [reduction_tensor_name(n, "l2", False, keep) for n in names]
         self._max_names = [reduction_tensor_name(n, "max", True, keep) for n in names]
@@ -132,7 +136,7 @@ class HealthMonitor:
         self._mode_steps[slot] = hook.mode_step
         self._written[slot] = False
         self._dumped[slot] = False
-        self._losses[slot] = np.nan
+        self._losses[slot] = math.nan
         self._last_slot = slot
         return slot
 
@@ -143,18 +147,19 @@ class HealthMonitor:
         update by design (a loss scaler's overflow): not a fault."""
         n = len(self.names)
         hook = self.hook
-        if self._steps[slot] == hook.step and hook.anything_due():  # a save step: its statistics too,
+        if hook.anything_due() and self._steps[slot] == hook.step:  # a save step: its statistics too,
             self._save_row = (slot, np.array(host))  # written when the hook ends the step (save_row)
-        maxes = host[n:]
-        # non-finite if any is (Python's sum of the floats: less code to run than numpy's, which costs
-        # more than the reading, a step's caches being cold; it cannot overflow float32 values)
-        total = sum(maxes.tolist())
-        if total - total != 0 and not skipped and not np.isfinite(maxes).all():
+        # the row as Python floats, once: numpy's scalar reads and reductions run more code than the
+        # reading itself, a step's caches being cold
+        values = host.tolist()
+        # non-finite if any max |x| is (their sum cannot overflow float32 values)
+        total = sum(values[n:])
+        if total - total != 0 and not skipped and not np.isfinite(host[n:]).all():
             return self.first_nonfinite is None
         col = self._loss_col
-        if col is not None and host[col] >= 0 and self._modes[slot] not in UNTRAINED:
-            loss = float(host[col])
-            step = int(self._steps[slot])
+        loss = -1.0 if col is None else values[col]
+        if loss >= 0 and self._modes[slot] not in UNTRAINED:  # (NaN: no loss that step)
+            step = self._steps[slot]
             # the median is computed again only every few steps, or when this loss looks like a spike
             # (and at every step until there is one: a spike after MIN_LOSS_HISTORY steps is judged)
             self._seen += 1
@@ -181,8 +186,9 @@ class HealthMonitor:
 
     def _recent_median(self) -> float | None:
         """The median loss of the last LOSS_WINDOW recorded steps, None before MIN_LOSS_HISTORY of them."""
-        order = np.argsort(self._steps)[-LOSS_WINDOW:]
-        recent = sorted(x for x in self._losses[order].tolist() if x == x)  # (NaN: no loss that step)
+        steps, losses = self._steps, self._losses
+        order = sorted(range(len(steps)), key=steps.__getitem__)[-LOSS_WINDOW:]
+        recent = sorted(x for x in map(losses.__getitem__, order) if x == x)  # (NaN: no loss that step)
         count = len(recent)
         if count < MIN_LOSS_HISTORY:
             return None
@@ -279,9 +285,10 @@ class HealthMonitor:
         if self.buffer is None or not hook.writing:
             return
         current = hook.step
+        steps = self._steps
         slots = [
             s
-            for s in np.argsort(self._steps, kind="stable")
+            for s in sorted(range(len(steps)), key=steps.__getitem__)
             if self._steps[s] >= 0
             and not self._dumped[s]
             # a step the hook wrote has its files: only the one just ended can take more (the writer

@@ -30,6 +30,8 @@ import torch
 from smdebug.plugin import INPUT_SUFFIX, OUTPUT_SUFFIX, ModeKeys
 from smdebug_torch import native
 from smdebug_torch.collection import GRADIENT_PREFIX
+from smdebug_torch.hook import _registered
+from smdebug_torch.sharded import sharded_modules
 
 logger = logging.getLogger("smdebug")
 
@@ -202,7 +204,7 @@ class TorchHealth:
         self._layout: _Layout | None = None
         self._plans: dict[tuple, _Plan] = {}
         self._ring = None
-        self._ring_host = None  # CPU: the ring's numpy view
+        self._ring_host = None  # CPU: each slot's row, a numpy view made once
         self._native_ok = True  # the native kernel may compute the rows (once loaded)
         self._rows: tuple = ()
         self._lagged: tuple | None = None  # GPU: (slot, host row, event) judged at the next step
@@ -282,7 +284,7 @@ class TorchHealth:
     def _on_loss_output(self, module, inputs, output) -> None:
         if self._loss is None or self._loss[0] != self.hook.step:
             if isinstance(output, torch.Tensor):
-                name = self.hook._module_names.get(module, module._get_name())
+                name = self.hook._module_names.get(module) or module._get_name()
                 self._loss = (self.hook.step, f"{name}_output_0", output)
                 if self.hook.mode is ModeKeys.EVAL:
                     self.step_ending()  # judged now, while the script is still on this batch
@@ -350,7 +352,7 @@ class TorchHealth:
         ring = self.monitor.track(layout.columns_names, layout.loss_name, self._make_ring)
         if ring is not self._ring:
             self._ring, self._plans = ring, {}
-            self._ring_host = ring.numpy() if ring.device.type == "cpu" else None
+            self._ring_host = list(ring.numpy()) if ring.device.type == "cpu" else None
             self._rows = ring.unbind(0)  # each slot's row, a view made once
             slot = None
             if self._ring_host is not None:
@@ -540,6 +542,19 @@ class TorchHealth:
 
     def _current_layout(self) -> _Layout:
         hook = self.hook
+        layout = self._layout
+        losses = hook._loss_modules
+        source = losses[0] if losses else self._recorded_loss
+        # the common step: no parameter or module registered, no model refreshed, the same loss (less to
+        # run than the key below: a step runs this with its caches cold)
+        if (
+            layout is not None
+            and layout.seen == (_registered[0], sharded_modules())
+            and layout.source is source
+            and layout.params == list(map(_PARAMS, hook._models.values()))
+            and not (layout.frozen and any(map(_REQUIRES_GRAD, layout.frozen)))
+        ):
+            return layout
         models = list(hook._models.values())
         for model in models:
             if model.stale():
@@ -547,14 +562,17 @@ class TorchHealth:
         loss_name = self._recorded_loss
         if hook._loss_modules:
             first = hook._loss_modules[0]
-            loss_name = f"{hook._module_names.get(first, first._get_name())}_output_0"
+            loss_name = f"{hook._module_names.get(first) or first._get_name()}_output_0"
         key = (tuple(id(m.params) for m in models), loss_name)
-        layout = self._layout
         # (a frozen parameter made trainable again, as fine-tuning does: its gradient is watched from now)
         if layout is None or layout.key != key or layout.frozen and any(map(_REQUIRES_GRAD, layout.frozen)):
-            self._layout = _Layout(key, models, loss_name)
+            self._layout = layout = _Layout(key, models, loss_name)
             self._plans = {}
-        return self._layout
+        lazy = any(model.lazy for model in models)  # (stale until initialised: looked at every step)
+        layout.seen = None if lazy else (_registered[0], sharded_modules())
+        layout.source = source
+        layout.params = [model.params for model in models]
+        return layout
 
     # -- the first non-finite value --------------------------------------------------------------------
     def _first_nonfinite(self, row, rerun_safe: bool, tensors: list | None, names: tuple) -> None:
@@ -711,6 +729,7 @@ class TorchHealth:
 
 
 _GRAD = operator.attrgetter("grad")
+_PARAMS = operator.attrgetter("params")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)
 _UNTRAINED = (ModeKeys.EVAL, ModeKeys.PREDICT)
@@ -764,6 +783,10 @@ class _Layout:
             self.columns[i] = column
         self.columns_names = tuple(names[i] for i in order)
         self.watch = None  # the native kernel's watch of these tensors (smdebug_torch.native)
+        # what it was last found current with (TorchHealth._current_layout)
+        self.seen: tuple | None = None
+        self.source: Any = None
+        self.params: list = []
 
 
 def _tensors_of(layout: _Layout, loss: torch.Tensor | None, untrained: bool) -> list:
