@@ -149,15 +149,15 @@ class HealthMonitor:
         hook = self.hook
         if hook.anything_due() and self._steps[slot] == hook.step:  # a save step: its statistics too,
             self._save_row = (slot, np.array(host))  # written when the hook ends the step (save_row)
-        # the row as Python floats, once: numpy's scalar reads and reductions run more code than the
-        # reading itself, a step's caches being cold
-        values = host.tolist()
-        # non-finite if any max |x| is (their sum cannot overflow float32 values)
-        total = sum(values[n:])
-        if total - total != 0 and not skipped and not np.isfinite(host[n:]).all():
+        # non-finite if any max |x| is: their dot product is (one BLAS call: numpy's reductions, or Python
+        # floats made of every value, run more code than the reading; squares past float32's range are
+        # inf too, and then the exact test below tells)
+        maxes = host[n:]
+        total = float(maxes.dot(maxes))
+        if total - total != 0 and not skipped and not np.isfinite(maxes).all():
             return self.first_nonfinite is None
         col = self._loss_col
-        loss = -1.0 if col is None else values[col]
+        loss = -1.0 if col is None else host.item(col)
         if loss >= 0 and self._modes[slot] not in UNTRAINED:  # (NaN: no loss that step)
             step = self._steps[slot]
             # the median is computed again only every few steps, or when this loss looks like a spike
