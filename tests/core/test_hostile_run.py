@@ -183,6 +183,21 @@ def test_the_writer_does_not_write_through_a_linked_folder(tmp_path):
     assert 0 in trial.unsaved_steps and trial.tensor("a").value(1)[0] == 1
 
 
+def test_the_writer_does_not_make_folders_through_a_linked_folder(tmp_path):
+    """``events`` itself a link out of the run: the steps' new folders would be made outside it."""
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.mkdir()
+    os.symlink(elsewhere, out / "events")
+    hook = BaseHook(out_dir=str(out), save_config=smdebug.SaveConfig(save_interval=1))
+    for step in range(2):
+        hook.begin_step()
+        hook.save_tensor("a", np.full((4,), step, dtype=np.float32))
+    hook.close()
+    assert list(elsewhere.iterdir()) == []
+    assert create_trial(str(out)).unsaved_steps == [0, 1]
+
+
 @pytest.mark.parametrize(
     "signal", ['{"step": null}', '{"step": "x", "rule": 3}', '{"step": 1e999}', "[1]", "{"]
 )

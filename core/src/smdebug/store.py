@@ -84,6 +84,7 @@ class Store:
             self._secrets = []
             self._inside: dict[str, bool] = {}
             self._root_real: str | None = None
+            self._folders: set[str] = set()
             return
         import fsspec
         from fsspec.asyn import AsyncFileSystem
@@ -124,6 +125,7 @@ class Store:
         self._secrets = _secrets_of(fs)
         self._inside = {}
         self._root_real = None
+        self._folders = set()
 
     def __repr__(self):
         return f"<Store {self.uri}>"
@@ -158,11 +160,13 @@ class Store:
         """Write a whole file so that readers see either nothing or all of it."""
         path = self.path(relpath)
         if self.is_local:
-            self._check_folder(path)
             tmp = _temp_name(path)
             try:
-                with _create(tmp) as f:
-                    f.write(data)
+                fd = self._create(tmp)
+                try:
+                    _write_all(fd, data)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, path)
             except BaseException:
                 _unlink(tmp)
@@ -175,8 +179,7 @@ class Store:
         and on S3 (a conditional PUT, If-None-Match: "*"); other filesystems look, then write."""
         path = self.path(relpath)
         if self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._check_folder(path)
+            self._folder(os.path.dirname(path))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -223,8 +226,7 @@ class Store:
     def open_write(self, relpath: str):
         path = self.path(relpath)
         if self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._check_folder(path)
+            self._folder(os.path.dirname(path))
             return open(path, "wb")
         return self.fs.open(path, "wb")
 
@@ -404,11 +406,38 @@ class Store:
             self._root_real = os.path.realpath(self.root)
         return self._root_real
 
-    def _check_folder(self, path: str) -> None:
-        """The writer writes nothing through a link inside the run that leads out of it."""
-        folder = os.path.dirname(path)
-        if os.path.isdir(folder) and not self._is_inside(folder):
-            raise OSError(f"{folder} leads out of the output location (a symbolic link); not written")
+    def _folder(self, folder: str) -> None:
+        """Make a local folder of the run if it is missing. The writer writes nothing through a link
+        inside the run that leads out of it. A folder is checked once, then remembered: a step's event
+        file goes to a new folder (one mkdir), the rest to a few."""
+        if folder in self._folders:
+            return
+        out = f"{folder} leads out of the output location (a symbolic link); not written"
+        if folder != self.root and not self._is_inside(os.path.dirname(folder)):
+            raise OSError(out)
+        try:
+            os.mkdir(folder)  # made here: a plain folder, inside the run as its parent is
+        except FileExistsError:  # (another worker's, an earlier run's, or a link)
+            if not self._is_inside(folder):
+                raise OSError(out) from None
+        except (FileNotFoundError, NotADirectoryError):  # its parent is missing too (a new run's first file)
+            os.makedirs(folder, exist_ok=True)  # (or says which part of the path is no folder)
+            if not self._is_inside(folder):
+                raise OSError(out) from None
+        if len(self._folders) >= 1024:  # each step has a folder: a long run would keep them all
+            self._folders.clear()
+        self._folders.add(folder)
+
+    def _create(self, path: str) -> int:
+        """A new local file of the run, opened for writing (a descriptor): its folder made if missing.
+        Direct system calls: open() would add a status call, a seek and a terminal check a file."""
+        self._folder(os.path.dirname(path))
+        try:
+            return os.open(path, _CREATE, 0o666)
+        except FileNotFoundError:  # its remembered folder was removed since: made again
+            self._folders.discard(os.path.dirname(path))
+            self._folder(os.path.dirname(path))
+            return os.open(path, _CREATE, 0o666)
 
     def exists(self, relpath: str) -> bool:
         path = self.path(relpath)
@@ -454,8 +483,23 @@ _TEMP_TOKEN = uuid.uuid4().hex[:8]  # with the pid: temp names of this process, 
 _temp_numbers = itertools.count()
 
 
+_pid = [os.getpid()]  # kept up to date in a forked child, without a system call per file
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)  # open(path, "wb")
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)  # open(path, "ab")
+LOCAL_BUFFER = 64 * 1024  # a local staged file's small writes are joined up to this size
+
+
 def _temp_name(path: str) -> str:
-    return f"{path}{TEMP_MARK}{_TEMP_TOKEN}{os.getpid()}-{next(_temp_numbers)}"
+    return f"{path}{TEMP_MARK}{_TEMP_TOKEN}{_pid[0]}-{next(_temp_numbers)}"
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    view = view.cast("B") if view.nbytes else b""  # (an empty array's view cannot be cast)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def read_at(fd: int, start: int, end: int) -> bytes:
@@ -472,16 +516,6 @@ def read_at(fd: int, start: int, end: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _create(path: str):
-    """open(path, "wb"), creating its folder if needed (tried after the open fails: a run's files go to a
-    few folders, so the common case costs one system call)."""
-    try:
-        return open(path, "wb")
-    except (FileNotFoundError, NotADirectoryError):  # makedirs says which part of the path is wrong
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, "wb")
-
-
 class StagedFile:
     """One file being written: locally a temp file beside its destination, remotely a buffer in memory
     (a local temp file once ``spill`` is called or it passes SPOOL_BYTES).
@@ -495,19 +529,29 @@ class StagedFile:
         self.size = 0
         self._buf: bytearray | None = None  # a remote file's bytes while in memory
         self._spilled: str | None = None  # then a local temp file's path (open only while written)
+        self._file = None  # (the spilled file, while written)
         path = store.path(relpath)
         if store.is_local:
-            store._check_folder(path)
             self._tmp = _temp_name(path)
-            self._file = _create(self._tmp)
+            self._fd: int | None = store._create(self._tmp)
+            self._pending = bytearray()  # small writes, joined into one system call
         else:
             self._tmp = None
-            self._file = None
             self._buf = bytearray()
             staging.sweep()  # (once a process) what killed processes left waiting on this machine
 
     def write(self, data) -> None:
         n = memoryview(data).nbytes
+        if self._tmp is not None:
+            if len(self._pending) + n > LOCAL_BUFFER:
+                self._drain()
+                if n >= LOCAL_BUFFER:  # a large one as it is: no copy of it
+                    _write_all(self._fd, data)
+                    self.size += n
+                    return
+            self._pending.extend(data)  # (+= would be numpy's addition of an array)
+            self.size += n
+            return
         if self._buf is not None and len(self._buf) + n > SPOOL_BYTES:
             self.spill()  # before the bytes are added: memory never holds more than SPOOL_BYTES
         if self._buf is not None:
@@ -518,23 +562,38 @@ class StagedFile:
             self._file.write(data)
         self.size += n
 
+    def _drain(self) -> None:
+        if self._pending:
+            _write_all(self._fd, self._pending)
+            self._pending = bytearray()
+
     def resume(self) -> None:
         """Write on after ``seal`` or a failed ``commit`` (which may have read the buffer)."""
-        if self._tmp is not None and self._file.closed:
-            self._file = open(self._tmp, "ab")
+        if self._tmp is not None and self._fd is None:
+            self._fd = os.open(self._tmp, _APPEND, 0o666)
 
     def seal(self) -> None:
         """Written whole: a local temp file is closed (a step waiting to be published holds no buffer
         nor file descriptor)."""
         if self._tmp is not None:
-            self._file.close()
+            self._close_local()
         elif self._file is not None:  # a spilled remote file: no descriptor held while it waits
             self._file.close()
             self._file = None
 
+    def _close_local(self) -> None:
+        if self._fd is not None:
+            try:
+                self._drain()
+            finally:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+
     @property
     def in_memory(self) -> int:
         """Bytes this file holds in memory (0 once spilled to disk)."""
+        if self._tmp is not None:
+            return len(self._pending)
         return 0 if self._buf is None else len(self._buf)
 
     def spill(self) -> None:
@@ -550,8 +609,7 @@ class StagedFile:
     def commit(self) -> None:
         path = self.store.path(self.relpath)
         if self._tmp is not None:
-            if not self._file.closed:
-                self._file.close()
+            self._close_local()
             os.replace(self._tmp, path)
             self._tmp = None
             return
@@ -582,6 +640,10 @@ class StagedFile:
             pass
         finally:
             if self._tmp is not None:
+                self._pending = bytearray()
+                if self._fd is not None:
+                    fd, self._fd = self._fd, None
+                    os.close(fd)
                 _unlink(self._tmp)
             if self._spilled is not None:
                 _unlink(self._spilled)
