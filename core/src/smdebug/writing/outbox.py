@@ -135,6 +135,7 @@ class Outbox:
         self._outbox_memory = 0
         self._publishing = None  # the publication being sent right now
         self._room_waiters = 0  # threads waiting for what the writer holds to go down
+        self._send_waiters = 0  # threads waiting for a publication to be sent (flush, a step reopened)
         self._failing = False  # the last attempt failed: the outbox waits for a retry
         self._retry_at = 0.0
         self._backoff = RETRY_FIRST
@@ -173,8 +174,17 @@ class Outbox:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._publisher.is_alive():
                     return False
-                self._lock.wait(remaining)
+                self._wait_for_sending(remaining)
         return True
+
+    def _wait_for_sending(self, timeout: float) -> None:
+        """Wait (holding _lock) until a publication was sent: a success wakes the threads waiting for
+        that only when some are (the idle publisher is not woken for each step sent without it)."""
+        self._send_waiters += 1
+        try:
+            self._lock.wait(timeout)
+        finally:
+            self._send_waiters -= 1
 
     def _start_drain(self, deadline: float, timeout: float, end_of_job: bool) -> None:
         """close(): publish until shortly before ``deadline``, then the record of unsaved steps and the
@@ -416,7 +426,10 @@ class Outbox:
                 self._unwritten.discard(pub.step)
                 if pub.step > self._unsaved_step:  # saving works again: the next failure is warned of
                     self._unsaved_reason = None
+            waiters = self._room_waiters or self._send_waiters
+            wake = self._outbox or waiters or self._drain_deadline is not None
             if self._failing:
+                wake = True
                 self._failing = False
                 self._backoff = RETRY_FIRST
                 logger.warning(
@@ -424,7 +437,8 @@ class Outbox:
                     self.uri,
                     len(self._outbox) + 1,
                 )
-            self._lock.notify_all()
+            if wake:  # (else only the idle publisher waits, for a publication to send: there is none)
+                self._lock.notify_all()
 
     def _pop(self, pub) -> None:
         if self._outbox and self._outbox[0] is pub:

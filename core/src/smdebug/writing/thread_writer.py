@@ -72,6 +72,7 @@ class RunWriter(Outbox):
         uri: str | None = None,
         claim: tuple[str, str | None] | None = None,
         claim_token: str | None = None,
+        inline_bytes: int = 0,
     ):
         # a store is any object with the members of smdebug.types.Store (a plugin's need not subclass the
         # core's); an opener is a function
@@ -99,6 +100,9 @@ class RunWriter(Outbox):
         # then competes with training for the GIL): the batch and what it holds in bytes.
         self._batch: list = []
         self._batch_bytes = 0
+        # A writer process (which trains nothing) encodes a step smaller than this on end_step's thread
+        # when the encoder thread is idle: no thread hand-off, nor its wake-ups, a step.
+        self._inline_bytes = inline_bytes
         # What the writer holds for the user within its bound, guarded by _lock: queued records, steps
         # being encoded or waiting to be sent, uploads in flight. Training waits while it is at the bound.
         self._held = 0
@@ -169,10 +173,17 @@ class RunWriter(Outbox):
                 self._wait_for_room()
             self._held += nbytes
 
-    def _send_batch(self) -> None:
+    def _send_batch(self, inline_bytes: int = 0) -> None:
         if self._batch:
+            nbytes = self._batch_bytes
             batch, self._batch, self._batch_bytes = self._batch, [], 0
-            self._queue.put(("batch", batch))
+            # encoded here only after everything queued before it: the encoder thread is done with it all
+            inline = nbytes < inline_bytes and not self._closed and self._store_ready.is_set()
+            if inline and not self._queue.unfinished_tasks:
+                for item in batch:
+                    self._handle(item)
+            else:
+                self._queue.put(("batch", batch))
 
     def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
         self._step_has_data = True
@@ -187,7 +198,7 @@ class RunWriter(Outbox):
         if self._step_has_data:
             self._step_has_data = False
             self._batch.append(("end", step))
-        self._send_batch()
+        self._send_batch(self._inline_bytes)
 
     def write_file(self, relpath: str, data: bytes) -> None:
         self._send_batch()
@@ -257,52 +268,58 @@ class RunWriter(Outbox):
                 self.refused = f"cannot open {self.uri}: {reason}"
                 logger.warning("smdebug: nothing is saved: %s", self.refused)
         self._store_ready.set()
-        batch: collections.deque = collections.deque()
         while True:
-            item = batch.popleft() if batch else self._queue.get()
-            kind = item[0]
-            if kind == "batch":
-                batch.extend(item[1])
-                continue
+            msg = self._queue.get()
             try:
-                if self._abandoned and kind in ("tensor", "scalars", "shape", "end", "file"):
-                    pass  # close() gave up on a store that hangs: nothing more is written
-                elif self._drain_deadline is not None and self._past_drain(item):
-                    pass  # close()'s deadline came before this backlog: recorded unsaved, not encoded
-                elif kind == "tensor":
-                    self._tensor(*item[1:7])
-                elif kind == "scalars":
-                    self._scalars(*item[1:7])
-                elif kind == "shape":
-                    self._shape(*item[1:6])
-                elif kind == "end":
-                    self._finish(item[1])
-                elif kind == "file":
-                    self._publish(Publication(None, [(item[1], item[2])]))
-                elif kind == "flush":
-                    item[1].set()
-                elif kind == "stop":
-                    if self._draining_over():
-                        if self._open is not None:
-                            self._backlog_unsaved(self._open.step)
-                    elif self._open is not None and item[1]:
-                        self._finish(self._open.step)
-                    elif self._open is not None:
-                        self._discard_staged(self._open)
-                    return
-            except Exception as exc:  # the writer thread must survive anything
-                logger.warning("smdebug: writer error: %s", self._describe(exc))
-            finally:
-                if kind in ("tensor", "scalars", "shape"):
-                    nbytes, st = item[7 if kind != "shape" else 6] * self._copies, self._open
-                    if self._copies > 1 and st is not None and st.step == item[1] and not st.failed:
-                        st.counted += nbytes  # held by its step until sent (staged, then uploaded)
-                    else:
-                        self._count(-nbytes)
-                if kind == "stop":
-                    with self._lock:
-                        self._encoded_all = True
-                        self._lock.notify_all()
+                for item in msg[1] if msg[0] == "batch" else (msg,):
+                    if self._handle(item):
+                        return
+            finally:  # (end_step encodes on its own thread only when nothing is queued or being encoded)
+                self._queue.task_done()
+
+    def _handle(self, item: tuple) -> bool:
+        """Encode or publish one queued item (on the encoder thread, or on end_step's: see _send_batch);
+        True after the last one (stop)."""
+        kind = item[0]
+        try:
+            if self._abandoned and kind in ("tensor", "scalars", "shape", "end", "file"):
+                pass  # close() gave up on a store that hangs: nothing more is written
+            elif self._drain_deadline is not None and self._past_drain(item):
+                pass  # close()'s deadline came before this backlog: recorded unsaved, not encoded
+            elif kind == "tensor":
+                self._tensor(*item[1:7])
+            elif kind == "scalars":
+                self._scalars(*item[1:7])
+            elif kind == "shape":
+                self._shape(*item[1:6])
+            elif kind == "end":
+                self._finish(item[1])
+            elif kind == "file":
+                self._publish(Publication(None, [(item[1], item[2])]))
+            elif kind == "flush":
+                item[1].set()
+            elif kind == "stop":
+                if self._draining_over():
+                    if self._open is not None:
+                        self._backlog_unsaved(self._open.step)
+                elif self._open is not None and item[1]:
+                    self._finish(self._open.step)
+                elif self._open is not None:
+                    self._discard_staged(self._open)
+        except Exception as exc:  # the writer thread must survive anything
+            logger.warning("smdebug: writer error: %s", self._describe(exc))
+        finally:
+            if kind in ("tensor", "scalars", "shape"):
+                nbytes, st = item[7 if kind != "shape" else 6] * self._copies, self._open
+                if self._copies > 1 and st is not None and st.step == item[1] and not st.failed:
+                    st.counted += nbytes  # held by its step until sent (staged, then uploaded)
+                else:
+                    self._count(-nbytes)
+            if kind == "stop":
+                with self._lock:
+                    self._encoded_all = True
+                    self._lock.notify_all()
+        return kind == "stop"
 
     def _past_drain(self, item: tuple) -> bool:
         """Whether close()'s drain deadline has passed: then a step still queued (tensor, scalars, shape
@@ -381,7 +398,7 @@ class RunWriter(Outbox):
                 waiting = next((p for p in self._outbox if p.step == st.step), None)
                 if waiting is None or waiting is not self._publishing or self._abandoned:
                     break
-                self._lock.wait(1.0)
+                self._wait_for_sending(1.0)
             if waiting is not None and waiting.parts and not isinstance(waiting.parts[0], tuple):
                 self._outbox.remove(waiting)  # not yet published: append to the staged file itself
                 self._outbox_memory -= waiting.memory
