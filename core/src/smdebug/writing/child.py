@@ -19,11 +19,6 @@ from smdebug.store import Store
 from smdebug.writing.thread_writer import RunWriter
 from smdebug.writing.wire import RING_READ, give, read_message
 
-# A step smaller than this is encoded and written by the thread that reads the pipe, when the encoder
-# thread is idle: two thread wake-ups fewer a step. A larger one goes to the encoder thread, so that the
-# next step's message (and the ring's room) is read meanwhile.
-INLINE_BYTES = 256 * 1024
-
 
 class _Replies:
     """The child's side of the reply pipe: JSON lines, written whole from any of its threads."""
@@ -90,7 +85,6 @@ def main() -> int:
         options["close_timeout"],
         uri=uri,
         claim_token=options["claim_token"],
-        inline_bytes=INLINE_BYTES,
     )
     # only told to the training process: 8 bytes a step, not a list of int objects (~36)
     writer.written_steps = array("q")

@@ -72,7 +72,6 @@ class RunWriter(Outbox):
         uri: str | None = None,
         claim: tuple[str, str | None] | None = None,
         claim_token: str | None = None,
-        inline_bytes: int = 0,
     ):
         # a store is any object with the members of smdebug.types.Store (a plugin's need not subclass the
         # core's); an opener is a function
@@ -100,9 +99,6 @@ class RunWriter(Outbox):
         # then competes with training for the GIL): the batch and what it holds in bytes.
         self._batch: list = []
         self._batch_bytes = 0
-        # A writer process (which trains nothing) encodes a step smaller than this on end_step's thread
-        # when the encoder thread is idle: no thread hand-off, nor its wake-ups, a step.
-        self._inline_bytes = inline_bytes
         # What the writer holds for the user within its bound, guarded by _lock: queued records, steps
         # being encoded or waiting to be sent, uploads in flight. Training waits while it is at the bound.
         self._held = 0
@@ -173,17 +169,10 @@ class RunWriter(Outbox):
                 self._wait_for_room()
             self._held += nbytes
 
-    def _send_batch(self, inline_bytes: int = 0) -> None:
+    def _send_batch(self) -> None:
         if self._batch:
-            nbytes = self._batch_bytes
             batch, self._batch, self._batch_bytes = self._batch, [], 0
-            # encoded here only after everything queued before it: the encoder thread is done with it all
-            inline = nbytes < inline_bytes and not self._closed and self._store_ready.is_set()
-            if inline and not self._queue.unfinished_tasks:
-                for item in batch:
-                    self._handle(item)
-            else:
-                self._queue.put(("batch", batch))
+            self._queue.put(("batch", batch))
 
     def write_shape(self, step: int, mode: ModeKeys, mode_step: int, name: str, shape) -> None:
         self._step_has_data = True
@@ -198,7 +187,7 @@ class RunWriter(Outbox):
         if self._step_has_data:
             self._step_has_data = False
             self._batch.append(("end", step))
-        self._send_batch(self._inline_bytes)
+        self._send_batch()
 
     def write_file(self, relpath: str, data: bytes) -> None:
         self._send_batch()
@@ -270,16 +259,12 @@ class RunWriter(Outbox):
         self._store_ready.set()
         while True:
             msg = self._queue.get()
-            try:
-                for item in msg[1] if msg[0] == "batch" else (msg,):
-                    if self._handle(item):
-                        return
-            finally:  # (end_step encodes on its own thread only when nothing is queued or being encoded)
-                self._queue.task_done()
+            for item in msg[1] if msg[0] == "batch" else (msg,):
+                if self._handle(item):
+                    return
 
     def _handle(self, item: tuple) -> bool:
-        """Encode or publish one queued item (on the encoder thread, or on end_step's: see _send_batch);
-        True after the last one (stop)."""
+        """Encode or publish one queued item on the encoder thread; True after the last one (stop)."""
         kind = item[0]
         try:
             if self._abandoned and kind in ("tensor", "scalars", "shape", "end", "file"):
