@@ -399,10 +399,9 @@ class Hook(BaseHook):
                 self._grad_hooks[id(param)] = param.register_post_accumulate_grad_hook(callback)
 
     def _on_sharded_grad(self, name: str, param) -> None:
-        if not (self.in_step and self.due_collections):
-            return
-        with self.guard("save the gradients"):
-            self._shards.capture(name, param.grad)
+        """Only noted: captured with the step's other sharded tensors at the flush (the gradient is there)."""
+        if self.due_collections:  # (empty outside a step)
+            self._shards.grads.append((name, param))
             self._queue_flush()
 
     def _queue_flush(self) -> None:
@@ -509,7 +508,7 @@ class Hook(BaseHook):
             self._health.step_ending()
         if self._backward:  # a backward pass that raised (or not run by the engine) never ran its callback
             self._end_of_backward()
-        if self.in_step and self._shards.pending:
+        if self.in_step and (self._shards.pending or self._shards.grads):
             with self.guard("save the sharded tensors"):
                 self._shards.flush()  # e.g. the weights of a step without backward
         if self._shards.in_flight is not None:
