@@ -3,6 +3,7 @@ stalled when that process cannot start, dies mid-run, or when training dies unde
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -16,14 +17,16 @@ import pytest
 
 import smdebug
 from smdebug.hook import BaseHook
+from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
-from smdebug.writing import ProcessWriter, RunWriter, process_writer
+from smdebug.writing import ProcessWriter, RunWriter, process_writer, wire
 
 STEPS = 12
 
 
-def train(out_dir: str, steps: int = STEPS, between=None, **options) -> BaseHook:
-    """Steps of raw tensors, reductions, text and a scalar; ``between(hook, step)`` runs after each."""
+def train(out_dir: str, steps: int = STEPS, between=None, text: bool = True, **options) -> BaseHook:
+    """Steps of raw tensors, reductions, text (unless not ``text``) and a scalar; ``between(hook, step)``
+    runs after each."""
     hook = BaseHook(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), **options)
     hook.get_collection("stats").include("^stat")
     hook.get_collection("stats").reduction_config = smdebug.ReductionConfig(
@@ -38,8 +41,10 @@ def train(out_dir: str, steps: int = STEPS, between=None, **options) -> BaseHook
         hook.save_tensor("empty", np.zeros((0, 3), dtype=np.float32))
         buffer[:] = -1  # training goes on: what was saved is the value it had
         hook.save_tensor("stat", np.linspace(-1, 1, 50) * step, "stats")
-        hook.save_tensor("names", np.array(["a", "bé", b"raw"], dtype=object))
-        hook.save_scalar("loss", 1.0 / (step + 1))
+        if text:
+            hook.save_tensor("names", np.array(["a", "bé", b"raw"], dtype=object))
+        if text:
+            hook.save_scalar("loss", 1.0 / (step + 1))
         hook.end_step()
         if between is not None:
             between(hook, step)
@@ -83,6 +88,63 @@ def test_a_local_run_is_written_by_a_process_of_its_own_and_reads_as_the_thread_
     assert process_run["steps"] == list(range(STEPS)) and process_run["ended"]
     assert process_run == thread_run
     assert process_run["values"]["names", 3] == ["a", "bé", "raw"]
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared memory is Linux's memfd")
+def test_a_step_of_arrays_and_reductions_goes_with_a_binary_header_and_reads_the_same(tmp_path, monkeypatch):
+    """A training step's usual items (arrays copied into the ring, the last step's reductions, its end)
+    go with the compact header; the run is the thread writer's."""
+    compact_steps = []
+
+    def counted(items, names):
+        got = compact(items, names)
+        if got is not None:
+            compact_steps.append(items[-1][1])
+        return got
+
+    compact = process_writer.compact
+    monkeypatch.setattr(process_writer, "compact", counted)
+    hook = train(str(tmp_path / "process"), between=wait_for_the_child, text=False)
+    assert hook._writer._local is None and hook._writer.written_steps == list(range(STEPS))
+    assert compact_steps == list(range(compact_steps[0], STEPS)) and compact_steps[0] <= 8
+    monkeypatch.setenv("SMDEBUG_WRITER_PROCESS", "0")
+    train(str(tmp_path / "threads"), text=False)
+    process_run = read(str(tmp_path / "process"))
+    assert process_run["steps"] == list(range(STEPS))
+    assert process_run == read(str(tmp_path / "threads"))
+
+
+def test_the_binary_header_reads_as_the_json_header_of_the_same_items():
+    names = [["mean", "max"], ["l2"]]
+    table = wire.Names(4096)
+    matrix = np.arange(6, dtype=np.float32).reshape(2, 3)
+    wire.encode([("scalars", 0, ModeKeys.TRAIN, 0, names, matrix, 1.0)], table)  # the child knows the lists
+    in_ring = wire.InRing(128, np.dtype("<f8"), (2, 0, 3), 0)
+    strided = np.arange(12, dtype=np.int64).reshape(3, 4).T
+    items = [
+        ("tensor", 7, ModeKeys.EVAL, 3, "ring\udc80é", in_ring, 2.5),
+        ("tensor", 7, ModeKeys.EVAL, 3, "zero_d", np.array(1.5, dtype=np.float16), 2.75),
+        ("tensor", 7, ModeKeys.EVAL, 3, "strided", strided, 3.0),
+        ("scalars", 7, ModeKeys.EVAL, 3, names, matrix * 2, 3.25),
+        ("end", 7),
+    ]
+    parts, buffers = wire.compact(items, table)
+    header, json_buffers = wire.encode(items, table)
+    assert [bytes(b) for b in buffers] == [bytes(b) for b in json_buffers]
+    nbytes = sum(b.nbytes for b in buffers)
+    for shared in ([64, nbytes], None):
+        sent = b"".join(
+            bytes(memoryview(p).cast("B")) for p in wire.compact_message(parts, buffers, nbytes, shared, 999)
+        )
+        head_len, size = wire.FRAME.unpack_from(sent)
+        assert size == (0 if shared else nbytes)
+        head = sent[wire.FRAME.size : wire.FRAME.size + head_len]
+        assert wire.expand(head) == json.loads(json.dumps(["items", header, shared, 999]))
+    # anything else takes the JSON header: text, a new list of names, a file
+    text = ("tensor", 7, ModeKeys.EVAL, 3, "text", np.array(["a"], dtype=object), 1.0)
+    assert wire.compact([text, ("end", 7)], table) is None
+    assert wire.compact([("scalars", 8, ModeKeys.TRAIN, 8, [["min"]], matrix, 1.0)], table) is None
+    assert wire.compact([("file", "collections/x.json", b"{}")], table) is None
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's scheduling policies")
@@ -213,6 +275,7 @@ import sys, time
 import numpy as np
 import smdebug
 from smdebug.hook import BaseHook
+from smdebug.modes import ModeKeys
 
 hook = BaseHook(out_dir=sys.argv[1], save_config=smdebug.SaveConfig(save_interval=1))
 for step in range(10**6):

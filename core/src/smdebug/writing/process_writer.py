@@ -39,7 +39,18 @@ from smdebug.writing.settings import (
     record_bytes,
 )
 from smdebug.writing.thread_writer import RunWriter, write_copy
-from smdebug.writing.wire import Gone, Names, encode, feed, message, owned, steps_of, write_all
+from smdebug.writing.wire import (
+    Gone,
+    Names,
+    compact,
+    compact_message,
+    encode,
+    feed,
+    message,
+    owned,
+    steps_of,
+    write_all,
+)
 
 logger = logging.getLogger("smdebug")
 
@@ -322,11 +333,18 @@ class ProcessWriter(ChildLink):
             return
         try:
             if items:
-                header, buffers = encode(items, self._names)
                 ring = self._ring
-                if ring is None:
+                fast = compact(items, self._names) if ring is not None else None
+                if fast is not None:  # a common step: a binary header
+                    parts, buffers = fast
+                    nbytes = sum(b.nbytes for b in buffers)
+                    shared = ring.put(buffers, nbytes) if nbytes else None
+                    write_all(self._fd, compact_message(parts, buffers, nbytes, shared, ring.used))
+                elif ring is None:
+                    header, buffers = encode(items, self._names)
                     write_all(self._fd, message(["items", header], buffers))
                 else:  # the child gives back the ring up to all that was put in it so far, once it has read
+                    header, buffers = encode(items, self._names)
                     nbytes = sum(memoryview(b).nbytes for b in buffers)
                     shared = ring.put(buffers, nbytes) if nbytes else None
                     head = ["items", header, shared, ring.used]

@@ -26,6 +26,13 @@ FRAME = struct.Struct("<II")  # header length, payload length
 RING_READ = struct.Struct("<Q")  # at the ring's start: how many bytes the child has read (it writes it)
 _RING_START = 64  # where the arrays' bytes begin
 _IOV_MAX = 512  # buffers per writev call (Linux allows 1024)
+# a compact header (its first byte; a JSON header's is "["): the ring's part, then its items
+_COMPACT = b"C"
+_C_RING = struct.Struct("<BQQQ")  # whether the payload is in the ring, its position and size; ring.used
+_C_TENSOR = struct.Struct("<qBqdQHBB")  # step, mode, mode step, wall time, position, name, dtype, ndim
+_C_SCALARS = struct.Struct("<qBqdIB")  # step, mode, mode step, wall time, reductions, dtype (its length)
+_C_END = struct.Struct("<q")
+_IN_PAYLOAD = 2**64 - 1  # a compact tensor's position when its bytes are in the payload, not in the ring
 
 
 class Gone(Exception):
@@ -216,6 +223,99 @@ def encode(items: list, names_table: Names) -> tuple[list, list]:
     return header, buffers
 
 
+def compact(items: list, names_table: Names) -> tuple[list, list] | None:
+    """A common step's items as a compact header's parts and the payload's buffers: numeric arrays (in the
+    ring or not), reductions as one matrix named by the last step's lists, the step's end. None for anything else
+    (``encode`` describes it; nothing here changes ``names_table``)."""
+    parts, buffers = [], []
+    last = names_table.last
+    for item in items:
+        kind = item[0]
+        if kind == "tensor":
+            _, step, mode, mode_step, name, array, wall_time = item
+            if type(wall_time) is not float:
+                return None
+            if type(array) is InRing:
+                where = array.position
+            elif type(array) is np.ndarray and array.dtype.kind in "biufc":
+                where = _IN_PAYLOAD
+                if not array.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+                    array = array.copy(order="C")
+                buffers.append(array)
+            else:
+                return None
+            name, dtype, shape = name.encode("utf-8", "surrogatepass"), array.dtype.str.encode(), array.shape
+            if len(name) > 0xFFFF or len(shape) > 0xFF:
+                return None
+            head = _C_TENSOR.pack(
+                step, mode.value, mode_step, wall_time, where, len(name), len(dtype), len(shape)
+            )
+            parts += (b"t", head, name, dtype, struct.pack(f"<{len(shape)}q", *shape))
+        elif kind == "scalars":
+            _, step, mode, mode_step, names, values, wall_time = item
+            if (
+                last is None
+                or last[0] is not names
+                or type(values) is not np.ndarray
+                or values.ndim != 2
+                or values.dtype.kind not in "fiub"
+                or not values.flags.c_contiguous
+                or type(wall_time) is not float
+            ):
+                return None
+            dtype = values.dtype.str.encode()
+            parts += (
+                b"s",
+                _C_SCALARS.pack(step, mode.value, mode_step, wall_time, values.shape[1], len(dtype)),
+                dtype,
+            )
+            buffers.append(values)
+        elif kind == "end":
+            parts += (b"e", _C_END.pack(item[1]))
+        else:
+            return None
+    return parts, buffers
+
+
+def compact_message(parts: list, buffers: list, nbytes: int, shared: list | None, used: int) -> list:
+    """The message of ``compact``'s parts: its payload in the ring (``shared``) or after the header."""
+    ring = _C_RING.pack(1, *shared, used) if shared else _C_RING.pack(0, 0, 0, used)
+    head = b"".join((_COMPACT, ring, *parts))
+    if shared or not buffers:
+        return [FRAME.pack(len(head), 0) + head]
+    return [FRAME.pack(len(head), nbytes), head, *buffers]
+
+
+def expand(head: bytes) -> list:
+    """A compact header as the JSON header of the same items would read."""
+    in_ring, position, nbytes, used = _C_RING.unpack_from(head, 1)
+    at, header = 1 + _C_RING.size, []
+    while at < len(head):
+        kind = head[at : at + 1].decode()
+        at += 1
+        if kind == "t":
+            step, mode, mode_step, wall_time, where, n_name, n_dtype, ndim = _C_TENSOR.unpack_from(head, at)
+            at += _C_TENSOR.size
+            name = head[at : at + n_name].decode("utf-8", "surrogatepass")
+            dtype = head[at + n_name : at + n_name + n_dtype].decode()
+            at += n_name + n_dtype
+            shape = list(struct.unpack_from(f"<{ndim}q", head, at))
+            at += 8 * ndim
+            header.append(["t", step, mode, mode_step, name, dtype, shape, wall_time])
+            if where != _IN_PAYLOAD:
+                header[-1].append(where)
+        elif kind == "s":
+            step, mode, mode_step, wall_time, size, n_dtype = _C_SCALARS.unpack_from(head, at)
+            at += _C_SCALARS.size
+            dtype = head[at : at + n_dtype].decode()
+            at += n_dtype
+            header.append(["s", step, mode, mode_step, None, [], dtype, size, wall_time])
+        else:
+            header.append(["e", _C_END.unpack_from(head, at)[0]])
+            at += _C_END.size
+    return ["items", header, [position, nbytes] if in_ring else None, used]
+
+
 def strings(array: np.ndarray) -> tuple[list, list] | None:
     """An object array of str and bytes elements: their kinds and lengths, and their bytes."""
     kinds, chunks = [], []
@@ -268,7 +368,7 @@ def read_message(fd: int) -> tuple[list, bytearray] | None:
     payload = read_exact(fd, size) if size else bytearray()
     if head is None or payload is None:
         return None
-    return json.loads(head), payload
+    return (json.loads(head) if head[:1] == b"[" else expand(head)), payload
 
 
 _LAST = -1  # give's key, in its table of name lists, of the last item's lists
