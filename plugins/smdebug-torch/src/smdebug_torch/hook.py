@@ -489,19 +489,33 @@ class Hook(BaseHook):
     def _end_of_backward(self) -> None:
         self._backward_queued = False
         passes, self._backward = self._backward, {}
-        with self.guard("save the gradients"), self.together():
-            for model, (gradients, params, before, versions) in passes.items():
-                grads = list(map(_grad_of, params))
-                # changed: a new gradient tensor, or the same one written since (zero_grad(set_to_none=False))
-                changed = list(map(operator.is_not, grads, before))
-                if not all(changed):
-                    changed = list(map(operator.or_, changed, map(operator.ne, _versions(grads), versions)))
-                if gradients is model.gradients and all(changed) and not any(map(_is_none, grads)):
-                    self.save_many_for_step(model.grad_names, grads)  # the common case, planned once
-                    continue
-                for (name, _), grad, new in zip(gradients, grads, changed):
-                    if new and grad is not None:
-                        self.save_for_step(name, grad)
+        with self.guard("save the gradients"):
+            found = [self._changed(model, *noted) for model, noted in passes.items()]
+            if all(whole for whole, _, _ in found):  # the common case: no block to gather the rest in
+                for _, names, grads in found:
+                    self.save_many_for_step(names, grads)  # planned once
+                return
+            with self.together():
+                for whole, names, grads in found:
+                    if whole:
+                        self.save_many_for_step(names, grads)
+                        continue
+                    for name, grad in zip(names, grads):
+                        if grad is not None:
+                            self.save_for_step(name, grad)
+
+    @staticmethod
+    def _changed(model: _Model, gradients: list, params: list, before: list, versions: list) -> tuple:
+        """(whether the pass changed each of the model's planned gradients, their names and gradients),
+        else (False, the names and gradients it changed, None for the others)."""
+        grads = list(map(_grad_of, params))
+        # changed: a new gradient tensor, or the same one written since (zero_grad(set_to_none=False))
+        changed = list(map(operator.is_not, grads, before))
+        if not all(changed):
+            changed = list(map(operator.or_, changed, map(operator.ne, _versions(grads), versions)))
+        if gradients is model.gradients and all(changed) and not any(map(_is_none, grads)):
+            return True, model.grad_names, grads
+        return False, [name for name, _ in gradients], [g if new else None for g, new in zip(grads, changed)]
 
     def end_step(self) -> None:
         if self._health is not None:
