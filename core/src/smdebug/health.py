@@ -140,11 +140,12 @@ class HealthMonitor:
         self._last_slot = slot
         return slot
 
-    def check(self, slot: int, host: np.ndarray, skipped: bool = False) -> bool:
+    def check(self, slot: int, host: np.ndarray, skipped: bool = False, finite: bool | None = None) -> bool:
         """Judge a recorded row (its host copy): True when it holds a non-finite value and none was found
         yet (the plugin then calls ``found``, or waits for a later row: gradients no optimizer applied); a
         loss spike sets a trigger. ``skipped``: the row's non-finite values made the optimizer skip its
-        update by design (a loss scaler's overflow): not a fault."""
+        update by design (a loss scaler's overflow): not a fault. ``finite``: whether every value of the
+        row is, when the plugin knows (its kernel looked at each): not looked at again."""
         n = len(self.names)
         hook = self.hook
         if hook.anything_due() and self._steps[slot] == hook.step:  # a save step: its statistics too,
@@ -152,9 +153,11 @@ class HealthMonitor:
         # non-finite if any max |x| is: their dot product is (one BLAS call: numpy's reductions, or Python
         # floats made of every value, run more code than the reading; squares past float32's range are
         # inf too, and then the exact test below tells)
-        maxes = host[n:]
-        total = float(maxes.dot(maxes))
-        if total - total != 0 and not skipped and not np.isfinite(maxes).all():
+        if finite is None:
+            maxes = host[n:]
+            total = float(maxes.dot(maxes))
+            finite = total - total == 0 or bool(np.isfinite(maxes).all())
+        if not finite and not skipped:
             return self.first_nonfinite is None
         col = self._loss_col
         loss = -1.0 if col is None else host.item(col)

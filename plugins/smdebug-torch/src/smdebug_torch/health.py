@@ -205,6 +205,7 @@ class TorchHealth:
         self._plans: dict[tuple, _Plan] = {}
         self._ring = None
         self._ring_host = None  # CPU: each slot's row, a numpy view made once
+        self._row_at: list = []  # CPU: each slot's row's address (the native kernel fills it there)
         self._native_ok = True  # the native kernel may compute the rows (once loaded)
         self._rows: tuple = ()
         self._lagged: tuple | None = None  # GPU: (slot, host row, event) judged at the next step
@@ -354,11 +355,12 @@ class TorchHealth:
             self._ring, self._plans = ring, {}
             self._ring_host = list(ring.numpy()) if ring.device.type == "cpu" else None
             self._rows = ring.unbind(0)  # each slot's row, a view made once
+            self._row_at = [r.data_ptr() for r in self._rows] if self._ring_host is not None else []
             slot = None
             if self._ring_host is not None:
                 native.start()  # built (once per machine) or loaded, in the background
         watch = self._native_watch(layout)
-        tensors = present = None
+        tensors = present = finite = None  # (finite: every value of the row is, as the kernel found)
         if watch is None:  # (with one, a row always has the weights)
             tensors = _tensors_of(layout, loss, untrained)
             if _NONE in set(map(type, tensors)):  # (not `None in`: that compares each tensor with None)
@@ -375,7 +377,7 @@ class TorchHealth:
         try:
             if watch is not None:
                 try:
-                    watch.fill(loss, not untrained, row)
+                    finite = watch.fill_at(loss, not untrained, row, self._row_at[slot])
                 except Exception as exc:  # (a tensor it cannot read): torch's calls from now on
                     self._native_ok = False
                     logger.info("smdebug: health statistics computed by torch's batched calls: %s", exc)
@@ -392,13 +394,13 @@ class TorchHealth:
                 tensors = _tensors_of(layout, loss, untrained)
             self._unjudged = (hook.step, slot, tensors, names)
             host = self._ring_host
-            bad = self.monitor.nonfinite_names(host[slot]) if host is not None else []
+            bad = self.monitor.nonfinite_names(host[slot]) if host is not None and not finite else []
             if bad and not _gradients_only(bad):
                 # a non-finite input, weight or loss: judged now, while a re-run of the forward is safe
                 self._unjudged = None
                 self._judge(slot, tensors, names, rerun_safe=True, applied=False, fresh=True)
             return
-        self._judge(slot, tensors, names, rerun_safe, applied, fresh=rerun_safe)
+        self._judge(slot, tensors, names, rerun_safe, applied, fresh=rerun_safe, finite=finite)
 
     def _native_watch(self, layout: _Layout):
         """The native kernel's watch of the layout's tensors (smdebug_torch.native): a CPU recorder's
@@ -428,18 +430,26 @@ class TorchHealth:
             plan.fill(chosen, row)
 
     def _judge(
-        self, slot: int, tensors: list | None, names: tuple, rerun_safe: bool, applied: bool, fresh: bool
+        self,
+        slot: int,
+        tensors: list | None,
+        names: tuple,
+        rerun_safe: bool,
+        applied: bool,
+        fresh: bool,
+        finite: bool | None = None,
     ) -> None:
         """Judge a recorded row (``fresh``: its weights are those of the step's forward pass, not yet
         updated; ``applied``: the optimizer is about to apply its gradients; ``tensors``: the row's, None
-        when no list of them was made: the step's current ones)."""
+        when no list of them was made: the step's current ones; ``finite``: whether its every value is,
+        if known)."""
         hook = self.hook
         ring = self._ring
         if self._ring_host is not None or hook.anything_due():  # (a GPU's save step: waited for)
             row = self._ring_host[slot] if self._ring_host is not None else ring[slot].cpu().numpy()
             triggers = len(self.monitor.triggers)
             last, self._last_row = self._last_row, (hook.step, hook.mode, hook.mode_step, fresh)
-            if self.monitor.check(slot, row):
+            if self.monitor.check(slot, row, finite=finite):
                 if not self._wait(row, applied, self._last_row, last):
                     self._first_nonfinite(row, rerun_safe, tensors, names)
                 elif len(self.monitor.triggers) > triggers:  # the waiting row was confirmed

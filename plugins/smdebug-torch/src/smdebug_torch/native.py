@@ -12,6 +12,7 @@ torch's batched calls compute the same statistics.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import math
@@ -33,6 +34,7 @@ SOURCE = Path(__file__).with_name("stats.cpp")
 BUILD_TIMEOUT = 600  # seconds: a build that takes longer is given up
 
 _watch = None  # torch.classes.smdebug_torch.HealthWatch once loaded
+_fill = None  # its smdebug_health_fill (ctypes) once loaded
 _reduce = None  # torch.ops.smdebug_torch.reduce once loaded
 _partials = None  # torch.ops.smdebug_torch.partials once loaded
 _thread: threading.Thread | None = None
@@ -58,7 +60,42 @@ def health_watch(weights: list, grad_params: list, columns: list[int]):
         if not _started:
             start()
         return None
-    return _watch(weights, grad_params, columns)
+    return HealthWatch(_watch(weights, grad_params, columns), _fill)
+
+
+_LOSS_BITS = {torch.float32: 32, torch.float64: 64}
+
+
+class HealthWatch:
+    """The kernel's HealthWatch, filled through a ctypes call where it can be (far less code than a
+    custom class's method call: a step runs it with cold caches)."""
+
+    __slots__ = ("watch", "_address", "_fill")
+
+    def __init__(self, watch, fill):
+        self.watch = watch  # (keeps the address valid)
+        self._address = watch.address()
+        self._fill = fill
+
+    def fill(self, loss: torch.Tensor | None, with_grads: bool, row: torch.Tensor) -> bool:
+        """The row's statistics (see stats.cpp); True when every value is finite."""
+        return self.watch.fill(loss, with_grads, row)
+
+    def fill_at(self, loss: torch.Tensor | None, with_grads: bool, row: torch.Tensor, address: int) -> bool:
+        """``fill`` into a row known to be a contiguous float32 CPU tensor of 2 x the columns, at
+        ``address`` (its data_ptr)."""
+        if loss is None:
+            bits, at = 0, None
+        elif type(loss) is torch.Tensor and loss.is_cpu and loss.numel() == 1:  # (no subclass: its memory)
+            bits = _LOSS_BITS.get(loss.dtype, 0)
+            at = loss.data_ptr() if bits else None
+        else:
+            bits = 0
+        if (bits or loss is None) and self._fill is not None:
+            done = self._fill(self._address, address, with_grads, at, bits)
+            if done >= 0:
+                return bool(done)
+        return self.watch.fill(loss, with_grads, row)  # (says why it failed, if it does)
 
 
 def reducer():
@@ -109,7 +146,7 @@ def wait(timeout: float | None = None) -> bool:
 
 
 def _load() -> None:
-    global _watch, _reduce, _partials
+    global _watch, _fill, _reduce, _partials
     try:
         library = _built()
         if library is None:
@@ -117,6 +154,10 @@ def _load() -> None:
         torch.ops.load_library(str(library))
         watch = torch.classes.smdebug_torch.HealthWatch
         ops = torch.ops.smdebug_torch
+        fill = ctypes.PyDLL(str(library)).smdebug_health_fill  # (the GIL held, as the method holds it)
+        fill.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        fill.restype = ctypes.c_int
+        _fill = fill
         _watch = _checked(library, "health statistics", watch, _works)
         _reduce = _checked(library, "reductions", ops.reduce, _reduces_right)
         _partials = _checked(library, "partial statistics", ops.partials, _partials_right)
@@ -152,15 +193,23 @@ def _works(watch) -> bool:
     loss = torch.tensor(2.5)
     tensors = [*weights, params[0].grad, None, loss]
     columns = list(range(len(tensors)))[::-1]
-    out = torch.empty(2 * len(tensors))
+    out, fast = torch.empty(2 * len(tensors)), torch.empty(2 * len(tensors))
+    finite = HealthWatch(watch([torch.ones(4)], [], [0]), _fill)
+    one = torch.empty(2)
     with torch.no_grad():
-        watch(weights, params, columns).fill(loss, True, out)
+        held = HealthWatch(watch(weights, params, columns), _fill)
+        flags = (held.fill(loss, True, out), held.fill_at(loss, True, fast, fast.data_ptr()))
+        flags += (finite.fill_at(None, True, one, one.data_ptr()),)
     want = torch.empty(2 * len(tensors), dtype=torch.float64)
     for t, column in zip(tensors, columns):
         t = None if t is None else t.double()
         want[column] = -1.0 if t is None else torch.linalg.vector_norm(t)
         want[len(tensors) + column] = -1.0 if t is None else t.abs().max()
-    return bool(torch.allclose(out.double(), want, rtol=1e-6, atol=0, equal_nan=True))
+    return (
+        flags == (False, False, True)
+        and one.tolist() == [2.0, 1.0]
+        and all(torch.allclose(o.double(), want, rtol=1e-6, atol=0, equal_nan=True) for o in (out, fast))
+    )
 
 
 def _check_tensors() -> list[torch.Tensor]:

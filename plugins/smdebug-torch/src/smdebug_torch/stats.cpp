@@ -2,7 +2,10 @@
 //
 // torch.classes.smdebug_torch.HealthWatch(weights, grad_params, columns).fill(loss, with_grads, out):
 // for each weight, each parameter's gradient and the loss, the l2 norm into out[column] and the max |x|
-// into out[n + column] (absent: -1 in both), in one reading of each tensor and one call for all of them.
+// into out[n + column] (absent: -1 in both), in one reading of each tensor and one call for all of them;
+// True when every value is finite. smdebug_health_fill (a C function, called through ctypes) does the
+// same for a watch's address: a custom class's method call from Python costs ~80 us on a step's cold
+// caches, a ctypes call ~20.
 // On the CPU every torch call costs a microsecond or more, and passing a list of tensors to one costs a
 // tenth of that per tensor: more than reading a small tensor. torch's batched calls (stack, norm, abs,
 // amax) read and copy a model's hundreds of weights and gradients several times.
@@ -138,16 +141,32 @@ struct Watch : torch::CustomClassHolder {
                 "smdebug_torch: a column for each weight, gradient and the loss");
   }
 
-  // the row: the weights', the gradients' (with_grads false: all absent) and the loss's statistics
-  void fill(const std::optional<at::Tensor>& loss, bool with_grads, at::Tensor out) {
+  // the row: the weights', the gradients' (with_grads false: all absent) and the loss's statistics;
+  // True when every value is finite
+  bool fill(const std::optional<at::Tensor>& loss, bool with_grads, at::Tensor out) {
     const int64_t n = static_cast<int64_t>(columns.size());
     float* o = row_of(out, n);
+    fill_params(with_grads, o);
+    if (n > static_cast<int64_t>(params.size())) put(loss.has_value() ? *loss : at::Tensor(), o, n, columns[n - 1]);
+    return finite(o);
+  }
+
+  void fill_params(bool with_grads, float* o) const {
+    const int64_t n = static_cast<int64_t>(columns.size());
     const int64_t weights = static_cast<int64_t>(params.size()) - grads;
     for (int64_t k = 0; k < weights; ++k) put(params[k], o, n, columns[k]);
     for (int64_t k = weights; k < weights + grads; ++k)
       put(with_grads ? params[k].grad() : at::Tensor(), o, n, columns[k]);
-    if (n > weights + grads) put(loss.has_value() ? *loss : at::Tensor(), o, n, columns[n - 1]);
   }
+
+  bool finite(const float* o) const {  // (a max |x| is NaN or inf where any value of its tensor is)
+    const int64_t n = static_cast<int64_t>(columns.size());
+    bool all = true;
+    for (int64_t k = n; k < 2 * n; ++k) all &= std::isfinite(o[k]);
+    return all;
+  }
+
+  int64_t address() { return reinterpret_cast<int64_t>(this); }
 };
 
 
@@ -375,10 +394,33 @@ int64_t reduce(at::TensorList tensors, at::IntArrayRef codes, at::Tensor out) {
 
 }  // namespace
 
+// smdebug_health_fill(watch, out, with_grads, loss, loss_bits): Watch::fill for the watch at this address
+// (kept alive by its Python object), into a contiguous float32 row of 2 x its columns at out; the loss a
+// single float32 (loss_bits 32) or float64 (64) value at loss, or none (0). 1: every value finite, 0: not,
+// -1: it failed (the caller then calls the method, which says why).
+extern "C" int smdebug_health_fill(void* watch, float* out, int with_grads, const void* loss, int loss_bits) {
+  try {
+    const Watch& w = *static_cast<const Watch*>(watch);
+    const int64_t n = static_cast<int64_t>(w.columns.size());
+    w.fill_params(with_grads != 0, out);
+    if (n > static_cast<int64_t>(w.params.size())) {
+      const int64_t column = w.columns[n - 1];
+      const double v = loss_bits == 32 ? *static_cast<const float*>(loss)
+                       : loss_bits == 64 ? *static_cast<const double*>(loss)
+                                        : -1.0;
+      out[column] = out[n + column] = loss_bits ? static_cast<float>(std::fabs(v)) : -1.0f;
+    }
+    return w.finite(out) ? 1 : 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
 TORCH_LIBRARY(smdebug_torch, m) {
   m.class_<Watch>("HealthWatch")
       .def(torch::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<int64_t>>())
-      .def("fill", &Watch::fill);
+      .def("fill", &Watch::fill)
+      .def("address", &Watch::address);
   m.def("partials(Tensor[] tensors, int want, Tensor(a!) out) -> ()", &partials);
   m.def("reduce(Tensor[] tensors, int[] codes, Tensor(a!) out) -> int", &reduce);
 }
