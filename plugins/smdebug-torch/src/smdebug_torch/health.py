@@ -346,11 +346,14 @@ class TorchHealth:
             return
         else:
             self._collected = hook.step
-            self._judge_lagged()
+            if self._lagged is not None:
+                self._judge_lagged()
         layout = self._current_layout()
         untrained = hook.mode in _UNTRAINED  # no backward pass: its gradients are the last training step's
         loss = self._loss[2] if self._loss is not None and self._loss[0] == hook.step else None
-        ring = self.monitor.track(layout.columns_names, layout.loss_name, self._make_ring)
+        ring = self._ring
+        if self.monitor.names is not layout.columns_names or self.monitor.buffer is not ring:
+            ring = self.monitor.track(layout.columns_names, layout.loss_name, self._make_ring)
         if ring is not self._ring:
             self._ring, self._plans = ring, {}
             self._ring_host = list(ring.numpy()) if ring.device.type == "cpu" else None
@@ -359,7 +362,9 @@ class TorchHealth:
             slot = None
             if self._ring_host is not None:
                 native.start()  # built (once per machine) or loaded, in the background
-        watch = self._native_watch(layout)
+        watch = layout.watch if self._native_ok and self._ring_host is not None else None
+        if watch is None:
+            watch = self._native_watch(layout)
         tensors = present = finite = None  # (finite: every value of the row is, as the kernel found)
         if watch is None:  # (with one, a row always has the weights)
             tensors = _tensors_of(layout, loss, untrained)
@@ -372,22 +377,22 @@ class TorchHealth:
         if applied:
             self._optimized = (hook.step, slot)
         row = self._rows[slot]
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)  # (torch.no_grad's Python costs several µs in a step, its code cold)
-        try:
-            if watch is not None:
-                try:
-                    finite = watch.fill_at(loss, not untrained, row, self._row_at[slot])
-                except Exception as exc:  # (a tensor it cannot read): torch's calls from now on
-                    self._native_ok = False
-                    logger.info("smdebug: health statistics computed by torch's batched calls: %s", exc)
-                    watch = None
-            if watch is None:
-                if tensors is None:
-                    tensors = _tensors_of(layout, loss, untrained)
+        if watch is not None:  # (the kernel's torch calls, for a dtype it does not read, record no graph)
+            try:
+                finite = watch.fill_at(loss, not untrained, row, self._row_at[slot])
+            except Exception as exc:  # (a tensor it cannot read): torch's calls from now on
+                self._native_ok = False
+                logger.info("smdebug: health statistics computed by torch's batched calls: %s", exc)
+                watch = None
+        if watch is None:
+            if tensors is None:
+                tensors = _tensors_of(layout, loss, untrained)
+            grad_mode = torch.is_grad_enabled()
+            _set_grad_enabled(False)  # (torch.no_grad's Python costs several µs in a step, its code cold)
+            try:
                 self._fill_by_plan(layout, tensors, present, row)
-        finally:
-            _set_grad_enabled(grad_mode)
+            finally:
+                _set_grad_enabled(grad_mode)
         names = layout.names
         if backward_end:
             if tensors is None:  # (judged later in the step: the gradients as they are now)

@@ -10,6 +10,7 @@
 // tenth of that per tensor: more than reading a small tensor. torch's batched calls (stack, norm, abs,
 // amax) read and copy a model's hundreds of weights and gradients several times.
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/Functions.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
@@ -108,6 +109,7 @@ void put(const at::Tensor& t, float* o, int64_t n, int64_t column) {
   } else if (plain && dtype == at::kDouble) {
     s = stats_of(t.const_data_ptr<double>(), t.numel());
   } else {  // other dtypes, layouts and devices: torch's own calls (float16/bfloat16 summed in float32)
+    const at::NoGradGuard no_grad;  // (a parameter's statistics are no part of its graph)
     const bool low = dtype == at::kHalf || dtype == at::kBFloat16;
     const auto into = low ? std::optional<at::ScalarType>(at::kFloat) : std::nullopt;
     o[column] = at::linalg_vector_norm(t, 2, std::nullopt, false, into).item<float>();
