@@ -14,6 +14,7 @@ from torch import nn
 import smdebug.pytorch as smd
 from smdebug import plugins
 from smdebug.exceptions import SMDebugTypeError
+from smdebug.plugin import hookimpl
 from smdebug.reductions import numpy_reduction
 
 REDUCTIONS = ["min", "max", "median", "mean", "std", "variance", "sum", "prod", "l1", "l2"]
@@ -336,6 +337,38 @@ def test_module_with_dict_output_and_loss_without_model(out_dir):
     hook.close()
     loss = smd.create_trial(out_dir + "2").tensor("MSELoss_output_0")
     assert [loss.value(s).item() for s in loss.steps()] == [0.0, 1.0, 4.0]
+
+
+class LossWatcher:
+    def __init__(self):
+        self.seen = []
+
+    @hookimpl
+    def smdebug_tensor_saved(self, name, value, step):
+        self.seen.append((step, name, value.dtype, value.shape, value.item()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_loss_saved_raw_each_step_keeps_its_dtype_and_a_listener_added_later_gets_it(out_dir, dtype):
+    """A one-value tensor saved raw skips the plugin call and the writer's ring (its copy rides in the
+    message); whether anything listens is remembered until the plugins change: one registered after two
+    steps gets the loss from the third."""
+    hook = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1))
+    criterion = nn.MSELoss()
+    hook.register_loss(criterion)
+    watcher = LossWatcher()
+    for i in range(4):
+        if i == 2:
+            plugins.get_plugin_manager().register(watcher, name="loss-watcher")
+        criterion(torch.full((2,), i / 3, dtype=dtype, requires_grad=True), torch.zeros(2, dtype=dtype))
+    hook.close()
+    expected = [(torch.tensor(i / 3, dtype=dtype) ** 2).item() for i in range(4)]
+    np_dtype = np.float32 if dtype == torch.float32 else np.float64
+    assert watcher.seen == [(s, "MSELoss_output_0", np_dtype, (), expected[s]) for s in (2, 3)]
+    loss = smd.create_trial(out_dir).tensor("MSELoss_output_0")
+    values = [loss.value(s) for s in loss.steps()]
+    assert [(v.dtype, v.shape) for v in values] == [(np_dtype, ())] * 4
+    assert [v.item() for v in values] == expected
 
 
 def test_custom_loss_module_without_loss_in_its_name_goes_to_losses(out_dir):

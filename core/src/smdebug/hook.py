@@ -18,6 +18,9 @@ Declared by a plugin (class attributes):
     train_only_collections        collections skipped in EVAL and PREDICT
     tensor_types                  what ``save_numbered`` saves out of nested outputs
     reduction_names_keep_index    reductions of ``name:0`` keep the ``:0`` in their names (TF graphs)
+    host_view_of                  a numpy view of a plain tensor of the framework's, else None: called per
+                                  tensor saved raw in place of the smdebug_host_view plugin call, which
+                                  answers the same (None: the plugin call)
 
 Overridden by a plugin (all optional):
     setup()                       per-hook set-up, at the end of ``__init__`` (a plugin defines no __init__)
@@ -60,7 +63,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -141,6 +144,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
     train_only_collections: ClassVar[frozenset[str]] = TRAIN_ONLY_COLLECTIONS
     tensor_types: ClassVar[tuple[type, ...]] = (object,)
     reduction_names_keep_index: ClassVar[bool] = False
+    host_view_of: ClassVar[Callable[[Any], np.ndarray | None] | None] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -193,10 +193,15 @@ class HookCapture:
             if raw or shape:
                 writer = self._writer or self._get_writer()
                 if raw and not shape and not plugins.listens_to_tensors(self):
-                    view = plugins.host_view(value)  # the writer copies it at once: no copy of our own
+                    own = self.host_view_of
+                    # the writer copies it at once: no copy of our own
+                    view = plugins.host_view(value) if own is None else own(value)
                     if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
-                        writer.write_view(self.step, self.mode, self.mode_step, name, view)
-                        self._saved_any = True  # (nothing observes saved tensors: checked above)
+                        if view.size == 1:  # a loss: its copy rides in the writer's message, not the ring
+                            self._queue(name, view.copy())
+                        else:
+                            writer.write_view(self.step, self.mode, self.mode_step, name, view)
+                            self._saved_any = True  # (nothing observes saved tensors: checked above)
                         return
                 reserved = 0
                 if raw and not shape and not isinstance(value, np.ndarray):

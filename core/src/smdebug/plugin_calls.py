@@ -98,6 +98,7 @@ class PluginCalls:
 
     defaults: tuple[str, ...]
     _calls: dict[str, CallList]
+    _observers: dict[str, tuple[bool, bool]]
     _generation: int
     _failed: set[tuple[str, str]]
     _declared_by: dict[str, str]
@@ -308,15 +309,22 @@ class PluginCalls:
     def _observed(self, spec: str, hook: BaseHook) -> bool:
         """A plugin implements the observation hook, or the core's own has work for this hook:
         TensorBoard."""
-        calls = self._calls.get(spec)
-        if calls is None:
-            calls = self._call_list(spec)
-        if calls is _THROUGH_PLUGGY:
-            calls = [(name, None, ()) for name in self._implementers(spec)]
-        for plugin_name, _, _ in calls:
-            if plugin_name not in self.defaults or getattr(hook, "tensorboard_dir", None) is not None:
-                return True
-        return False
+        found = self._observers.get(spec)
+        if found is None:
+            found = self._observers_of(spec)
+        by_plugin, by_default = found
+        return by_plugin or (by_default and getattr(hook, "tensorboard_dir", None) is not None)
+
+    def _observers_of(self, spec: str) -> tuple[bool, bool]:
+        """(whether a plugin implements the hook, whether a default does): asked per saved tensor, cached
+        until the plugins change, as the call lists."""
+        generation = self._generation
+        pm = self.pm
+        names = self._implementers(spec)
+        found = (any(n not in self.defaults for n in names), any(n in self.defaults for n in names))
+        if pm is self._pm and generation == self._generation:
+            self._observers[spec] = found
+        return found
 
     def hook_closed(self, hook: BaseHook) -> None:
         self._each("smdebug_hook_closed", {"hook": hook})

@@ -135,6 +135,7 @@ class PluginHost(PluginCalls):
         # hook name -> [(plugin name, function, argnames)] called by a plain loop, or _THROUGH_PLUGGY;
         # read on every step and saved tensor, emptied whenever the plugins or the monitoring change
         self._calls: dict[str, CallList] = {}
+        self._observers: dict[str, tuple[bool, bool]] = {}  # hook name -> _observers_of's answer, as _calls
         self._generation = 0
         self._failed: set[tuple[str, str]] = set()  # (plugin, hook) already reported
         self._declared_by: dict[str, str] = {}  # framework alias -> name of the plugin that declared it
@@ -186,6 +187,7 @@ class PluginHost(PluginCalls):
     def _changed(self) -> None:
         self._generation += 1
         self._calls.clear()
+        self._observers.clear()
 
     def _load_entry_points(self, pm: _Manager) -> None:
         disabled = _disabled()

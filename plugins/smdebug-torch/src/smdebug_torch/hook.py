@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from smdebug.plugin import BaseHook, CollectionKeys, HookConfig, SMDebugTypeError, layer_tensor_patterns
-from smdebug_torch import sharded
+from smdebug_torch import sharded, tensors
 from smdebug_torch.collection import (
     BUILTIN_PATTERNS,
     GRADIENT_PREFIX,
@@ -63,6 +63,11 @@ class Hook(BaseHook):
     builtin_patterns = BUILTIN_PATTERNS
     default_include_collections = (CollectionKeys.LOSSES,)
     tensor_types = (torch.Tensor,)
+
+    @staticmethod
+    def host_view_of(value: Any):
+        """The torch plugin's smdebug_host_view, without the plugin call (a loss saved at every step)."""
+        return tensors.host_view(value) if isinstance(value, torch.Tensor) else None
 
     def setup(self) -> None:
         self._module_names: dict[torch.nn.Module, str] = {}  # every hooked module -> its name
