@@ -25,7 +25,7 @@ STEPS = 12
 
 
 def train(out_dir: str, steps: int = STEPS, between=None, text: bool = True, **options) -> BaseHook:
-    """Steps of raw tensors, reductions, text (unless not ``text``) and a scalar; ``between(hook, step)``
+    """Steps of raw tensors, reductions, and (unless not ``text``) text and a scalar; ``between(hook, step)``
     runs after each."""
     hook = BaseHook(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), **options)
     hook.get_collection("stats").include("^stat")
@@ -43,7 +43,6 @@ def train(out_dir: str, steps: int = STEPS, between=None, text: bool = True, **o
         hook.save_tensor("stat", np.linspace(-1, 1, 50) * step, "stats")
         if text:
             hook.save_tensor("names", np.array(["a", "bé", b"raw"], dtype=object))
-        if text:
             hook.save_scalar("loss", 1.0 / (step + 1))
         hook.end_step()
         if between is not None:
@@ -275,7 +274,6 @@ import sys, time
 import numpy as np
 import smdebug
 from smdebug.hook import BaseHook
-from smdebug.modes import ModeKeys
 
 hook = BaseHook(out_dir=sys.argv[1], save_config=smdebug.SaveConfig(save_interval=1))
 for step in range(10**6):

@@ -334,21 +334,19 @@ class ProcessWriter(ChildLink):
         try:
             if items:
                 ring = self._ring
-                fast = compact(items, self._names) if ring is not None else None
-                if fast is not None:  # a common step: a binary header
-                    parts, buffers = fast
-                    nbytes = sum(b.nbytes for b in buffers)
-                    shared = ring.put(buffers, nbytes) if nbytes else None
-                    write_all(self._fd, compact_message(parts, buffers, nbytes, shared, ring.used))
-                elif ring is None:
+                if ring is None:
                     header, buffers = encode(items, self._names)
                     write_all(self._fd, message(["items", header], buffers))
                 else:  # the child gives back the ring up to all that was put in it so far, once it has read
-                    header, buffers = encode(items, self._names)
+                    fast = compact(items, self._names)  # a common step: a binary header
+                    header, buffers = fast if fast is not None else encode(items, self._names)
                     nbytes = sum(memoryview(b).nbytes for b in buffers)
                     shared = ring.put(buffers, nbytes) if nbytes else None
-                    head = ["items", header, shared, ring.used]
-                    write_all(self._fd, message(head) if shared else message(head, buffers))
+                    if fast is not None:
+                        write_all(self._fd, compact_message(header, buffers, nbytes, shared, ring.used))
+                    else:
+                        head = ["items", header, shared, ring.used]
+                        write_all(self._fd, message(head) if shared else message(head, buffers))
                 sent = self._sent_steps
                 sent.extend(s for s in sorted(steps_of(items)) if not sent or s != sent[-1])
                 items = []  # the child has them
