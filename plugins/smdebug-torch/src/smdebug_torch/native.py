@@ -84,13 +84,10 @@ class HealthWatch:
     def fill_at(self, loss: torch.Tensor | None, with_grads: bool, row: torch.Tensor, address: int) -> bool:
         """``fill`` into a row known to be a contiguous float32 CPU tensor of 2 x the columns, at
         ``address`` (its data_ptr)."""
-        if loss is None:
-            bits, at = 0, None
-        elif type(loss) is torch.Tensor and loss.is_cpu and loss.numel() == 1:  # (no subclass: its memory)
+        bits, at = 0, None
+        if type(loss) is torch.Tensor and loss.is_cpu and loss.numel() == 1:  # (no subclass: its memory)
             bits = _LOSS_BITS.get(loss.dtype, 0)
             at = loss.data_ptr() if bits else None
-        else:
-            bits = 0
         if (bits or loss is None) and self._fill is not None:
             done = self._fill(self._address, address, with_grads, at, bits)
             if done >= 0:
