@@ -126,3 +126,35 @@ def test_save_config_from_save_config_mode_configures_every_mode():
     assert [s for s in range(12) if config.should_save_step(ModeKeys.EVAL, s)] == [0, 4, 8]
     with pytest.raises(ConfigError, match="save_config_mode"):
         SaveConfig.from_save_config_mode({"save_interval": 4})
+
+
+# -- a value of the wrong type: smdebug 1.0's TypeError, and still our ConfigError ---------------------------
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda c: setattr(c, "save_config", 5),
+        lambda c: SaveConfig(mode_save_configs=5),
+        lambda c: SaveConfig.from_save_config_mode({"save_interval": 2}.items()),
+        lambda c: ReductionConfig(reductions=5),
+        lambda c: ReductionConfig(norms=["l2", 3]),
+    ],
+    ids=["collection.save_config", "mode_save_configs", "from_save_config_mode", "reductions", "norms"],
+)
+def test_a_configuration_value_of_the_wrong_type_is_a_type_error(make):
+    from smdebug.core.collection import Collection
+
+    with pytest.raises(TypeError) as caught:
+        make(Collection("c"))
+    assert isinstance(caught.value, ConfigError)  # (our callers catch ConfigError)
+    assert "expected" in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", [5, ["weights", 3]])
+def test_collection_include_of_a_non_string_says_so(bad):
+    from smdebug.core.collection import Collection
+
+    coll = Collection("c")
+    with pytest.raises(TypeError, match="include_regex: expected a string or a list of strings"):
+        coll.include(bad)
+    coll.include(("a.*", "b.*"))  # any iterable of strings, as before
+    assert coll.include_regex == ["a.*", "b.*"]

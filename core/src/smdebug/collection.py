@@ -52,12 +52,18 @@ def layer_tensor_patterns(layer_name: str, inputs: bool, outputs: bool) -> list[
 TRAIN_ONLY_COLLECTIONS = frozenset({CollectionKeys.GRADIENTS, CollectionKeys.OPTIMIZER_VARIABLES})
 
 
-def _as_list(value) -> list[str]:
+def _as_list(value, field: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
         return [value]
-    return list(value)
+    try:
+        items = list(value)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(v, str) for v in items):
+        raise SMDebugTypeError(f"{field}: expected a string or a list of strings, got {value!r}")
+    return items
 
 
 class Collection:
@@ -78,8 +84,8 @@ class Collection:
         self.name = name
         self._include_regex: list[str] = []
         self._compiled: re.Pattern | None = None
-        self.include(_as_list(include_regex))
-        self._tensor_names: set[str] = set(_as_list(tensor_names))
+        self.include(_as_list(include_regex, "include_regex"))
+        self._tensor_names: set[str] = set(_as_list(tensor_names, "tensor_names"))
         self.reduction_config = reduction_config
         self.save_config = save_config
         self.save_histogram = save_histogram
@@ -93,7 +99,7 @@ class Collection:
     def include_regex(self, patterns) -> None:
         self._include_regex = []
         self._compiled = None
-        self.include(_as_list(patterns))
+        self.include(_as_list(patterns, "include_regex"))
 
     @property
     def tensor_names(self) -> set[str]:
@@ -101,7 +107,7 @@ class Collection:
 
     @tensor_names.setter
     def tensor_names(self, names) -> None:
-        self._tensor_names = set(_as_list(names))
+        self._tensor_names = set(_as_list(names, "tensor_names"))
 
     @property
     def reduction_config(self) -> ReductionConfig | None:
@@ -126,7 +132,7 @@ class Collection:
 
     # -- methods ------------------------------------------------------------------------------------
     def include(self, regex) -> None:
-        for pattern in _as_list(regex):
+        for pattern in _as_list(regex, "include_regex"):
             try:
                 re.compile(pattern)
             except re.error as exc:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from smdebug.exceptions import ConfigError, did_you_mean
+from smdebug.exceptions import ConfigError, ConfigTypeError, did_you_mean
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import ALLOWED_NORMS, ALLOWED_REDUCTIONS
 
@@ -41,6 +41,10 @@ REDUCTION_NAMES = (
 # -- value parsers shared with json_config (configs pass every value as a string) ---------------------
 def _invalid(field: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"{field}: invalid value {value!r} (expected {expected})")
+
+
+def _wrong_type(field: str, value: Any, expected: str) -> ConfigTypeError:
+    return ConfigTypeError(f"{field}: invalid value {value!r} (expected {expected})")
 
 
 def _check_keys(params: dict, allowed: tuple[str, ...], owner: str) -> None:
@@ -91,7 +95,7 @@ def to_str_list(value: Any, field: str = "value") -> list[str]:
         return []
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, (list, tuple, set)) or not all(isinstance(x, str) for x in items):
-        raise _invalid(field, value, "a list of strings or a comma-separated string")
+        raise _wrong_type(field, value, "a list of strings or a comma-separated string")
     return [x.strip() for x in items if x.strip()]
 
 
@@ -284,7 +288,7 @@ class SaveConfigMode(ConfigModel):
             return None
         merged = {**(default_values or {}), **params} if isinstance(params, dict) else params
         if not isinstance(merged, dict):
-            raise _invalid("SaveConfigMode", params, "a dict")
+            raise _wrong_type("SaveConfigMode", params, "a dict")
         _check_keys(merged, SAVE_CONFIG_KEYS, "SaveConfigMode")
         return cls(**merged)
 
@@ -343,7 +347,7 @@ class SaveConfig:
                 self.set_save_config(mode, SaveConfigMode(**args))
             return
         if not isinstance(mode_save_configs, dict):
-            raise _invalid("mode_save_configs", mode_save_configs, "a dict of mode -> SaveConfigMode")
+            raise _wrong_type("mode_save_configs", mode_save_configs, "a dict of mode -> SaveConfigMode")
         given = {_mode(k): v for k, v in mode_save_configs.items()}
         for mode in ModeKeys:
             value = given.get(mode)
@@ -372,7 +376,7 @@ class SaveConfig:
         if isinstance(save_config_mode, dict):
             save_config_mode = SaveConfigMode.from_dict(save_config_mode)
         if not isinstance(save_config_mode, SaveConfigMode):
-            raise _invalid(f"save_config[{_mode(mode).name}]", save_config_mode, "a SaveConfigMode")
+            raise _wrong_type(f"save_config[{_mode(mode).name}]", save_config_mode, "a SaveConfigMode")
         # A copy: two modes (or a hook and a collection) must never share one mutable object.
         self._configs[_mode(mode)] = save_config_mode.model_copy(deep=True)
         self._explicit.add(_mode(mode))
@@ -414,7 +418,7 @@ class SaveConfig:
         if params is None:
             return None
         if not isinstance(params, dict):
-            raise _invalid("save_config", params, "a dict")
+            raise _wrong_type("save_config", params, "a dict")
         if params and all(k in SAVE_CONFIG_KEYS for k in params):
             return cls(**{**(default_values or {}), **params})
         modes = {
@@ -427,7 +431,7 @@ class SaveConfig:
     def from_save_config_mode(cls, save_config_mode: SaveConfigMode) -> SaveConfig:
         """Every mode configured as ``save_config_mode`` (smdebug 1.0's constructor)."""
         if not isinstance(save_config_mode, SaveConfigMode):
-            raise _invalid("save_config_mode", save_config_mode, "a SaveConfigMode")
+            raise _wrong_type("save_config_mode", save_config_mode, "a SaveConfigMode")
         return cls(mode_save_configs={mode: save_config_mode for mode in ModeKeys})
 
     @classmethod
@@ -440,7 +444,7 @@ class SaveConfig:
             return cls.from_save_config_mode(obj)
         if isinstance(obj, dict):
             return cls.from_dict(obj)
-        raise _invalid("save_config", obj, "a SaveConfig, SaveConfigMode or dict")
+        raise _wrong_type("save_config", obj, "a SaveConfig, SaveConfigMode or dict")
 
     def __eq__(self, other):
         if not isinstance(other, SaveConfig):
@@ -565,7 +569,7 @@ class ReductionConfig(ConfigModel):
         if params is None:
             return None
         if not isinstance(params, dict):
-            raise _invalid("reduction_config", params, "a dict")
+            raise _wrong_type("reduction_config", params, "a dict")
         _check_keys(params, (*cls.model_fields, EXTRA_REDUCTIONS_KEY), "ReductionConfig")
         field = "ReductionConfig.reductions"
         names = to_str_list(params.get("reductions"), field) + to_str_list(
@@ -690,7 +694,7 @@ class HookConfig(ConfigModel):
                 values[name] = [values[name]]
         rc = values.get("reduction_config")
         if rc is not None and not isinstance(rc, ReductionConfig):
-            raise ConfigError(f"reduction_config: expected a ReductionConfig, got {type(rc).__name__}")
+            raise ConfigTypeError(f"reduction_config: expected a ReductionConfig, got {type(rc).__name__}")
         return cls(**values)
 
     def arguments(self) -> dict[str, Any]:

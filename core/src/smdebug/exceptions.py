@@ -31,6 +31,11 @@ class ConfigError(SMDebugValueError):
     """A hook configuration (arguments or JSON file) is invalid; the message names the field."""
 
 
+class ConfigTypeError(ConfigError, SMDebugTypeError):
+    """A configuration value of the wrong type; a ConfigError, and the SMDebugTypeError smdebug 1.0 raised for
+    it (``coll.save_config = 5``)."""
+
+
 class OutDirExistsError(ConfigError, SMDebugRuntimeError):
     """out_dir already holds a run; a ConfigError, and the SMDebugRuntimeError smdebug 1.0 raised for it."""
 
