@@ -95,14 +95,14 @@ def test_a_step_of_arrays_and_reductions_goes_with_a_binary_header_and_reads_the
     go with the compact header; the run is the thread writer's."""
     compact_steps = []
 
-    def counted(items, names):
-        got = compact(items, names)
+    def counted(self, items):
+        got = compact(self, items)
         if got is not None:
             compact_steps.append(items[-1][1])
         return got
 
-    compact = process_writer.compact
-    monkeypatch.setattr(process_writer, "compact", counted)
+    compact = wire.Compact.__call__
+    monkeypatch.setattr(wire.Compact, "__call__", counted)
     hook = train(str(tmp_path / "process"), between=wait_for_the_child, text=False)
     assert hook._writer._local is None and hook._writer.written_steps == list(range(STEPS))
     assert compact_steps == list(range(compact_steps[0], STEPS)) and compact_steps[0] <= 8
@@ -127,23 +127,33 @@ def test_the_binary_header_reads_as_the_json_header_of_the_same_items():
         ("scalars", 7, ModeKeys.EVAL, 3, names, matrix * 2, 3.25),
         ("end", 7),
     ]
-    parts, buffers = wire.compact(items, table)
+    compact = wire.Compact(table)
     header, json_buffers = wire.encode(items, table)
-    assert [bytes(b) for b in buffers] == [bytes(b) for b in json_buffers]
-    nbytes = sum(b.nbytes for b in buffers)
-    for shared in ([64, nbytes], None):
-        sent = b"".join(
-            bytes(memoryview(p).cast("B")) for p in wire.compact_message(parts, buffers, nbytes, shared, 999)
-        )
-        head_len, size = wire.FRAME.unpack_from(sent)
-        assert size == (0 if shared else nbytes)
-        head = sent[wire.FRAME.size : wire.FRAME.size + head_len]
-        assert wire.expand(head) == json.loads(json.dumps(["items", header, shared, 999]))
+    for step in (7, 8):  # the header made, then the same items' header with their numbers written in
+        items = [(*item[:1], step, *item[2:]) for item in items]
+        header = json.loads(json.dumps(wire.encode(items, table)[0]))
+        head, buffers, nbytes, steps = compact(items)
+        assert [bytes(b) for b in buffers] == [bytes(b) for b in json_buffers]
+        assert nbytes == sum(b.nbytes for b in buffers) and steps == {step}
+        for shared in ([64, nbytes], None):
+            sent = b"".join(
+                bytes(memoryview(p).cast("B")) for p in compact.message(head, buffers, nbytes, shared, 999)
+            )
+            head_len, size = wire.FRAME.unpack_from(sent)
+            assert size == (0 if shared else nbytes) and len(sent) == wire.FRAME.size + head_len + size
+            expanded = wire.expand(sent[wire.FRAME.size : wire.FRAME.size + head_len])
+            assert expanded == json.loads(json.dumps(["items", header, shared, 999]))
+    # a step whose names, dtypes or shapes differ has a header of its own
+    other = [(*items[1][:4], "one_d", np.array([1.5], dtype=np.float16), 4.0), ("end", 8)]
+    head, _, _, _ = compact(other)
+    assert wire.expand(bytes(head[wire.FRAME.size :]))[1] == json.loads(
+        json.dumps(wire.encode(other, table)[0])
+    )
     # anything else takes the JSON header: text, a new list of names, a file
     text = ("tensor", 7, ModeKeys.EVAL, 3, "text", np.array(["a"], dtype=object), 1.0)
-    assert wire.compact([text, ("end", 7)], table) is None
-    assert wire.compact([("scalars", 8, ModeKeys.TRAIN, 8, [["min"]], matrix, 1.0)], table) is None
-    assert wire.compact([("file", "collections/x.json", b"{}")], table) is None
+    assert compact([text, ("end", 7)]) is None
+    assert compact([("scalars", 8, ModeKeys.TRAIN, 8, [["min"]], matrix, 1.0)]) is None
+    assert compact([("file", "collections/x.json", b"{}")]) is None
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's scheduling policies")

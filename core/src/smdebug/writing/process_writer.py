@@ -40,10 +40,9 @@ from smdebug.writing.settings import (
 )
 from smdebug.writing.thread_writer import RunWriter, write_copy
 from smdebug.writing.wire import (
+    Compact,
     Gone,
     Names,
-    compact,
-    compact_message,
     encode,
     feed,
     message,
@@ -57,6 +56,7 @@ logger = logging.getLogger("smdebug")
 SPAWN_AFTER_STEPS = 4  # a run that saved this many steps gets a writer process (a short one never does)
 RECORD_SECONDS = 2.0  # what a takeover at close gets at least, for the record of the steps the child held
 RING_BYTES = 8 * 1024 * 1024  # shared with the child for the arrays' bytes: a few steps of a small model
+PIPED_BYTES = 4096  # a compact message's payload up to this size goes down the pipe (one copy either way)
 
 
 class ProcessWriter(ChildLink):
@@ -108,6 +108,7 @@ class ProcessWriter(ChildLink):
         self._batch_bytes = 0
         self._sent_steps = array("q")  # steps the child was given items of, in order (8 bytes each)
         self._names = Names(cache_bytes(self.max_queue_bytes))
+        self._compact = Compact(self._names)
         self._names_bytes = NamesBytes()
         self._closed = False
 
@@ -334,21 +335,25 @@ class ProcessWriter(ChildLink):
         try:
             if items:
                 ring = self._ring
-                if ring is None:
+                fast = self._compact(items) if ring is not None else None  # a common step: a binary header
+                if fast is not None:  # a small payload goes down the pipe with it: no room taken in the ring
+                    head, buffers, nbytes, steps = fast
+                    shared = ring.put(buffers, nbytes) if nbytes > PIPED_BYTES else None
+                    parts = Compact.message(head, buffers, nbytes, shared, ring.used)
+                    write_all(self._fd, parts, len(head) + (0 if shared else nbytes))
+                elif ring is None:
                     header, buffers = encode(items, self._names)
                     write_all(self._fd, message(["items", header], buffers))
+                    steps = steps_of(items)
                 else:  # the child gives back the ring up to all that was put in it so far, once it has read
-                    fast = compact(items, self._names)  # a common step: a binary header
-                    header, buffers = fast if fast is not None else encode(items, self._names)
+                    header, buffers = encode(items, self._names)
                     nbytes = sum(memoryview(b).nbytes for b in buffers)
                     shared = ring.put(buffers, nbytes) if nbytes else None
-                    if fast is not None:
-                        write_all(self._fd, compact_message(header, buffers, nbytes, shared, ring.used))
-                    else:
-                        head = ["items", header, shared, ring.used]
-                        write_all(self._fd, message(head) if shared else message(head, buffers))
+                    head = ["items", header, shared, ring.used]
+                    write_all(self._fd, message(head) if shared else message(head, buffers))
+                    steps = steps_of(items)
                 sent = self._sent_steps
-                sent.extend(s for s in sorted(steps_of(items)) if not sent or s != sent[-1])
+                sent.extend(s for s in sorted(steps) if not sent or s != sent[-1])
                 items = []  # the child has them
             if request is not None:
                 write_all(self._fd, message(request))

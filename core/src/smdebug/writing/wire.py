@@ -33,6 +33,9 @@ _C_TENSOR = struct.Struct("<qBqdQHBB")  # step, mode, mode step, wall time, posi
 _C_SCALARS = struct.Struct("<qBqdIB")  # step, mode, mode step, wall time, reductions, dtype (its length)
 _C_END = struct.Struct("<q")
 _IN_PAYLOAD = 2**64 - 1  # a compact tensor's position when its bytes are in the payload, not in the ring
+# what changes from step to step in an item's part (the start of it): step, mode, mode step, wall time, position
+_C_TENSOR_NUMBERS, _C_SCALARS_NUMBERS = struct.Struct("<qBqdQ"), struct.Struct("<qBqd")
+_EMPTY_HEAD = bytes(FRAME.size) + _COMPACT + bytes(_C_RING.size)  # a compact message's frame and ring part
 
 
 class Gone(Exception):
@@ -223,67 +226,105 @@ def encode(items: list, names_table: Names) -> tuple[list, list]:
     return header, buffers
 
 
-def compact(items: list, names_table: Names) -> tuple[list, list] | None:
-    """A common step's items as a compact header's parts and the payload's buffers: numeric arrays (in the
-    ring or not), reductions as one matrix named by the last step's lists, the step's end. None for anything else
-    (``encode`` describes it; nothing here changes ``names_table``)."""
-    parts, buffers = [], []
-    last = names_table.last
-    for item in items:
-        kind = item[0]
-        if kind == "tensor":
-            _, step, mode, mode_step, name, array, wall_time = item
-            if type(wall_time) is not float:
-                return None
-            if type(array) is InRing:
-                where = array.position
-            elif type(array) is np.ndarray and array.dtype.kind in "biufc":
-                where = _IN_PAYLOAD
-                if not array.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
-                    array = array.copy(order="C")
-                buffers.append(array)
+class Compact:
+    """A common step's items as a compact message: numeric arrays (in the ring or not), reductions as one
+    matrix named by the last step's lists, the step's end; None for anything else (``encode`` describes
+    it; nothing here changes the names table). The last step's header is kept: a step of the same names,
+    dtypes and shapes (a hook's every step) has only its numbers written into a copy of it."""
+
+    def __init__(self, names_table: Names):
+        self.names_table = names_table
+        self.key: list | None = None  # the header's items as they shape it: names, dtypes, shapes
+        self.head = b""  # the message's head: frame, mark, ring part, items
+        self.slots: list[tuple[int, struct.Struct]] = []  # where each item's numbers go in it
+
+    def __call__(self, items: list) -> tuple[bytearray, list, int, set[int]] | None:
+        """The message's head (its frame and ring part filled in by ``message``), the payload's buffers,
+        their size and the items' steps."""
+        key, numbers, buffers, nbytes, steps = [], [], [], 0, set()
+        last = self.names_table.last
+        for item in items:
+            kind = item[0]
+            if kind == "tensor":
+                _, step, mode, mode_step, name, array, wall_time = item
+                if type(wall_time) is not float:
+                    return None
+                if type(array) is InRing:
+                    where = array.position
+                elif type(array) is np.ndarray and array.dtype.kind in "biufc":
+                    where = _IN_PAYLOAD
+                    if not array.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+                        array = array.copy(order="C")
+                    buffers.append(array)
+                    nbytes += array.nbytes
+                else:
+                    return None
+                key.append((name, array.dtype, array.shape))
+                numbers.append((step, mode.value, mode_step, wall_time, where))
+            elif kind == "scalars":
+                _, step, mode, mode_step, names, values, wall_time = item
+                if (
+                    last is None
+                    or last[0] is not names
+                    or type(values) is not np.ndarray
+                    or values.ndim != 2
+                    or values.dtype.kind not in "fiub"
+                    or not values.flags.c_contiguous
+                    or type(wall_time) is not float
+                ):
+                    return None
+                buffers.append(values)
+                nbytes += values.nbytes
+                key.append((values.dtype, values.shape[1]))
+                numbers.append((step, mode.value, mode_step, wall_time))
+            elif kind == "end":
+                step = item[1]
+                key.append(None)
+                numbers.append((step,))
             else:
                 return None
-            name, dtype, shape = name.encode("utf-8", "surrogatepass"), array.dtype.str.encode(), array.shape
-            if len(name) > 0xFFFF or len(shape) > 0xFF:
-                return None
-            head = _C_TENSOR.pack(
-                step, mode.value, mode_step, wall_time, where, len(name), len(dtype), len(shape)
-            )
-            parts += (b"t", head, name, dtype, struct.pack(f"<{len(shape)}q", *shape))
-        elif kind == "scalars":
-            _, step, mode, mode_step, names, values, wall_time = item
-            if (
-                last is None
-                or last[0] is not names
-                or type(values) is not np.ndarray
-                or values.ndim != 2
-                or values.dtype.kind not in "fiub"
-                or not values.flags.c_contiguous
-                or type(wall_time) is not float
-            ):
-                return None
-            dtype = values.dtype.str.encode()
-            parts += (
-                b"s",
-                _C_SCALARS.pack(step, mode.value, mode_step, wall_time, values.shape[1], len(dtype)),
-                dtype,
-            )
-            buffers.append(values)
-        elif kind == "end":
-            parts += (b"e", _C_END.pack(item[1]))
-        else:
+            steps.add(step)
+        if key != self.key and not self._shape(items, key):
             return None
-    return parts, buffers
+        head = bytearray(self.head)
+        for (at, fields), some in zip(self.slots, numbers):
+            fields.pack_into(head, at, *some)
+        return head, buffers, nbytes, steps
 
+    def _shape(self, items: list, key: list) -> bool:
+        """Make the header of these items (their numbers left to fill in); False when it cannot be."""
+        parts, slots = [_EMPTY_HEAD], []
+        at = len(_EMPTY_HEAD)
+        for item, shaped in zip(items, key):
+            if item[0] == "tensor":
+                name, (dtype, shape) = item[4].encode("utf-8", "surrogatepass"), shaped[1:]
+                if len(name) > 0xFFFF or len(shape) > 0xFF:
+                    return False
+                dtype = dtype.str.encode()
+                part = [b"t", _C_TENSOR.pack(0, 0, 0, 0.0, 0, len(name), len(dtype), len(shape))]
+                part += (name, dtype, struct.pack(f"<{len(shape)}q", *shape))
+                slots.append((at + 1, _C_TENSOR_NUMBERS))
+            elif item[0] == "scalars":
+                dtype = shaped[0].str.encode()
+                part = [b"s", _C_SCALARS.pack(0, 0, 0, 0.0, shaped[1], len(dtype)), dtype]
+                slots.append((at + 1, _C_SCALARS_NUMBERS))
+            else:
+                part = [b"e", _C_END.pack(0)]
+                slots.append((at + 1, _C_END))
+            parts += part
+            at += sum(map(len, part))
+        self.key, self.head, self.slots = key, b"".join(parts), slots
+        return True
 
-def compact_message(parts: list, buffers: list, nbytes: int, shared: list | None, used: int) -> list:
-    """The message of ``compact``'s parts: its payload in the ring (``shared``) or after the header."""
-    ring = _C_RING.pack(1, *shared, used) if shared else _C_RING.pack(0, 0, 0, used)
-    head = b"".join((_COMPACT, ring, *parts))
-    if shared or not buffers:
-        return [FRAME.pack(len(head), 0) + head]
-    return [FRAME.pack(len(head), nbytes), head, *buffers]
+    @staticmethod
+    def message(head: bytearray, buffers: list, nbytes: int, shared: list | None, used: int) -> list:
+        """The message of a compact head: its payload in the ring (``shared``) or after the head."""
+        FRAME.pack_into(head, 0, len(head) - FRAME.size, 0 if shared else nbytes)
+        if shared:
+            _C_RING.pack_into(head, FRAME.size + 1, 1, *shared, used)
+            return [head]
+        _C_RING.pack_into(head, FRAME.size + 1, 0, 0, 0, used)
+        return [head, *buffers]
 
 
 def expand(head: bytes) -> list:
@@ -426,18 +467,28 @@ def give(writer: Writer, header: list, payload: bytearray, names: dict, ring: mm
             offset += item[2]
 
 
-def write_all(fd: int, parts: list) -> None:
+def write_all(fd: int, parts: list, nbytes: int = -1) -> None:
     """Write every part to the child's pipe; Gone when the child exited. While the child's queue is full
-    the pipe takes nothing and training waits, as for the thread writer: nothing is dropped."""
+    the pipe takes nothing and training waits, as for the thread writer: nothing is dropped. ``nbytes``,
+    the parts' size when the caller knows it: a write that takes them all at once is the whole call."""
+    written = _writev(fd, parts) if 0 <= nbytes and len(parts) <= _IOV_MAX else 0
+    if written == nbytes:
+        return
     views = [view.cast("B") for view in map(memoryview, parts) if view.nbytes]
-    while views:
-        try:
-            written = os.writev(fd, views[:_IOV_MAX])
-        except OSError as exc:  # BrokenPipeError: the child exited
-            raise Gone(f"it stopped reading ({type(exc).__name__})") from None
+    while True:
         while written:  # a signal may end a write part way
             if written >= views[0].nbytes:
                 written -= views.pop(0).nbytes
             else:
                 views[0] = views[0][written:]
                 written = 0
+        if not views:
+            return
+        written = _writev(fd, views[:_IOV_MAX])
+
+
+def _writev(fd: int, parts: list) -> int:
+    try:
+        return os.writev(fd, parts)
+    except OSError as exc:  # BrokenPipeError: the child exited
+        raise Gone(f"it stopped reading ({type(exc).__name__})") from None
