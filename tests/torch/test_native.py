@@ -37,12 +37,27 @@ def numpy_of(t: torch.Tensor, reduction: str, absolute: bool) -> float:
         return float(np.float32(found) if t.dtype == torch.float32 else found)
 
 
-def test_reduce_writes_every_reduction_of_each_tensor_as_numpy_computes_it(native_kernel):
+def _list_reduce(tensors: list, codes: list[int], out: torch.Tensor) -> int:
+    """The list reducer (a ctypes call), called as the op is."""
+    found = native.list_reducer()
+    assert found is not None  # (built with Python's headers, as wherever the tests run)
+    array = np.array(codes, dtype=np.int64)
+    return found(tensors, array.ctypes.data, len(codes), out.data_ptr(), len(tensors))
+
+
+# the kernel's two entries to the reductions: the op (through torch's dispatcher), and the list reducer
+ENTRIES = pytest.mark.parametrize(
+    "entry", [lambda: native.reducer(), lambda: _list_reduce], ids=["op", "list"]
+)
+
+
+@ENTRIES
+def test_reduce_writes_every_reduction_of_each_tensor_as_numpy_computes_it(native_kernel, entry):
     codes = list(range(2 * len(native.REDUCTIONS)))
     for dtype, bits in ((torch.float32, 32), (torch.float64, 64)):
         tensors = [t.to(dtype) for t in some_tensors()]
         out = torch.empty(len(tensors), len(codes), dtype=torch.float64)
-        assert native.reducer()(tensors, codes, out) == bits
+        assert entry()(tensors, codes, out) == bits
         for t, row in zip(tensors, out.tolist()):
             want = [numpy_of(t, native.REDUCTIONS[c // 2], bool(c % 2)) for c in codes]
             assert row == pytest.approx(want, rel=1e-9 if bits == 64 else 2e-6, nan_ok=True), t
@@ -61,10 +76,11 @@ def test_reduce_writes_every_reduction_of_each_tensor_as_numpy_computes_it(nativ
     ],
     ids=["empty", "mixed", "float16", "int64", "negative-view", "meta", "sparse"],
 )
-def test_reduce_refuses_what_it_does_not_read_and_writes_nothing(native_kernel, made):
+@ENTRIES
+def test_reduce_refuses_what_it_does_not_read_and_writes_nothing(native_kernel, made, entry):
     tensors = made()
     out = torch.full((len(tensors), 1), 7.0, dtype=torch.float64)
-    assert native.reducer()(tensors, [0], out) == 0
+    assert entry()(tensors, [0], out) == 0
     assert out.eq(7.0).all()
 
 
@@ -119,9 +135,10 @@ def test_every_step_reductions_of_weights_and_gradients_equal_numpy(out_dir, mon
     import smdebug.pytorch as smd
 
     kept = []
-    real = native.reducer()
-    if real is not None:  # the path under test ran: the kernel took every list
-        monkeypatch.setattr(native, "reducer", lambda: lambda *args: kept.append(real(*args)) or kept[-1])
+    for entry in ("reducer", "list_reducer"):  # the path under test ran: the kernel took every list
+        real = getattr(native, entry)()
+        if real is not None:
+            monkeypatch.setattr(native, entry, lambda real=real: lambda *a: kept.append(real(*a)) or kept[-1])
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
     hook = smd.Hook(

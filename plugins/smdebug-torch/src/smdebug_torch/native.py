@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ BUILD_TIMEOUT = 600  # seconds: a build that takes longer is given up
 _watch = None  # torch.classes.smdebug_torch.HealthWatch once loaded
 _fill = None  # its smdebug_health_fill (ctypes) once loaded
 _reduce = None  # torch.ops.smdebug_torch.reduce once loaded
+_reduce_list = None  # its smdebug_reduce_list (ctypes) once loaded, where it was built with Python's headers
 _partials = None  # torch.ops.smdebug_torch.partials once loaded
 _thread: threading.Thread | None = None
 _started = False
@@ -105,6 +107,14 @@ def reducer():
     return _reduce
 
 
+def list_reducer():
+    """``reduce`` by a ctypes call: ``(values, codes, m, out, rows)``, ``values`` a list of ``rows``
+    tensors, ``codes`` the address of m int64 codes, ``out`` of a [rows, m] float64 matrix; 32 or 64 as
+    ``reduce``, or 0 where ``reduce`` refuses and wherever this cannot read the values (a tensor
+    subclass, a value that is no tensor: ``reduce`` then says). None where the kernel has none."""
+    return _reduce_list
+
+
 def partials(tensors: list, want: int = ABS | M2, out: torch.Tensor | None = None) -> torch.Tensor | None:
     """Each tensor's partial statistics (STATS), a [tensors, 11] float64 CPU matrix (``out`` if given), in one
     call and one reading of each tensor (an empty one's row: EMPTY); ``want`` (ABS, M2) adds the costlier
@@ -143,7 +153,7 @@ def wait(timeout: float | None = None) -> bool:
 
 
 def _load() -> None:
-    global _watch, _fill, _reduce, _partials
+    global _watch, _fill, _reduce, _reduce_list, _partials
     try:
         library = _built()
         if library is None:
@@ -157,6 +167,9 @@ def _load() -> None:
         _fill = fill
         _watch = _checked(library, "health statistics", watch, _works)
         _reduce = _checked(library, "reductions", ops.reduce, _reduces_right)
+        listed = _list_function(library) if _reduce is not None else None
+        if listed is not None:  # (None: built without Python's headers; the op computes the same)
+            _reduce_list = _checked(library, "reductions of a list", listed, _lists_right)
         _partials = _checked(library, "partial statistics", ops.partials, _partials_right)
     except Exception as exc:  # no kernel: torch's calls compute the statistics
         logger.info("smdebug: the native statistics kernel is not used: %s", exc)
@@ -261,6 +274,57 @@ def _reduces_right(reduce) -> bool:
     )
 
 
+def _list_function(library: Path):
+    """The library's smdebug_reduce_list, its plain types set; None where it was built without it."""
+    dll = ctypes.PyDLL(str(library))  # (the GIL held: it reads Python objects)
+    if not hasattr(dll, "smdebug_reduce_list"):
+        return None
+    init = dll.smdebug_reduce_init
+    init.argtypes = [ctypes.py_object, ctypes.py_object]
+    if not init(torch.Tensor, torch.nn.Parameter):
+        return None
+    function = dll.smdebug_reduce_list
+    function.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+    function.restype = ctypes.c_int64
+    return function
+
+
+def _lists_right(function) -> bool:
+    """smdebug_reduce_list's values and refusals equal the op's (``_reduce``, checked before): every
+    reduction of the check tensors, in each dtype and as parameters; an empty tensor, float32 beside
+    float64, a tensor subclass, a value that is no tensor, a tuple, a wrong count."""
+    every = list(range(2 * len(REDUCTIONS)))
+
+    class Sub(torch.Tensor):
+        pass
+
+    def agree(values, codes, rows=None) -> bool:
+        rows = len(values) if rows is None else rows
+        want = torch.zeros(rows, len(codes), dtype=torch.float64)
+        got = torch.zeros(rows, len(codes), dtype=torch.float64)
+        array = (ctypes.c_int64 * len(codes))(*codes)
+        bits = function(values, ctypes.addressof(array), len(codes), got.data_ptr(), rows)
+        plain = type(values) is list and rows == len(values)
+        plain = plain and all(type(v) in (torch.Tensor, torch.nn.Parameter) for v in values)
+        expected = _reduce(values, codes, want) if plain else 0  # (a subclass: left to the op)
+        return bits == expected and (not bits or torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0)))
+
+    floats = [t for t in _check_tensors() if t.dtype == torch.float32]
+    doubles = [t for t in _check_tensors() if t.dtype == torch.float64]
+    ones = torch.ones(2)
+    return (
+        agree(floats, every)
+        and agree(doubles, every)
+        and agree([torch.nn.Parameter(t) for t in floats[:3]], [4, 15, 0])
+        and agree([ones, torch.ones(0)], [0])
+        and agree([ones, ones.double()], [0])
+        and agree([ones, ones.as_subclass(Sub)], [0])
+        and agree([ones, 1.0], [0])
+        and agree((ones, ones), [0])
+        and agree([ones, ones], [0], rows=3)
+    )
+
+
 def _partials_right(partials) -> bool:
     """The kernel's partial statistics against torch's in float64 (an empty tensor's: EMPTY)."""
     tensors = [*_check_tensors(), torch.empty(0), torch.tensor([3, -4], dtype=torch.int32)]
@@ -283,6 +347,12 @@ def _partials_right(partials) -> bool:
     return True
 
 
+def _python_include() -> list[str]:
+    """The compiler's flag for Python's headers (the list reductions read Python objects), where they are."""
+    include = sysconfig.get_paths().get("include")
+    return [f"-I{include}"] if include and os.path.exists(os.path.join(include, "Python.h")) else []
+
+
 def _built() -> Path | None:
     """The kernel's shared library, built now if this machine has none for this torch and source."""
     if sys.platform not in ("linux", "darwin"):
@@ -302,6 +372,7 @@ def _built() -> Path | None:
         "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         f"-I{root / 'include'}",
+        *_python_include(),
         str(SOURCE),
         f"-L{root / 'lib'}",
         "-lc10",

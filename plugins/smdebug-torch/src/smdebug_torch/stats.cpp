@@ -9,6 +9,11 @@
 // On the CPU every torch call costs a microsecond or more, and passing a list of tensors to one costs a
 // tenth of that per tensor: more than reading a small tensor. torch's batched calls (stack, norm, abs,
 // amax) read and copy a model's hundreds of weights and gradients several times.
+#if __has_include(<Python.h>)  // (first, as Python asks: smdebug_reduce_list reads a list of tensors)
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define SMDEBUG_PYTHON 1
+#endif
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/Functions.h>
@@ -18,6 +23,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 namespace {
 
@@ -351,28 +357,24 @@ void partials(at::TensorList tensors, int64_t want, at::Tensor out) {
 // the reductions, in the order of their codes (code = 2 x index + abs)
 enum Reduction : int64_t { kMin, kMax, kMean, kStd, kVariance, kSum, kL1, kL2, kReductions };
 
-// reduce(tensors, codes, out): each tensor's reductions (codes) into its row of out ([tensors, codes]
-// float64), when every tensor is a non-empty plain CPU tensor and all are float32 or all float64:
-// returns 32 or 64 (the dtype the reductions are stored in: float32's are rounded to float32 here, so
-// the caller's cast is exact), else 0 and computes nothing.
-int64_t reduce(at::TensorList tensors, at::IntArrayRef codes, at::Tensor out) {
-  const int64_t n = static_cast<int64_t>(tensors.size()), m = static_cast<int64_t>(codes.size());
-  TORCH_CHECK(out.scalar_type() == at::kDouble && out.is_contiguous() && out.device().is_cpu() &&
-                  out.numel() == n * m,
-              "smdebug_torch: reductions need a contiguous float64 CPU tensor of [tensors, reductions]");
+// Each tensor's reductions (codes[0:m]) into its row of o ([n, m] float64), when every tensor is a
+// non-empty plain CPU tensor and all are float32 or all float64: returns 32 or 64 (the dtype the
+// reductions are stored in: float32's are rounded to float32 here, so the caller's cast is exact), else 0
+// and computes nothing.
+int64_t reduce_into(const at::Tensor* tensors, int64_t n, const int64_t* codes, int64_t m, double* o) {
   if (n == 0) return 0;
   const auto dtype = tensors[0].defined() ? tensors[0].scalar_type() : at::kFloat;
   if (dtype != at::kFloat && dtype != at::kDouble) return 0;
-  for (const auto& t : tensors)
-    if (!readable(t) || t.scalar_type() != dtype || t.numel() == 0) return 0;
+  for (int64_t k = 0; k < n; ++k)
+    if (!readable(tensors[k]) || tensors[k].scalar_type() != dtype || tensors[k].numel() == 0) return 0;
   int64_t want = 0;
-  for (const int64_t code : codes) {
+  for (int64_t c = 0; c < m; ++c) {
+    const int64_t code = codes[c];
     TORCH_CHECK(code >= 0 && code < 2 * kReductions, "smdebug_torch: unknown reduction code");
     const int64_t r = code / 2;
     if (r == kL1 || (code % 2 && r != kMax && r != kL2)) want |= kAbs;
     if (r == kStd || r == kVariance) want |= kVar;
   }
-  double* o = out.data_ptr<double>();
   for (int64_t k = 0; k < n; ++k) {
     const Partial p = stats_of_tensor(tensors[k], want);
     double* row = o + k * m;
@@ -392,6 +394,15 @@ int64_t reduce(at::TensorList tensors, at::IntArrayRef codes, at::Tensor out) {
     }
   }
   return dtype == at::kFloat ? 32 : 64;
+}
+
+// reduce(tensors, codes, out): reduce_into out ([tensors, codes] float64).
+int64_t reduce(at::TensorList tensors, at::IntArrayRef codes, at::Tensor out) {
+  const int64_t n = static_cast<int64_t>(tensors.size()), m = static_cast<int64_t>(codes.size());
+  TORCH_CHECK(out.scalar_type() == at::kDouble && out.is_contiguous() && out.device().is_cpu() &&
+                  out.numel() == n * m,
+              "smdebug_torch: reductions need a contiguous float64 CPU tensor of [tensors, reductions]");
+  return reduce_into(tensors.data(), n, codes.data(), m, out.data_ptr<double>());
 }
 
 }  // namespace
@@ -417,6 +428,59 @@ extern "C" int smdebug_health_fill(void* watch, float* out, int with_grads, cons
     return -1;
   }
 }
+
+#ifdef SMDEBUG_PYTHON
+// smdebug_reduce_list (a C function, called through ctypes with the GIL held): the op reduce's work for a
+// Python list of tensors, without the op's dispatch and list conversion (~10x its cost on a step's cold
+// caches). Only torch.Tensor and torch.nn.Parameter themselves are taken (smdebug_reduce_init names
+// them), each by its TensorImpl (its _cdata); any other value, or any failure, returns 0 (the caller then
+// calls the op, which takes or refuses it).
+namespace {
+PyObject* g_plain_types[2] = {nullptr, nullptr};
+PyObject* g_cdata = nullptr;
+}  // namespace
+
+extern "C" int smdebug_reduce_init(PyObject* tensor_type, PyObject* parameter_type) {
+  if (g_cdata == nullptr) g_cdata = PyUnicode_InternFromString("_cdata");
+  if (g_cdata == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_INCREF(tensor_type), Py_INCREF(parameter_type);  // (held for the process's life)
+  g_plain_types[0] = tensor_type, g_plain_types[1] = parameter_type;
+  return 1;
+}
+
+// reduce_into(values, codes[0:m]) into out ([rows, m] float64); values a list of rows tensors.
+extern "C" int64_t smdebug_reduce_list(PyObject* values, const int64_t* codes, int64_t m, double* out,
+                                       int64_t rows) {
+  if (g_plain_types[0] == nullptr || !PyList_Check(values) || PyList_GET_SIZE(values) != rows) return 0;
+  try {
+    std::vector<at::Tensor> tensors;
+    tensors.reserve(static_cast<size_t>(rows));
+    for (int64_t k = 0; k < rows; ++k) {
+      PyObject* item = PyList_GET_ITEM(values, k);
+      const PyObject* type = reinterpret_cast<const PyObject*>(Py_TYPE(item));
+      if (type != g_plain_types[0] && type != g_plain_types[1]) return 0;
+      PyObject* address = PyObject_GetAttr(item, g_cdata);
+      if (address == nullptr) {
+        PyErr_Clear();
+        return 0;
+      }
+      auto* impl = static_cast<c10::TensorImpl*>(PyLong_AsVoidPtr(address));
+      Py_DECREF(address);
+      if (impl == nullptr) {
+        PyErr_Clear();
+        return 0;
+      }
+      tensors.emplace_back(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(impl));
+    }
+    return reduce_into(tensors.data(), rows, codes, m, out);
+  } catch (...) {
+    return 0;
+  }
+}
+#endif
 
 TORCH_LIBRARY(smdebug_torch, m) {
   m.class_<Watch>("HealthWatch")

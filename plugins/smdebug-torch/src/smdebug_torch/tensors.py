@@ -276,11 +276,14 @@ class _Batch:
     two such lists), and filled again once to_host has copied it (one still pending is left to its
     rows)."""
 
-    __slots__ = ("codes", "out", "host", "rows", "dtype", "pending")
+    __slots__ = ("codes", "out", "host", "rows", "dtype", "pending", "call")
 
     def __init__(self, count: int, codes: list[int]):
         self.codes = codes
         self.out = torch.empty(count, len(codes), dtype=torch.float64)
+        array = np.array(codes, dtype=np.int64)  # (kept by the call's arguments)
+        # the list reducer's arguments after the values: codes, their count, the matrix, its rows
+        self.call = (array, array.ctypes.data, len(codes), self.out.data_ptr(), count)
         self.host = self.out.numpy()
         self.rows = [HostRow(self, i) for i in range(count)]
         self.dtype = _HOST_DTYPES[64]  # the reductions' dtype: their tensors'
@@ -313,11 +316,15 @@ def _native(values: list, pairs: list[tuple[str, bool]]) -> list[HostRow] | None
             kept = _batches[key] = []
         if len(kept) < BATCHES:
             kept.append(batch)
-    batch.pending = True  # (at once: the kernel runs without the GIL, another thread takes another batch)
-    try:
-        bits = reduce(values, batch.codes, batch.out)
-    except (RuntimeError, TypeError):  # e.g. a value that is not a tensor: torch's calls say
-        bits = 0
+    batch.pending = True  # (at once: the op runs without the GIL, another thread takes another batch)
+    fast = native.list_reducer()
+    _, codes, count, out, rows = batch.call
+    bits = fast(values, codes, count, out, rows) if fast is not None else 0
+    if not bits:  # (the op takes what the list reducer leaves, or refuses it too)
+        try:
+            bits = reduce(values, batch.codes, batch.out)
+        except (RuntimeError, TypeError):  # e.g. a value that is not a tensor: torch's calls say
+            bits = 0
     if not bits:
         batch.pending = False
         return None
