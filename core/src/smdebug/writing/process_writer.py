@@ -113,10 +113,9 @@ class ProcessWriter(ChildLink):
         self._closed = False
 
     def _local_takes(self, step: int) -> bool:
-        """Whether an item of ``step`` goes to this process's writer. The first item of a new step hands
-        over to a ready child: no step is written by both (a step written again is replaced whole)."""
-        if self._local is None:
-            return False
+        """Whether an item of ``step`` goes to this process's writer (asked while there is one). The first
+        item of a new step hands over to a ready child: no step is written by both (a step written again is
+        replaced whole)."""
         if step > self._last_step:
             if self._ready and self._gone is None and not self._forked():
                 self._hand_over()
@@ -186,7 +185,7 @@ class ProcessWriter(ChildLink):
         reserved=0,
     ) -> None:
         self._step_has_data = True
-        if self._local_takes(step):
+        if self._local is not None and self._local_takes(step):
             self._local.write_tensor(step, mode, mode_step, name, array, wall_time, reserved)
             return
         wall_time = time.time() if wall_time is None else wall_time
@@ -211,7 +210,7 @@ class ProcessWriter(ChildLink):
 
     def write_scalars(self, step, mode, mode_step, names, values, wall_time) -> None:
         self._step_has_data = True
-        if self._local_takes(step):
+        if self._local is not None and self._local_takes(step):
             self._local.write_scalars(step, mode, mode_step, names, values, wall_time)
         else:
             self._batch.append(("scalars", step, mode, mode_step, names, values, wall_time))
@@ -219,7 +218,7 @@ class ProcessWriter(ChildLink):
 
     def write_shape(self, step, mode, mode_step, name, shape) -> None:
         self._step_has_data = True
-        if self._local_takes(step):
+        if self._local is not None and self._local_takes(step):
             self._local.write_shape(step, mode, mode_step, name, shape)
         else:
             self._batch.append(("shape", step, mode, mode_step, name, list(shape)))
@@ -353,7 +352,9 @@ class ProcessWriter(ChildLink):
                     write_all(self._fd, message(head) if shared else message(head, buffers))
                     steps = steps_of(items)
                 sent = self._sent_steps
-                sent.extend(s for s in sorted(steps) if not sent or s != sent[-1])
+                for step in sorted(steps) if len(steps) > 1 else steps:
+                    if not sent or step != sent[-1]:
+                        sent.append(step)
                 items = []  # the child has them
             if request is not None:
                 write_all(self._fd, message(request))

@@ -250,8 +250,8 @@ class Compact:
                 if type(wall_time) is not float:
                     return None
                 if type(array) is InRing:
-                    where = array.position
-                elif type(array) is np.ndarray and array.dtype.kind in "biufc":
+                    where, dtype = array.position, array.dtype
+                elif type(array) is np.ndarray and (dtype := array.dtype).kind in "biufc":
                     where = _IN_PAYLOAD
                     if not array.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
                         array = array.copy(order="C")
@@ -259,23 +259,23 @@ class Compact:
                     nbytes += array.nbytes
                 else:
                     return None
-                key.append((name, array.dtype, array.shape))
+                key.append((name, dtype, array.shape))
                 numbers.append((step, mode.value, mode_step, wall_time, where))
             elif kind == "scalars":
                 _, step, mode, mode_step, names, values, wall_time = item
+                shape = values.shape if type(values) is np.ndarray else ()
                 if (
-                    last is None
+                    len(shape) != 2
+                    or last is None
                     or last[0] is not names
-                    or type(values) is not np.ndarray
-                    or values.ndim != 2
-                    or values.dtype.kind not in "fiub"
+                    or (dtype := values.dtype).kind not in "fiub"
                     or not values.flags.c_contiguous
                     or type(wall_time) is not float
                 ):
                     return None
                 buffers.append(values)
                 nbytes += values.nbytes
-                key.append((values.dtype, values.shape[1]))
+                key.append((dtype, shape[1]))
                 numbers.append((step, mode.value, mode_step, wall_time))
             elif kind == "end":
                 step = item[1]
