@@ -224,15 +224,16 @@ def train_gradients(out_dir, model, steps, loss, set_to_none=True, clip=False):
     return smd.create_trial(out_dir), computed
 
 
-def test_gradients_are_those_of_the_step_backward_pass_before_clipping(out_dir):
-    """Gradients zeroed in place (zero_grad(set_to_none=False)) and clipped after the backward pass: the
-    saved gradient is the one the pass computed; a head the pass did not reach has no gradient at that
-    step (its zeroed, stale gradient is not saved)."""
+@pytest.mark.parametrize("set_to_none", [False, True])
+def test_gradients_are_those_of_the_step_backward_pass_before_clipping(out_dir, set_to_none):
+    """Gradients zeroed in place (zero_grad(set_to_none=False)) or removed, and clipped after the backward
+    pass: the saved gradient is the one the pass computed; a head the pass did not reach has no gradient
+    at that step (its zeroed, stale gradient is not saved)."""
 
-    def loss(step, out, y):  # step 2 trains head b only: head a's gradient stays zero
+    def loss(step, out, y):  # step 2 trains head b only: head a's gradient stays zero (or none)
         return F.cross_entropy(out["b" if step == 2 else "a"], y)
 
-    trial, computed = train_gradients(out_dir, TwoHeads(), 4, loss, set_to_none=False, clip=True)
+    trial, computed = train_gradients(out_dir, TwoHeads(), 4, loss, set_to_none=set_to_none, clip=True)
     assert trial.tensor("gradient/TwoHeads_a.weight").steps() == [0, 1, 3]
     assert trial.tensor("gradient/TwoHeads_b.weight").steps() == [2]  # at 3, zeroed but not computed
     assert trial.tensor("gradient/TwoHeads_body.weight").steps() == [0, 1, 2, 3]

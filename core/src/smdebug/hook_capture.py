@@ -198,10 +198,10 @@ class HookCapture:
                     view = plugins.host_view(value) if own is None else own(value)
                     if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
                         if view.size == 1:  # a loss: its copy rides in the writer's message, not the ring
-                            self._queue(name, view.copy())
+                            writer.write_tensor(self.step, self.mode, self.mode_step, name, view.copy())
                         else:
                             writer.write_view(self.step, self.mode, self.mode_step, name, view)
-                            self._saved_any = True  # (nothing observes saved tensors: checked above)
+                        self._saved_any = True  # (nothing observes saved tensors: checked above)
                         return
                 reserved = 0
                 if raw and not shape and not isinstance(value, np.ndarray):

@@ -83,6 +83,7 @@ class Hook(BaseHook):
         self._armed = False
         self._always_armed = False  # a compiled model: changing its hooks would recompile it
         self._on_output = _Callback(self._on_module_output)
+        self._prefixes: dict[torch.nn.Module, tuple[str, str]] = {}  # a hooked module's tensor name prefixes
         self._modules_version = -1
         self._backward_queued = False  # a callback at the end of the running backward pass is queued
         # the running backward pass's models: their gradients when it reached their output
@@ -189,6 +190,7 @@ class Hook(BaseHook):
         del self._models[starter]
         model.handle.remove()
         self._handles.remove(model.handle)
+        self._prefixes.clear()
         for sub in model.modules:  # named again, within the outer model
             if self._module_names.pop(sub, None) is not None and sub in self._output_modules:
                 self._output_modules.remove(sub)
@@ -438,10 +440,14 @@ class Hook(BaseHook):
     def _on_module_output(self, module, inputs, outputs) -> None:
         if not self.anything_due() or (self._health is not None and self._health.rerunning):
             return
-        name = self._module_names.get(module)
-        if name is not None:
-            self.save_numbered(name + INPUT_SUFFIX, inputs)
-            self.save_numbered(name + OUTPUT_SUFFIX, outputs)
+        prefixes = self._prefixes.get(module)
+        if prefixes is None:
+            name = self._module_names.get(module)
+            if name is None:
+                return
+            prefixes = self._prefixes[module] = (name + INPUT_SUFFIX, name + OUTPUT_SUFFIX)
+        self.save_numbered(prefixes[0], inputs)
+        self.save_numbered(prefixes[1], outputs)
 
     def _on_output_of_model(self, module, inputs, outputs) -> None:
         """Watch for the backward passes through the model's output, if its gradients are due: one
@@ -461,11 +467,13 @@ class Hook(BaseHook):
             if watch is None:
                 watch = model.watch = _Callback(self._on_backward, model)
             watched = False
-            for tensor in self.tensors_in(outputs):
+            # (a model's output is most often one tensor: no walk)
+            for tensor in (outputs,) if type(outputs) is torch.Tensor else self.tensors_in(outputs):
                 if tensor.requires_grad:
                     watched = True
-                    if tensor.grad_fn is not None:  # a pre-hook of the node costs a third of a tensor hook
-                        tensor.grad_fn.register_prehook(watch)
+                    node = tensor.grad_fn
+                    if node is not None:  # a pre-hook of the node costs a third of a tensor hook
+                        node.register_prehook(watch)
                     else:
                         tensor.register_hook(watch)
             if not watched and torch.is_grad_enabled() and model not in self._params_watched:
@@ -483,7 +491,9 @@ class Hook(BaseHook):
         if model in self._backward:
             return  # another of its outputs in the same pass
         grads = list(map(_grad_of, model.grad_params))  # (per tensor in C: a model may have hundreds)
-        self._backward[model] = (model.gradients, model.grad_params, grads, _versions(grads))
+        # none yet (zero_grad(set_to_none=True)): whether each is new at the end says all (see _changed)
+        versions = None if all(map(_is_none, grads)) else _versions(grads)
+        self._backward[model] = (model.gradients, model.grad_params, grads, versions)
         if not self._backward_queued:
             try:
                 at_backward_end(self._end_of_backward)
@@ -510,13 +520,14 @@ class Hook(BaseHook):
                             self.save_for_step(name, grad)
 
     @staticmethod
-    def _changed(model: _Model, gradients: list, params: list, before: list, versions: list) -> tuple:
+    def _changed(model: _Model, gradients: list, params: list, before: list, versions: list | None) -> tuple:
         """(whether the pass changed each of the model's planned gradients, their names and gradients),
-        else (False, the names and gradients it changed, None for the others)."""
+        else (False, the names and gradients it changed, None for the others). ``versions`` is None when
+        no gradient was there before the pass: each changed if and only if it is there now."""
         grads = list(map(_grad_of, params))
         # changed: a new gradient tensor, or the same one written since (zero_grad(set_to_none=False))
         changed = list(map(operator.is_not, grads, before))
-        if not all(changed):
+        if versions is not None and not all(changed):
             changed = list(map(operator.or_, changed, map(operator.ne, _versions(grads), versions)))
         if gradients is model.gradients and all(changed) and not any(map(_is_none, grads)):
             return True, model.grad_names, grads
