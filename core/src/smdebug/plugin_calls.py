@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("smdebug")
 
-# (plugin name, function, argnames) of each implementation of a hook, called by a plain loop
-CallList = list[tuple[str, Callable, tuple[str, ...]]]
+# (plugin name, function, argnames, check) of each implementation of a hook, called by a plain loop; check:
+# what its answer must be (_EXPECTED), for a plugin's implementation of a firstresult hook, else None
+CallList = list[tuple[str, Callable, tuple[str, ...], Callable | None]]
 # a cached call list's value for a hook that pluggy calls (truthy: someone may be listening)
 _THROUGH_PLUGGY: Any = "through pluggy"
 
@@ -106,17 +107,23 @@ class PluginCalls:
 
     # -- calling the implementations, each isolated ------------------------------------------------
     def _call_list(self, spec: str) -> CallList:
-        """(plugin name, function, argnames) of each implementation, in pluggy's order (last registered
-        first, tryfirst/trylast honoured), or _THROUGH_PLUGGY when the hook has a wrapper or the calls
-        are monitored (tracing). Cached until the plugins or the monitoring change."""
+        """(plugin name, function, argnames, check) of each implementation, in pluggy's order (last
+        registered first, tryfirst/trylast honoured), or _THROUGH_PLUGGY when the hook has a wrapper or
+        the calls are monitored (tracing). Cached until the plugins or the monitoring change."""
         generation = self._generation
         pm = self.pm
         impls = getattr(pm.hook, spec).get_hookimpls()
         if pm.monitors or any(impl.hookwrapper or impl.wrapper for impl in impls):
             found: CallList = _THROUGH_PLUGGY
         else:
+            expected = _EXPECTED.get(spec)
             found = [
-                (impl.plugin_name, getattr(impl.function, "_smdebug_plain", impl.function), impl.argnames)
+                (
+                    impl.plugin_name,
+                    getattr(impl.function, "_smdebug_plain", impl.function),
+                    impl.argnames,
+                    None if impl.plugin_name in self.defaults else expected,
+                )
                 for impl in reversed(impls)
             ]
         if pm is self._pm and generation == self._generation:
@@ -132,7 +139,7 @@ class PluginCalls:
         if calls is _THROUGH_PLUGGY:
             return getattr(self.pm.hook, spec)(**kwargs)
         failed = None  # (plugin, error) of the first plugin that failed in this call
-        for plugin_name, function, argnames in calls:
+        for plugin_name, function, argnames, check in calls:
             try:
                 result = function(*map(kwargs.__getitem__, argnames))
             except Exception as exc:
@@ -146,7 +153,7 @@ class PluginCalls:
                 failed = failed or (plugin_name, exc)
                 continue
             if result is not None:
-                if plugin_name not in self.defaults and (check := _EXPECTED.get(spec)) is not None:
+                if check is not None:
                     expected = check(result, kwargs)
                     if expected is not None:
                         wrong = TypeError(f"returned {type(result).__name__}, not {expected}")
@@ -167,7 +174,7 @@ class PluginCalls:
         if calls is _THROUGH_PLUGGY:
             return getattr(self.pm.hook, spec)(**kwargs)
         results = []
-        for plugin_name, function, argnames in calls:
+        for plugin_name, function, argnames, _ in calls:
             try:
                 results.append(function(*map(kwargs.__getitem__, argnames)))
             except Exception as exc:
@@ -181,7 +188,7 @@ class PluginCalls:
             calls = self._call_list(spec)
         if calls is not _THROUGH_PLUGGY:
             results = []
-            for plugin_name, function, argnames in calls:
+            for plugin_name, function, argnames, _ in calls:
                 try:
                     results.append((plugin_name, function(*map(kwargs.__getitem__, argnames))))
                 except Exception as exc:
@@ -197,7 +204,7 @@ class PluginCalls:
         if calls is None:
             calls = self._call_list(spec)
         if calls is not _THROUGH_PLUGGY:
-            return [plugin_name for plugin_name, _, _ in calls]
+            return [call[0] for call in calls]
         impls = getattr(self.pm.hook, spec).get_hookimpls()
         return [i.plugin_name for i in reversed(impls) if not (i.hookwrapper or i.wrapper)]
 

@@ -132,7 +132,7 @@ class PluginHost(PluginCalls):
         self.defaults = tuple(defaults)
         self._pm: _Manager | None = None
         self._lock = threading.RLock()
-        # hook name -> [(plugin name, function, argnames)] called by a plain loop, or _THROUGH_PLUGGY;
+        # hook name -> [(plugin name, function, argnames, check)] called by a plain loop, or _THROUGH_PLUGGY;
         # read on every step and saved tensor, emptied whenever the plugins or the monitoring change
         self._calls: dict[str, CallList] = {}
         self._observers: dict[str, tuple[bool, bool]] = {}  # hook name -> _observers_of's answer, as _calls

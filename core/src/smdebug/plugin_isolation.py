@@ -222,7 +222,7 @@ class CaptureWatch:
         cell: list = [None, keep]
         running, clock, ident = self.running, time.perf_counter, threading.get_ident
 
-        def timed(*args, **kwargs):
+        def timed(*args):  # (pluggy and the plain loop pass the arguments by position)
             if cell[0] is not None and not keep:
                 raise cell[0]
             if self._thread is None:
@@ -232,7 +232,7 @@ class CaptureWatch:
             start = clock()
             running[thread] = (plugin_name, hook_name, start, budget, cell)
             try:
-                return function(*args, **kwargs)
+                return function(*args)
             finally:
                 took = clock() - start
                 if outer is None:

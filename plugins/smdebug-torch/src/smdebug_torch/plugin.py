@@ -54,7 +54,11 @@ def smdebug_reduce(value, reduction, abs):
 
 @hookimpl
 def smdebug_reductions(values, reductions):
-    if not any(_is_torch_tensor(v) for v in values):
+    # (called twice a step: a step's weights and gradients, torch tensors from the first)
+    torch = sys.modules.get("torch")
+    if torch is None or not (
+        (values and isinstance(values[0], torch.Tensor)) or any(isinstance(v, torch.Tensor) for v in values)
+    ):
         return None
     return _tensors().reductions(values, reductions)
 
