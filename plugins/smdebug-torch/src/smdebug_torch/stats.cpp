@@ -475,7 +475,16 @@ extern "C" int64_t smdebug_reduce_list(PyObject* values, const int64_t* codes, i
       }
       tensors.emplace_back(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(impl));
     }
-    return reduce_into(tensors.data(), rows, codes, m, out);
+    // the reading without the GIL, as the op's (the tensors are held here): a large model's other
+    // Python threads are not stopped for it
+    PyThreadState* state = PyEval_SaveThread();
+    int64_t bits = 0;
+    try {
+      bits = reduce_into(tensors.data(), rows, codes, m, out);
+    } catch (...) {
+    }
+    PyEval_RestoreThread(state);
+    return bits;
   } catch (...) {
     return 0;
   }
