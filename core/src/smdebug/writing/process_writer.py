@@ -340,17 +340,16 @@ class ProcessWriter(ChildLink):
                     shared = ring.put(buffers, nbytes) if nbytes > PIPED_BYTES else None
                     parts = Compact.message(head, buffers, nbytes, shared, ring.used)
                     write_all(self._fd, parts, len(head) + (0 if shared else nbytes))
-                elif ring is None:
+                else:
                     header, buffers = encode(items, self._names)
-                    write_all(self._fd, message(["items", header], buffers))
                     steps = steps_of(items)
-                else:  # the child gives back the ring up to all that was put in it so far, once it has read
-                    header, buffers = encode(items, self._names)
-                    nbytes = sum(memoryview(b).nbytes for b in buffers)
-                    shared = ring.put(buffers, nbytes) if nbytes else None
-                    head = ["items", header, shared, ring.used]
-                    write_all(self._fd, message(head) if shared else message(head, buffers))
-                    steps = steps_of(items)
+                    if ring is None:
+                        write_all(self._fd, message(["items", header], buffers))
+                    else:  # the child gives back the ring up to all that was put in it so far, once it has read
+                        nbytes = sum(memoryview(b).nbytes for b in buffers)
+                        shared = ring.put(buffers, nbytes) if nbytes else None
+                        head = ["items", header, shared, ring.used]
+                        write_all(self._fd, message(head) if shared else message(head, buffers))
                 sent = self._sent_steps
                 for step in sorted(steps) if len(steps) > 1 else steps:
                     if not sent or step != sent[-1]:

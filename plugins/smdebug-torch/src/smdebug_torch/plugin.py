@@ -54,11 +54,9 @@ def smdebug_reduce(value, reduction, abs):
 
 @hookimpl
 def smdebug_reductions(values, reductions):
-    # (called twice a step: a step's weights and gradients, torch tensors from the first)
+    # (called twice a step, a step's weights and gradients: torch looked up once, not once a value)
     torch = sys.modules.get("torch")
-    if torch is None or not (
-        (values and isinstance(values[0], torch.Tensor)) or any(isinstance(v, torch.Tensor) for v in values)
-    ):
+    if torch is None or not any(isinstance(v, torch.Tensor) for v in values):
         return None
     return _tensors().reductions(values, reductions)
 
