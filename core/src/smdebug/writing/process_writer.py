@@ -345,7 +345,8 @@ class ProcessWriter(ChildLink):
                     steps = steps_of(items)
                     if ring is None:
                         write_all(self._fd, message(["items", header], buffers))
-                    else:  # the child gives back the ring up to all that was put in it so far, once it has read
+                    else:
+                        # the child gives back the ring up to all that was put in it so far, once it has read
                         nbytes = sum(memoryview(b).nbytes for b in buffers)
                         shared = ring.put(buffers, nbytes) if nbytes else None
                         head = ["items", header, shared, ring.used]
