@@ -13,6 +13,7 @@ from smdebug.exceptions import (
     TensorUnavailable,
     TensorUnavailableForStep,
 )
+from smdebug.rules import params
 from smdebug.rules.req_tensors import RequiredTensors
 
 logger = logging.getLogger("smdebug")
@@ -106,28 +107,13 @@ class Rule(ABC):
 
     # -- parsing of string parameters ---------------------------------------------------------------
     def parse_bool(self, name: str, value) -> bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "1", "yes"):
-            return True
-        if text in ("false", "0", "no"):
-            return False
-        raise SMDebugValueError(f"{self.rule_name}: parameter {name}={value!r} is not a boolean (True/False)")
+        return params.to_bool(self.rule_name, name, value)
 
     def parse_float(self, name: str, value) -> float:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise SMDebugValueError(f"{self.rule_name}: parameter {name}={value!r} is not a number") from None
+        return params.to_float(self.rule_name, name, value)
 
     def parse_int(self, name: str, value) -> int:
-        try:
-            return int(str(value).strip())
-        except (TypeError, ValueError):
-            raise SMDebugValueError(
-                f"{self.rule_name}: parameter {name}={value!r} is not an integer"
-            ) from None
+        return params.to_int(self.rule_name, name, value)
 
     @staticmethod
     def parse_list(value) -> list[str]:
