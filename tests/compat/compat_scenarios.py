@@ -223,6 +223,23 @@ def scenario_scalars_and_tensors(smd, out_dir):
     hook.close()
 
 
+def scenario_scalars_outside_steps(smd, out_dir):
+    """save_scalar before the first step (it goes into step 0, whose number stays) and between the last
+    TRAIN step and the first EVAL step (into the TRAIN step; EVAL's mode steps still start at 0)."""
+    hook, model, criterion = _setup(
+        smd, out_dir, MLP, include_collections=["losses"], save_config=smd.SaveConfig(save_interval=1)
+    )
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    hook.set_mode(smd.modes.TRAIN)
+    hook.save_scalar("learning_rate", 0.1)
+    _train(hook, model, criterion, steps=3)
+    hook.set_mode(smd.modes.EVAL)
+    hook.save_scalar("epoch_accuracy", 0.5)
+    _evaluate(model, criterion, steps=2)
+    hook.close()
+
+
 def _distributed_rank(smd, out_dir):
     """One rank of scenario_distributed (RANK, WORLD_SIZE, MASTER_* in the environment, as torchrun sets)."""
     import torch.distributed as dist

@@ -173,12 +173,12 @@ def test_a_value_saved_before_the_restarted_jobs_first_step_is_not_the_earlier_j
     restart(monkeypatch)
     hook = make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1))
     hook.set_mode(modes.TRAIN)
-    hook.save_scalar("lr", 0.5)  # before training: the step after the checkpoint's (2)
+    hook.save_scalar("lr", 0.5)  # before training: into its first step, the one after the checkpoint's (2)
     train(hook, 1, run=2)
     trial = create_trial(out_dir)
-    assert trial.tensor("scalar/lr").steps() == [3] and trial.tensor("w").steps() == [0, 1, 2, 4]
-    assert [trial.mode_step(s) for s in trial.steps()] == [0, 1, 2, 3, 4]
-    assert [int(trial.tensor("w").value(s).item()) for s in [0, 1, 2, 4]] == [1, 1, 1, 2]
+    assert trial.tensor("scalar/lr").steps() == [3] and trial.tensor("w").steps() == [0, 1, 2, 3]
+    assert [trial.mode_step(s) for s in trial.steps()] == [0, 1, 2, 3]
+    assert [int(trial.tensor("w").value(s).item()) for s in [0, 1, 2, 3]] == [1, 1, 1, 2]
 
 
 def test_another_hook_of_the_same_job_resumes_but_never_takes_its_run_over(preemption, tmp_path):

@@ -211,6 +211,62 @@ def test_save_scalar_and_layout(tmp_path):
     assert create_trial(out).tensor("scalar/lr").value(0).tolist() == pytest.approx([0.1])
 
 
+def _steps_by_mode(out):
+    trial = create_trial(out)
+    return {mode.name: trial.steps(mode=mode) for mode in (modes.TRAIN, modes.EVAL)}, trial
+
+
+@pytest.mark.parametrize("mode", [modes.TRAIN, modes.EVAL])
+def test_a_value_saved_before_the_first_step_goes_into_it(tmp_path, mode):
+    """As smdebug 1.0: saved before training, a scalar or tensor is written into the first step, which
+    keeps its number (0) and mode, whatever mode was set when it was saved."""
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_config=every_step())
+    hook.set_mode(mode)
+    hook.save_scalar("lr", 0.1)
+    hook.save_tensor("labels", np.arange(3), "custom")
+    hook.set_mode(modes.TRAIN)
+    for _ in range(2):
+        hook.begin_step()
+        hook.save_scalar("loss", 1.0)
+        hook.end_step()
+    hook.close()
+    steps, trial = _steps_by_mode(out)
+    assert steps == {"TRAIN": [0, 1], "EVAL": []} and trial.steps() == [0, 1]
+    assert trial.tensor("scalar/lr").steps() == [0] and trial.tensor("labels").steps() == [0]
+    assert trial.tensor("labels").value(0).tolist() == [0, 1, 2]
+
+
+def test_a_value_saved_between_steps_goes_into_the_last_one_and_starts_no_mode(tmp_path):
+    """Saved after the TRAIN steps and before the first EVAL step, a scalar is written into the last
+    TRAIN step, under its mode and mode step; EVAL's mode steps still start at 0."""
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_config=every_step())
+    hook.set_mode(modes.TRAIN)
+    for _ in range(2):
+        hook.begin_step()
+        hook.save_scalar("loss", 1.0)
+    hook.end_step()
+    hook.set_mode(modes.EVAL)
+    hook.save_scalar("accuracy", 0.5)
+    for _ in range(2):
+        hook.begin_step()
+        hook.save_scalar("loss", 2.0)
+    hook.close()
+    steps, trial = _steps_by_mode(out)
+    assert steps == {"TRAIN": [0, 1], "EVAL": [0, 1]} and trial.steps() == [0, 1, 2, 3]
+    assert trial.tensor("scalar/accuracy").steps() == [1]
+    assert trial.mode_modestep(1) == (modes.TRAIN, 1)
+
+
+def test_a_value_saved_with_no_step_at_all_is_step_0(tmp_path):
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out)
+    hook.save_scalar("lr", 0.1)
+    hook.close()
+    assert create_trial(out).tensor("scalar/lr").steps() == [0]
+
+
 def test_a_numpy_scalar_is_saved_with_shape_1_as_a_python_one(tmp_path):
     """smdebug 1.0 saves any scalar a user gives (np.mean's np.float64 included) as a 1-element array:
     ``value(step)[0]`` works whichever kind of scalar the script had."""

@@ -31,6 +31,7 @@ def main() -> None:
 
     value = np.arange(int(args.mib * 2**20) // 4, dtype=np.float32)
     hook = BaseHook(out_dir=args.out_dir, max_queue_bytes=args.bound)
+    hook.begin_step()
     hook.save_tensor("warm_up", np.ones(3, np.float32))  # the store's client is made and used once
     hook.end_step()
     hook.begin_step()

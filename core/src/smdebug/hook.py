@@ -210,6 +210,8 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         # save configurations and collections stay as they were (those steps skip asking them again)
         self._span: tuple = ()
         self._saved_now = False  # save_scalar/save_tensor wrote into the current step
+        self._step_mode: ModeKeys | None = None  # the mode of the last step begun (None before the first)
+        self._early: list[tuple] = []  # what save_scalar/save_tensor gave before the first step: for it
         self._numbered: dict[str, int] = {}  # save_numbered's next index per prefix, this step
         # reductions started this step, not yet on the host: the plugins' results and their names
         self._pending: list[Any] = []
@@ -432,7 +434,12 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             due = _NOTHING if self._idle_at(self.mode_steps[self.mode]) else self._collections_due()
             if due != self._due:  # the same set keeps the same object: save_for_step's plans stay valid
                 self._due = due
+            self._step_mode = self.mode
             plugins.step_begin(self)
+            if self._early:
+                early, self._early = self._early, []
+                for item in early:
+                    self._write_now(*item)
 
     def end_step(self) -> None:
         """End the step: its tensors are queued for writing, observers and the hook's rules run."""
@@ -541,6 +548,9 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         self._closed = True
         if self._in_step:
             self.end_step()
+        if self._early:  # saved, and no step began: they make one
+            early, self._early = self._early, []
+            self._write_outside_step(early)
         if self.health is not None:
             self.health.close()
         if self.checkpoints is not None:

@@ -157,26 +157,42 @@ class HookCapture:
             self._prepare()
         if not self.writing:
             return
-        opened = not self._in_step
-        self._saved_now = not opened
-        if opened:  # outside a step (before training or between steps) values go to the current step
-            if self.checkpoints is not None and self.step == self.checkpoints.resumed_from:
-                self.step += 1  # a restarted job's first (its checkpoint's step is the earlier job's)
-                self.mode_steps[self.mode] = self.mode_step + 1
-            self.step = max(self.step, 0)
-            self.mode_steps[self.mode] = max(self.mode_step, 0)
-            self._in_step = True
+        if self._in_step:
+            self._saved_now = True
+            self._write_value(name, value, colls, wall_time)
+        elif self._step_mode is None and not self._closed:
+            # before the first step: written into it, as smdebug 1.0 does (the steps keep their numbers)
+            self._early.append((name, value, colls, wall_time))
+        else:
+            self._write_outside_step([(name, value, colls, wall_time)])
+
+    def _write_value(self, name: str, value: Any, colls: list[Collection] | None, wall_time) -> None:
+        if colls is None:
+            self._queue(name, self._to_numpy(value), wall_time)
+        else:
+            self._write_for_tensor(name, value, colls)
+
+    def _write_outside_step(self, items: list[tuple]) -> None:
+        """Values saved between steps go into the last step, under its own mode and mode step (as smdebug
+        1.0 writes them: the current mode's count is not advanced); with no step at all, into step 0."""
+        mode = self.mode
+        if self.checkpoints is not None and self.step == self.checkpoints.resumed_from:
+            self.step += 1  # a restarted job's first (its checkpoint's step is the earlier job's)
+            self.mode_steps[self.mode] = self.mode_step + 1
+        elif self._step_mode is not None:
+            self.mode = self._step_mode
+        self.step = max(self.step, 0)
+        self.mode_steps[self.mode] = max(self.mode_step, 0)
+        self._in_step = True
         try:
-            if colls is None:
-                self._queue(name, self._to_numpy(value), wall_time)
-            else:
-                self._write_for_tensor(name, value, colls)
+            for name, value, colls, wall_time in items:
+                self._write_value(name, value, colls, wall_time)
         finally:
-            if opened:
-                self._flush_reductions()
-                self._in_step = False
-                if self._writer is not None:
-                    self._writer.end_step(self.step)
+            self._flush_reductions()
+            self._in_step = False
+            self.mode = mode
+            if self._writer is not None:
+                self._writer.end_step(self.step)
 
     def _write_for_tensor(self, name: str, value: Any, colls: Iterable[Collection]) -> None:
         self._write_planned(name, value, self._plan(name, value, colls))
