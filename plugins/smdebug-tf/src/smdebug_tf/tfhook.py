@@ -79,7 +79,7 @@ class TFState:
         self.logged = (-1, frozenset())  # (step, the log keys saved at it)
         self.epoch_logged = False  # the epoch's training logs are saved (before its validation)
         self.fitting = False  # between on_train_begin and on_train_end
-        self.pending: list = []  # (method, arguments) of save_scalar/save_tensor calls before the first step
+        self.pending: list = []  # (method, arguments) of record_tensor_value calls before the first step
         self.traced_tape = None  # (graph, WrappedTape) of the custom loop's step being traced
         # a traced step's host calls (smdebug_tf.tape), which TensorFlow may run at once on two threads
         self.host_lock = threading.Lock()
@@ -726,12 +726,10 @@ class TFHook(BaseHook):
 
     def save_tensor(self, tensor_name, tensor_value, collections_to_write="default"):
         """Save a TF tensor, variable (its value now) or numpy array at the current step; before the
-        first step, into the first step (as the other plugins do: no step of its own before training)."""
+        first step, into the first step (the core keeps it: no step of its own before training)."""
         if isinstance(tensor_value, (tf.Tensor, tf.Variable)):
             self.check_concrete(tensor_name, tensor_value, "save_tensor")
-        value = snapshot(tensor_value)
-        if not self.defer(self.save_tensor, tensor_name, value, collections_to_write):
-            super().save_tensor(tensor_name, value, collections_to_write)
+        super().save_tensor(tensor_name, snapshot(tensor_value), collections_to_write)
 
     def save_scalar(self, name, value, sm_metric=False, timestamp=None):
         """Save a scalar at the current step (before the first step: into the first step);
@@ -739,8 +737,6 @@ class TFHook(BaseHook):
         if isinstance(value, (tf.Tensor, tf.Variable)):
             self.check_concrete(name, value)
             value = value.numpy()
-        if self.defer(self.save_scalar, name, value, sm_metric, timestamp):
-            return
         super().save_scalar(name, value, sm_metric=sm_metric, timestamp=timestamp)
         if sm_metric:
             self.add_to_collection(CollectionKeys.SM_METRICS, f"scalar/{name}")
@@ -781,7 +777,8 @@ class TFHook(BaseHook):
             self.get_collection(collection_name).add(variable)
 
     def defer(self, method, *args) -> bool:
-        """Keep a save for the first step when no step has begun yet (True if kept)."""
+        """Keep a record_tensor_value for the first step when no step has begun yet (True if kept);
+        save_scalar and save_tensor are kept by the core."""
         if self.step >= 0 or self.in_step or self.closed:
             return False
         self.tf_state.pending.append((method, args))
