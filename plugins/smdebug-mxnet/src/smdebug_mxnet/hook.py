@@ -72,7 +72,6 @@ class Hook(BaseHook):
         self.params_saved_step = None  # the step whose parameters were saved already
         self.taps = HybridTaps(self)
         self.pending_tensors: dict = {}  # save_tensor's values, saved when the next step starts
-        self.pending_scalars: list = []  # save_scalar's values from before the first step
         self.pending_step = (None, frozenset())  # (step, names) of save_tensor's values saved at its start
         self.ndarray_calls = 0  # forward hooks that saw NDArrays (a hybridized model's children do not)
         self.calls_at_start = 0
@@ -165,7 +164,7 @@ class Hook(BaseHook):
                 self.health_part.model_input(block, inputs)
         if (
             self.delayed is None
-            and not (self.deferred or self.pending_scalars or self.pending_tensors)
+            and not (self.deferred or self.pending_tensors)
             and self.children_version == self.collections_version  # (else start_step hooks them)
             and self.next_idle_step()  # the step that ends and the one that begins save nothing
         ):
@@ -405,16 +404,14 @@ class Hook(BaseHook):
             self.pending_tensors[tensor_name] = (tensor_value, collections_to_write)
 
     def save_scalar(self, name: str, value, sm_metric: bool = False, timestamp: float | None = None) -> None:
-        """Save a scalar into the current step; before the first step, into the first step (as 1.0.34)."""
+        """Save a scalar into the current step; before the first step, into the first step (the core keeps
+        it, as 1.0.34 saves it)."""
         with self.guard("start a step"):
             self.start_delayed()
-        if self.step < 0 and not self.in_step and self.models and not self.closed:
-            self.pending_scalars.append((name, value, sm_metric, timestamp))
-        else:
-            super().save_scalar(name, value, sm_metric, timestamp)
+        super().save_scalar(name, value, sm_metric, timestamp)
 
     def save_pending_tensors(self, closing: bool = False) -> None:
-        if not (self.pending_scalars or self.pending_tensors):
+        if not self.pending_tensors:
             return
         step, taken = self.pending_step
         if closing and step == self.step:
@@ -427,10 +424,6 @@ class Hook(BaseHook):
                     f"save_tensor after the last step: step {step} holds the value given before it (as "
                     "smdebug 1.0.34 saves it, at the next step's start)",
                 )
-        scalars, self.pending_scalars = self.pending_scalars, []
-        for name, value, sm_metric, timestamp in scalars:
-            with self.guard(f"save scalar {name}"):
-                super().save_scalar(name, value, sm_metric, timestamp)
         pending, self.pending_tensors = self.pending_tensors, {}
         self.pending_step = (self.step, frozenset(pending))
         for name, (value, collections) in pending.items():
