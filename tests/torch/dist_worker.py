@@ -2,10 +2,12 @@
 
     RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=p python dist_worker.py OUT_DIR INCLUDE_WORKERS
 
-Trains a DistributedDataParallel model on data that differs per rank, and writes what torch reported
-on this rank to OUT_DIR.expected_<rank>.json for the test to compare with the saved run.
+Trains a DistributedDataParallel model on data that differs per rank (its first two steps accumulate
+gradients), and writes what torch reported on this rank to OUT_DIR.expected_<rank>.json for the test to
+compare with the saved run.
 """
 
+import contextlib
 import copy
 import json
 import os
@@ -58,13 +60,16 @@ def main(out_dir, include_workers, steps=3):
             "weight": model.fc1.weight.detach().tolist(),
             "local_grad": local.fc2.bias.grad.tolist(),
         }
-        opt.zero_grad()
-        loss = criterion(ddp(x), y)
-        loss.backward()
+        # steps 0 and 1 accumulate (0 under no_sync, 1 syncs): each saves its own pass's gradient
+        if step != 1:
+            opt.zero_grad()
+        with ddp.no_sync() if step == 0 else contextlib.nullcontext():
+            loss = criterion(ddp(x), y)
+            loss.backward()
         record["loss"] = loss.item()
-        record["averaged_grad"] = model.fc2.bias.grad.tolist()
         expected["steps"].append(record)
-        opt.step()
+        if step != 0:
+            opt.step()
     hook.close()
     with open(f"{out_dir}.expected_{rank}.json", "w") as f:
         json.dump(expected, f)

@@ -46,7 +46,8 @@ def test_include_workers_all_saves_every_rank_with_its_own_values(out_dir):
             np.testing.assert_allclose(
                 trial.tensor("MLP_fc1.weight").value(step, worker=worker), rec["weight"], rtol=1e-6
             )
-            # like smdebug, the gradient saved is this rank's own, before DDP averages it across ranks
+            # like smdebug, the gradient saved is this rank's own, before DDP averages it across ranks,
+            # and its own pass's (steps 0 and 1 accumulate)
             np.testing.assert_allclose(
                 trial.tensor("gradient/MLP_fc2.bias").value(step, worker=worker), rec["local_grad"], rtol=1e-5
             )

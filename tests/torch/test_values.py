@@ -1,5 +1,6 @@
 """What the hook saves equals what torch itself reports, step by step."""
 
+import copy
 import dataclasses
 import logging
 import subprocess
@@ -242,6 +243,43 @@ def test_gradients_are_those_of_the_step_backward_pass_before_clipping(out_dir, 
             np.testing.assert_array_equal(
                 trial.tensor(f"gradient/TwoHeads_{name}").value(step), computed[step][name].numpy()
             )
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+def test_gradient_accumulation_saves_each_passs_own_gradient(out_dir, reduced):
+    """Three micro-batches (a step each) accumulated before each optimizer step: every step saves the
+    gradient its own pass computed (as smdebug 1.0.34 does), not the sum so far; reductions too."""
+    rc = smd.ReductionConfig(reductions=["mean"], norms=["l2"]) if reduced else None
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["gradients"],
+        reduction_config=rc,
+    )
+    model = MLP()
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    own = []
+    for step in range(6):
+        x, y = data(step)
+        if step % 3 == 0:
+            opt.zero_grad()
+        alone = copy.deepcopy(model)  # the pass's gradient, on its own
+        F.cross_entropy(alone(x), y).backward()
+        own.append({n: p.grad for n, p in alone.named_parameters()})
+        F.cross_entropy(model(x), y).backward()
+        if step % 3 == 2:
+            opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.tensor("gradient/MLP_fc1.weight").steps() == list(range(6))
+    for step, grads in enumerate(own):
+        for name, grad in grads.items():
+            tensor = trial.tensor(f"gradient/MLP_{name}")
+            if reduced:
+                assert tensor.reduction_value(step, "l2") == pytest.approx(float(grad.norm()), rel=1e-5)
+            else:
+                np.testing.assert_allclose(tensor.value(step), grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
 @dataclasses.dataclass

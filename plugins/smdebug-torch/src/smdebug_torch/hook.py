@@ -87,7 +87,9 @@ class Hook(BaseHook):
         self._modules_version = -1
         self._backward_queued = False  # a callback at the end of the running backward pass is queued
         # the running backward pass's models: their gradients when it reached their output
-        self._backward: dict[_Model, tuple[list, list, list, list]] = {}
+        self._backward: dict[_Model, tuple[list, list, list, list, list]] = {}
+        self._incoming: list = []  # the running pass's one-shot hooks on gradients already there
+        self._incoming_ids: set[int] = set()  # their parameters' ids
         self._params_watched: set[_Model] = set()  # models whose parameters carry a backward watch
         self._own_watched: set[int] = set()  # ids of the parameters whose own gradient is watched (armed)
         self._health = None  # every step's statistics (health=True): smdebug_torch.health
@@ -429,7 +431,7 @@ class Hook(BaseHook):
     def _on_own_grad(self, name: str, param) -> None:
         """A distributed job's gradient as this rank accumulated it, before DDP's all-reduce (which
         overwrites it in place with gradient_as_bucket_view=True): saved at once."""
-        if self.is_due(name) and param.grad is not None:
+        if self.is_due(name) and param.grad is not None and id(param) not in self._incoming_ids:
             with self.guard("save the gradients"):
                 self.save_for_step(name, param.grad)
 
@@ -460,7 +462,7 @@ class Hook(BaseHook):
                 model.refresh()
                 if self._armed:
                     self._watch_own_grads(model)
-        if model.own_grads or not self.any_due(model.grad_names):
+        if not self.any_due(model.grad_names):
             return
         with self.guard("watch the gradients"):
             watch = model.watch
@@ -492,8 +494,11 @@ class Hook(BaseHook):
             return  # another of its outputs in the same pass
         grads = list(map(_grad_of, model.grad_params))  # (per tensor in C: a model may have hundreds)
         # none yet (zero_grad(set_to_none=True)): whether each is new at the end says all (see _changed)
-        versions = None if all(map(_is_none, grads)) else _versions(grads)
-        self._backward[model] = (model.gradients, model.grad_params, grads, versions)
+        versions = hooked = None
+        if not all(map(_is_none, grads)):
+            versions, hooked = _versions(grads), self._take_incoming(model, grads)
+        # (a distributed job's other gradients are saved as accumulated: _on_own_grad)
+        self._backward[model] = (model.gradients, model.grad_params, grads, versions, hooked)
         if not self._backward_queued:
             try:
                 at_backward_end(self._end_of_backward)
@@ -501,11 +506,34 @@ class Hook(BaseHook):
             except Exception:  # not a backward pass the engine runs: saved when the step ends
                 pass
 
+    def _take_incoming(self, model: _Model, grads: list) -> list[bool] | None:
+        """A gradient already there when the pass starts (gradient accumulation, or zeroed in place) is
+        saved as the pass computes it, before autograd adds it in: the pass's own contribution, as
+        smdebug 1.0 saves it, not the sum so far (a one-shot hook on each due one; which, or None)."""
+        hooked = [
+            g is not None and p.requires_grad and p.is_leaf and self.is_due(name)
+            for (name, p), g in zip(model.gradients, grads)
+        ]
+        if not any(hooked):
+            return None
+        for (name, p), on in zip(model.gradients, hooked):
+            if on:
+                self._incoming.append(p.register_hook(_Callback(self._on_incoming_grad, name)))
+                self._incoming_ids.add(id(p))
+        return hooked
+
+    def _on_incoming_grad(self, name: str, grad) -> None:
+        with self.guard("save the gradients"):
+            self.save_for_step(name, grad)
+
     def _end_of_backward(self) -> None:
         self._backward_queued = False
         passes, self._backward = self._backward, {}
+        if self._incoming:
+            _remove(self._incoming)
+            self._incoming_ids.clear()
         with self.guard("save the gradients"):
-            found = [self._changed(model, *noted) for model, noted in passes.items()]
+            found = [self._changed(model, *noted) for model, noted in passes.items() if not model.own_grads]
             if all(whole for whole, _, _ in found):  # the common case: no block to gather the rest in
                 for _, names, grads in found:
                     self.save_many_for_step(names, grads)  # planned once
@@ -520,15 +548,20 @@ class Hook(BaseHook):
                             self.save_for_step(name, grad)
 
     @staticmethod
-    def _changed(model: _Model, gradients: list, params: list, before: list, versions: list | None) -> tuple:
+    def _changed(
+        model: _Model, gradients: list, params: list, before: list, versions: list | None, hooked: list | None
+    ) -> tuple:
         """(whether the pass changed each of the model's planned gradients, their names and gradients),
         else (False, the names and gradients it changed, None for the others). ``versions`` is None when
-        no gradient was there before the pass: each changed if and only if it is there now."""
+        no gradient was there before the pass: each changed if and only if it is there now. Those
+        ``hooked`` were saved as the pass computed them."""
         grads = list(map(_grad_of, params))
         # changed: a new gradient tensor, or the same one written since (zero_grad(set_to_none=False))
         changed = list(map(operator.is_not, grads, before))
         if versions is not None and not all(changed):
             changed = list(map(operator.or_, changed, map(operator.ne, _versions(grads), versions)))
+        if hooked is not None:
+            changed = [new and not done for new, done in zip(changed, hooked)]
         if gradients is model.gradients and all(changed) and not any(map(_is_none, grads)):
             return True, model.grad_names, grads
         return False, [name for name, _ in gradients], [g if new else None for g, new in zip(grads, changed)]
