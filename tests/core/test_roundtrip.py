@@ -97,7 +97,7 @@ def test_many_steps_and_modes(tmp_path):
     assert t.value(33).tolist() == [103.0] * 4
     assert t.value(29, mode=modes.TRAIN)[0] == 29
     assert t.steps(mode=modes.EVAL) == list(range(5))
-    assert trial.modes() == [modes.TRAIN, modes.EVAL]
+    assert trial.modes() == [modes.TRAIN, modes.EVAL]  # in the order they first appear
     with pytest.raises(NoMoreData):
         trial.wait_for_steps([40])
     trial.wait_for_steps([0, 10, 34])  # finished run: returns at once
@@ -117,6 +117,8 @@ def test_save_interval_is_respected(tmp_path):
     assert trial.steps() == [0, 10, 20, 30]
     with pytest.raises(StepUnavailable):
         trial.tensor("w").value(5)
+    # no mode was set: the steps are GLOBAL's, which modes() leaves out as smdebug 1.0 does
+    assert trial.modes() == [] and trial.modes(include_global=True) == [modes.GLOBAL]
 
 
 def test_collection_config_overrides_hook(tmp_path):

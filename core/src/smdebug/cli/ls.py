@@ -25,7 +25,7 @@ def add_command(subparsers) -> None:
 def describe(trial, collection: str | None = None, regex: str | None = None) -> dict:
     """The listing as plain data (what ``--json`` prints)."""
     modes = {}
-    for mode in trial.modes():
+    for mode in trial.modes(include_global=True):
         steps = trial.steps(mode=mode)
         modes[mode.name] = {"mode_steps": steps, "global_steps": [trial.global_step(mode, s) for s in steps]}
     collections = {name: len(trial.tensor_names(collection=name)) for name in sorted(trial.collections())}

@@ -27,7 +27,7 @@ def run(args) -> int:
     trial = open_trial(args.out_dir)
     args.worker = require_worker(trial, args.worker)
     counts = export_tensorboard(trial, args.logdir, worker=args.worker)
-    modes = ", ".join(m.name for m in trial.modes())
+    modes = ", ".join(m.name for m in trial.modes(include_global=True))
     try:  # writing needs no TensorBoard, viewing does
         import tensorboard  # noqa: F401
 

@@ -495,9 +495,15 @@ class Trial:
     def mode_step(self, global_step: int) -> int | None:
         return self.mode_modestep(global_step)[1]
 
-    def modes(self) -> list[ModeKeys]:
+    def modes(self, include_global: bool = False) -> list[ModeKeys]:
+        """The modes of the saved steps, in the order they first appear. As in smdebug 1.0, GLOBAL (the
+        mode of steps saved while no mode was set) only with ``include_global``."""
         self.maybe_refresh()
-        return sorted({m for m, _ in self._step_mode.values()}, key=lambda m: m.value)
+        first: dict[ModeKeys, int] = {}
+        for step, (mode, _) in self._step_mode.items():
+            if step < first.get(mode, step + 1):
+                first[mode] = step
+        return [m for m in sorted(first, key=first.get) if include_global or m is not ModeKeys.GLOBAL]
 
     def has_passed_step(self, step: int, mode=ModeKeys.GLOBAL) -> StepState:
         self.maybe_refresh()
