@@ -65,6 +65,7 @@ def test_defaults_and_strings_accepted():
         ({"end_step": "x"}, "end_step", "'x'"),
         ({"save_steps": [1, "b"]}, "save_steps", "'b'"),
         ({"save_steps": "1,-2"}, "save_steps", "'1,-2'"),
+        ({"save_steps": 5}, "save_steps", "save_interval=5"),  # refused as in smdebug 1.0
     ],
 )
 def test_bad_save_values_name_field_and_value(kwargs, field, value):

@@ -232,6 +232,13 @@ class SaveConfigMode(ConfigModel):
     @field_validator("save_steps", mode="before")
     @classmethod
     def _steps(cls, v):
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            # refused as in smdebug 1.0: a bare number is most often meant as save_interval
+            raise _invalid(
+                "SaveConfigMode.save_steps",
+                v,
+                f"a list of steps such as [{v}]; every {v} steps is save_interval={v}",
+            )
         return to_steps(v, "SaveConfigMode.save_steps")
 
     @field_validator("save_steps", mode="after")
