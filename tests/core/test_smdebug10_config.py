@@ -158,3 +158,15 @@ def test_collection_include_of_a_non_string_says_so(bad):
         coll.include(bad)
     coll.include(("a.*", "b.*"))  # any iterable of strings, as before
     assert coll.include_regex == ["a.*", "b.*"]
+
+
+def test_get_collection_without_create_of_a_missing_one_is_smdebugs_error(tmp_path):
+    from smdebug.exceptions import SMDebugError
+    from smdebug.hook import BaseHook
+
+    hook = BaseHook(out_dir=str(tmp_path / "run"))
+    with pytest.raises(SMDebugError, match="'nope' does not exist") as caught:
+        hook.get_collection("nope", create=False)
+    assert isinstance(caught.value, KeyError)  # what a mapping raises, as before
+    assert hook.get_collection("losses", create=False).name == "losses"
+    hook.close()

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 
 from smdebug.config import ReductionConfig, SaveConfig, edited, named_arguments
-from smdebug.exceptions import SMDebugTypeError
+from smdebug.exceptions import NoSuchCollection, SMDebugTypeError
 
 
 class CollectionKeys:
@@ -217,7 +217,7 @@ class CollectionManager:
     def get(self, name: str, create: bool = True, cls=Collection) -> Collection:
         if name not in self.collections:
             if not create:
-                raise KeyError(f"collection {name!r} does not exist")
+                raise NoSuchCollection(f"collection {name!r} does not exist")
             self.collections[name] = cls(name)
         return self.collections[name]
 

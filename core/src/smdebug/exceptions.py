@@ -49,6 +49,14 @@ class CorruptRunError(SMDebugError):
     """A file of a saved run cannot be parsed; the message names the file (and offset)."""
 
 
+class NoSuchCollection(SMDebugError, KeyError):
+    """``get_collection(name, create=False)`` for a collection that does not exist (smdebug 1.0 raises
+    SMDebugError there; a KeyError is what a mapping raises)."""
+
+    def __str__(self):
+        return str(self.args[0])
+
+
 class InvalidCollectionConfiguration(SMDebugError):
     def __init__(self, c_name):
         super().__init__(c_name)
