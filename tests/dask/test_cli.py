@@ -49,7 +49,9 @@ def test_a_sweep_folder_on_two_workers(sweep, dask_port_taken):
         sweep["root"], "--workers", "2", "--rule", "vanishing_gradient", "--rule", "exploding_tensor"
     )
     assert done.returncode == 1, done.stderr  # rules fired
-    assert done.stderr == ""  # not Dask's warning that another cluster holds its port
+    # neither Dask's warning that another cluster holds its port nor one of ours (on a loaded machine Dask
+    # may still log a late heartbeat, which says nothing about us)
+    assert "already in use" not in done.stderr and "smdebug" not in done.stderr, done.stderr
     assert f"Rules on {N_RUNS + 2} runs in {sweep['root']}" in done.stdout
     assert "FIRED" in done.stdout and "malformed" in done.stdout  # the damaged run's row (its cell folds)
     vanishing = [r for r, d in sweep["defects"].items() if d == "vanishing"]

@@ -96,12 +96,13 @@ def hanging_endpoint(monkeypatch):
 
 def test_endpoint_down_from_the_start(s3_server, s3_uri, monkeypatch):
     monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "2")
-    monkeypatch.setenv("SMDEBUG_CHECK_TIMEOUT", "2")
+    monkeypatch.setenv("SMDEBUG_CHECK_TIMEOUT", "6")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "10")  # a client that retries (s3fs's own retries come on top)
     s3_server.stop()
     began = time.perf_counter()
     hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
-    assert time.perf_counter() - began < 1.5  # not the check timeout: the check goes on in the background
+    # not the check timeout (the check goes on in the background); a loaded machine took 1.5 s to build it
+    assert time.perf_counter() - began < 4
     times = timed_steps(hook, range(20))
     assert max(times) < STEP_BOUND, times
     assert timed_close(hook) < 2 + CLOSE_SLACK
