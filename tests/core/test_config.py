@@ -312,3 +312,28 @@ def test_a_mistyped_keyword_names_the_nearest_one(make, message):
     with pytest.raises(TypeError) as info:
         make()
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"save_interval": 5},
+            "save_interval is a SaveConfig setting: save_config=smd.SaveConfig(save_interval=5)",
+        ),
+        ({"save_steps": [1, 2]}, "save_config=smd.SaveConfig(save_steps=[1, 2])"),
+        ({"save_intervals": 3}, "save_config=smd.SaveConfig(save_interval=3)"),
+        (
+            {"norms": ["l2"]},
+            "norms is a ReductionConfig setting: reduction_config=smd.ReductionConfig(norms=['l2'])",
+        ),
+        ({"include_collection": ["weights"]}, "did you mean 'include_collections'?"),
+    ],
+)
+def test_a_hook_given_a_save_or_reduction_setting_says_where_it_goes(tmp_path, kwargs, message):
+    # the JSON configuration's HookParameters take save_interval..., so scripts give them to a hook too
+    from smdebug.hook import BaseHook
+
+    with pytest.raises(TypeError, match="a hook got an unexpected argument") as info:
+        BaseHook(out_dir=str(tmp_path / "run"), **kwargs)
+    assert message in str(info.value)

@@ -643,6 +643,19 @@ class CollectionSettings(ConfigModel):
             coll.save_histogram = self.save_histogram
 
 
+def _misplaced(name: str, value: Any) -> str | None:
+    """The hint for a SaveConfig or ReductionConfig setting given to a hook itself, as the JSON
+    configuration's HookParameters give them (``save_interval=10``)."""
+    for owner, argument, fields in (
+        ("SaveConfig", "save_config", SAVE_CONFIG_KEYS),
+        ("ReductionConfig", "reduction_config", tuple(ReductionConfig.model_fields)),
+    ):
+        close = difflib.get_close_matches(name, fields, n=1, cutoff=0.85)
+        if close:
+            return f"; {close[0]} is a {owner} setting: {argument}=smd.{owner}({close[0]}={value!r})"
+    return None
+
+
 class HookConfig(ConfigModel):
     """Every option of a hook, validated in one place: the constructor's arguments (positional in this
     order), then keyword-only ones. ``create_from_json_file``, pickled copies and plugins build from it; a
@@ -688,7 +701,7 @@ class HookConfig(ConfigModel):
                 raise TypeError(f"a hook got multiple values for argument {name!r}")
             if name not in cls.model_fields:
                 close = difflib.get_close_matches(name, list(cls.model_fields), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = _misplaced(name, value) or (f"; did you mean {close[0]!r}?" if close else "")
                 raise TypeError(f"a hook got an unexpected argument {name!r}{hint}")
             values[name] = value
         for name in ("out_dir", "tensorboard_dir"):  # a pathlib.Path, as create_trial takes one
