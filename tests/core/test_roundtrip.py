@@ -103,6 +103,27 @@ def test_many_steps_and_modes(tmp_path):
     trial.wait_for_steps([0, 10, 34])  # finished run: returns at once
 
 
+def test_inputs_labels_and_predictions_of_a_step_in_their_numbered_order(tmp_path):
+    # smdebug 1.0's Trial shortcuts (its rules read them); Keras saves labels_<i>, XGBoost labels
+    out = str(tmp_path / "run")
+    hook = BaseHook(out_dir=out, save_config=every_step())
+    for mode in (modes.TRAIN, modes.EVAL):
+        hook.set_mode(mode)
+        for step in range(2):
+            hook.begin_step()
+            for i in (10, 2):
+                hook.save_tensor(f"model_input_{i}", np.full(2, 100 * mode.value + 10 * step + i), "inputs")
+                hook.save_tensor(f"predictions_{i}", np.full(3, 10 * step + i), "outputs")
+            hook.save_tensor("labels", np.arange(4) + step, "outputs")
+    hook.close()
+    trial = create_trial(out)
+    assert [v[0] for v in trial.inputs(1, mode=modes.EVAL)] == [212, 220]  # its own mode step
+    assert [v[0] for v in trial.inputs(1)] == [112, 120]  # global step 1: TRAIN's second
+    assert [v[0] for v in trial.predictions(0, mode=modes.TRAIN)] == [2, 10]
+    assert [v.tolist() for v in trial.labels(3)] == [[1, 2, 3, 4]]
+    assert trial.labels(9) == []
+
+
 def test_save_interval_is_respected(tmp_path):
     out = str(tmp_path / "run")
     hook = BaseHook(

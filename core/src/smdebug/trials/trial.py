@@ -605,6 +605,27 @@ class Trial:
             self.maybe_refresh()
         return tname in self._tensors
 
+    # -- smdebug 1.0's shortcuts to a step's model inputs, labels and predictions -----------------------
+    def inputs(self, step: int, mode=ModeKeys.GLOBAL) -> list[np.ndarray]:
+        """The values at ``step`` of the ``inputs`` collection's tensors (Keras' ``model_input_0``...)."""
+        return self._values_in_order(step, mode, collection="inputs")
+
+    def labels(self, step: int, mode=ModeKeys.GLOBAL) -> list[np.ndarray]:
+        """The values at ``step`` of the tensors named ``labels`` (XGBoost) or ``labels_<i>`` (Keras)."""
+        return self._values_in_order(step, mode, regex="labels*")
+
+    def predictions(self, step: int, mode=ModeKeys.GLOBAL) -> list[np.ndarray]:
+        """The values at ``step`` of the tensors named ``predictions`` or ``predictions_<i>``."""
+        return self._values_in_order(step, mode, regex="predictions*")
+
+    def _values_in_order(self, step: int, mode, **which) -> list[np.ndarray]:
+        def number(name: str) -> int:  # numbered names in their order: input_2 before input_10
+            found = re.search(r"_(\d+)$", name)
+            return int(found.group(1)) if found else 0
+
+        names = sorted(self.tensor_names(step=step, mode=mode, **which), key=number)
+        return [self.tensor(name).value(step, mode=mode) for name in names]
+
     def collections(self) -> dict[str, Collection]:
         self.maybe_refresh()
         return dict(self._collections.collections)
