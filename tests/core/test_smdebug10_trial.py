@@ -76,6 +76,9 @@ def test_unknown_keyword_is_a_type_error(finished):
         create_trial(finished, rnage_steps=(0, 2))
     # smdebug 1.0's own options are accepted
     assert create_trial(finished, parallel=False, check=False, index_mode=True, cache=False).steps()
+    assert create_trial(finished, profiler=False, output_dir="/opt/ml/processing/outputs/").steps()
+    with pytest.raises(NotImplementedError, match="profiler trials are not part of this library"):
+        create_trial(finished, profiler=True)
 
 
 def test_local_and_s3_trial_names(finished):

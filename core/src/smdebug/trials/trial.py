@@ -20,6 +20,7 @@ from smdebug.exceptions import (
     CorruptTensorRecord,
     MissingCollectionFiles,
     NoMoreData,
+    SMDebugNotImplementedError,
     SMDebugValueError,
     StepUnavailable,
     TensorUnavailable,
@@ -38,14 +39,22 @@ def create_trial(
     range_steps: tuple[int | None, int | None] | None = None,
     *,
     out_dir: str | None = None,
+    profiler: bool = False,
+    output_dir: str | None = None,
     **kwargs,
 ) -> Trial:
     """Open the run saved at ``path`` (or ``out_dir=``, as the reference writes it): a LocalTrial for a
     local path, an S3Trial for s3://, a Trial for any other fsspec URI.
 
     ``range_steps=(start, end)`` restricts the trial to the steps start <= step < end (either may be None).
-    The other keywords are the Trial's; an unknown one is a TypeError.
+    The other keywords are the Trial's; an unknown one is a TypeError. ``profiler`` and ``output_dir``
+    are smdebug 1.0's, for its profiler's trials, which this library does not have.
     """
+    if profiler:
+        raise SMDebugNotImplementedError(
+            "create_trial(profiler=True): smdebug 1.0's profiler trials are not part of this library, "
+            "which reads the tensors a training run saved"
+        )
     path = os.fspath(path or out_dir or "").strip()  # as smdebug 1.0: spaces around a path are not part of it
     if not path:
         raise SMDebugValueError(
