@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 import smdebug
@@ -52,6 +53,8 @@ def test_defaults_and_strings_accepted():
     mode = SaveConfigMode(save_interval="10", start_step="2", end_step="30", save_steps="7,3, 7")
     assert (mode.save_interval, mode.start_step, mode.end_step, mode.save_steps) == (10, 2, 30, [3, 7])
     assert SaveConfigMode(save_steps=[7, 3]) == SaveConfigMode(save_steps="3,7")
+    assert SaveConfigMode(save_steps=range(0, 30, 10)).save_steps == [0, 10, 20]  # any iterable of steps
+    assert SaveConfigMode(save_steps=np.array([7, 3])).save_steps == [3, 7]
 
 
 @pytest.mark.parametrize(

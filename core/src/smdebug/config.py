@@ -15,7 +15,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Optional
@@ -100,12 +100,13 @@ def to_str_list(value: Any, field: str = "value") -> list[str]:
 
 
 def to_steps(value: Any, field: str = "save_steps") -> list[int]:
-    """Sorted, de-duplicated steps from a list, a single step or a string like "3,7"."""
+    """Sorted, de-duplicated steps from a list (any iterable: a range, a numpy array), a single step or a
+    string like "3,7"."""
     if value is None:
         return []
     if isinstance(value, str):
         items = [x for x in value.split(",") if x.strip()]
-    elif isinstance(value, (list, tuple, set)):
+    elif isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
         items = list(value)
     else:
         items = [value]
