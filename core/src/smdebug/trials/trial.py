@@ -620,11 +620,13 @@ class Trial:
         return self._values_in_order(step, mode, collection="inputs")
 
     def labels(self, step: int, mode=ModeKeys.GLOBAL) -> list[np.ndarray]:
-        """The values at ``step`` of the tensors named ``labels`` (XGBoost) or ``labels_<i>`` (Keras)."""
+        """The values at ``step`` of the tensors whose names hold ``label`` (smdebug 1.0's search for
+        ``labels*``): XGBoost's ``labels``, Keras' ``labels_<i>``."""
         return self._values_in_order(step, mode, regex="labels*")
 
     def predictions(self, step: int, mode=ModeKeys.GLOBAL) -> list[np.ndarray]:
-        """The values at ``step`` of the tensors named ``predictions`` or ``predictions_<i>``."""
+        """The values at ``step`` of the tensors whose names hold ``prediction`` (smdebug 1.0's search for
+        ``predictions*``): ``predictions``, ``predictions_<i>``."""
         return self._values_in_order(step, mode, regex="predictions*")
 
     def _values_in_order(self, step: int, mode, **which) -> list[np.ndarray]:
