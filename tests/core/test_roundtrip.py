@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import smdebug
-from smdebug import modes
+from smdebug import modes, plugins
 from smdebug.exceptions import (
     ConfigError,
     InvalidWorker,
@@ -522,11 +522,16 @@ def test_an_empty_tensor_keeps_its_raw_value_and_skips_reductions_with_one_warni
     ]
 
 
+@pytest.mark.parametrize("observed", [True, False], ids=["tensors-observed", "no-observer"])
 def test_a_value_no_event_file_can_hold_is_recorded_unsaved_when_saved_not_lost_in_the_writer(
-    tmp_path, caplog
+    tmp_path, caplog, monkeypatch, observed
 ):
     """An int past 64 bits (an object array) or float128: the writer found it only while encoding, and
-    dropped it with a warning at every step and no record in the run."""
+    dropped it with a warning at every step and no record in the run. Without a plugin observing saved
+    tensors (smdebug-dummy observes them), a numpy value goes to the writer as a view: checked there too."""
+    if not observed:
+        monkeypatch.setenv("SMDEBUG_DISABLE_PLUGINS", "dummy")
+        plugins.reset()
     caplog.set_level(logging.WARNING, logger="smdebug")
     hook = BaseHook(out_dir=str(tmp_path / "run"), save_config=smdebug.SaveConfig(save_interval=1))
     for _ in range(3):

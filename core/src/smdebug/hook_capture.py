@@ -213,6 +213,7 @@ class HookCapture:
                     # the writer copies it at once: no copy of our own
                     view = plugins.host_view(value) if own is None else own(value)
                     if type(view) is np.ndarray:  # (anything else: a copy from to_numpy)
+                        codec.check_encodable(view)  # recorded unsaved here, not dropped by the writer
                         if view.size == 1:  # a loss: its copy rides in the writer's message, not the ring
                             writer.write_tensor(self.step, self.mode, self.mode_step, name, view.copy())
                         else:
