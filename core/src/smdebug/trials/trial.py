@@ -28,7 +28,7 @@ from smdebug.exceptions import (
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import parse_reduction_tensor_name
 from smdebug.trials.fetch import RecordFetcher
-from smdebug.trials.tensor import Location, StepState, Tensor, _StepData, read_mode
+from smdebug.trials.tensor import Location, StepState, Tensor, _natural, _StepData, read_mode
 
 logger = logging.getLogger("smdebug")
 
@@ -759,7 +759,3 @@ def _step_worker(relpath: str) -> tuple[int, str] | None:
 def _file_worker(relpath: str) -> str:
     """The worker of a per-worker JSON file (``unsaved_steps/<worker>.json``, ...)."""
     return layout.worker_from_file_name(relpath.rsplit("/", 1)[-1][: -len(".json")])
-
-
-def _natural(name: str):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
