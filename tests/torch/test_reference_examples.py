@@ -319,6 +319,35 @@ def test_collection_reduction_config_overrides_the_hook_one(out_dir):
     )
 
 
+@pytest.mark.usefixtures("reduction_path")
+def test_collections_with_reduction_lists_of_different_lengths_due_at_one_step(out_dir):
+    # weights reduced to one value each, biases to three, both due at the same steps: the native
+    # kernel's two batches of rows (one per list) were joined as one host array, which failed, and
+    # the step's reductions of both collections were recorded as unsaved
+    hook = smd.Hook(
+        out_dir=out_dir,
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=["weights", "biases"],
+        reduction_config=smd.ReductionConfig(reductions=["min", "max"], abs_reductions=["mean"]),
+    )
+    hook.get_collection("weights").reduction_config = smd.ReductionConfig(norms=["l2"])
+    seen = []
+    net, criterion = registered(hook)
+    net.register_forward_pre_hook(
+        lambda m, i: seen.append((m.fc1.weight.detach().numpy().copy(), m.fc1.bias.detach().numpy().copy()))
+    )
+    fit(hook, 3, net, criterion)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    assert trial.unsaved_tensors() == {}
+    weight, bias = trial.tensor("Model_fc1.weight"), trial.tensor("Model_fc1.bias")
+    for step, (w, b) in enumerate(seen):
+        assert weight.reduction_value(step, "l2") == pytest.approx(np.linalg.norm(w), rel=1e-5)
+        assert bias.reduction_value(step, "min") == pytest.approx(b.min(), rel=1e-6)
+        assert bias.reduction_value(step, "max") == pytest.approx(b.max(), rel=1e-6)
+        assert bias.reduction_value(step, "mean", abs=True) == pytest.approx(np.abs(b).mean(), rel=1e-5)
+
+
 # -- include_regex, include_collections, save_all, default collections -----------------------------
 def test_include_regex(out_dir):
     hook = smd.Hook(out_dir=out_dir, include_regex=["fc1"], save_config=smd.SaveConfig(save_interval=1))

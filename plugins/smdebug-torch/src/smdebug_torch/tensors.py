@@ -453,12 +453,13 @@ def to_host(results: list) -> list[np.ndarray] | np.ndarray | None:
 
 def _batches_joined(results: list) -> np.ndarray | None:
     """The results as one host array (a copy: the batches are free to be filled again) when they are
-    whole batches of native rows, in order, of one dtype (a step's common case); else None."""
+    whole batches of native rows, in order, of one dtype and one list of reductions (a step's common
+    case); else None."""
     batches, start, total = [], 0, len(results)
-    dtype = results[0].batch.dtype
+    dtype, codes = results[0].batch.dtype, results[0].batch.codes
     while start < total:
         first = results[start]
-        if type(first) is not HostRow or first.batch.dtype is not dtype:
+        if type(first) is not HostRow or first.batch.dtype is not dtype or first.batch.codes != codes:
             return None
         rows = first.batch.rows
         if first is not rows[0] or results[start : start + len(rows)] != rows:
