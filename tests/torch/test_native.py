@@ -3,6 +3,9 @@ against numpy's in float64."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -210,3 +213,38 @@ def test_a_list_with_an_empty_tensor_is_left_to_torchs_calls(native_kernel):
 
     results = tensors.reductions([torch.ones(3), torch.ones(0)], [("max", False)])
     assert type(results[0]) is tensors.Row and results[1] is None  # (the core: no reduction of it)
+
+
+# A child whose kernel checks (torch's calls, each releasing the GIL) are still running on the loader's
+# daemon thread when its main thread ends.
+EXIT_WHILE_CHECKING = """
+import time
+import torch
+from smdebug_torch import native
+
+checks = native._works
+
+
+def slow_checks(watch):
+    a, end = torch.randn(64, 64), time.monotonic() + 2
+    while time.monotonic() < end:
+        a @ a
+    return checks(watch)
+
+
+native._works = slow_checks
+native.start()
+time.sleep(0.3)
+print("checking", native._thread.is_alive())
+"""
+
+
+def test_a_script_that_ends_while_the_kernel_is_checked_exits_cleanly(native_kernel, tmp_path):
+    # a short training script ended while the loader thread ran torch's calls: the interpreter's exit
+    # stopped that thread inside torch's C++ code and the C++ runtime aborted the process ("terminate
+    # called without an active exception", exit status 134, 6 of 10 runs of a 3-step script)
+    script = tmp_path / "ends_early.py"
+    script.write_text(EXIT_WHILE_CHECKING)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["checking", "True"]

@@ -5,13 +5,15 @@ ordinary reductions (``reducer``); each tensor's partial statistics (``partials`
 It is built with the machine's C++ compiler against the installed torch, once per machine, torch and
 source (kept in torch's extension cache, ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``),
 by a detached compiler at the lowest priority, which a background thread started by the first hook
-with ``health=True`` or the first batch of reductions waits for: training never waits for it.
+with ``health=True`` or the first batch of reductions waits for: training never waits for it (the
+process's exit waits for the library's loading and checks, never for a build).
 Until it is loaded, and wherever it cannot be built (no compiler, another platform, ``SMDEBUG_NATIVE=0``),
 torch's batched calls compute the same statistics.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import logging
@@ -42,6 +44,12 @@ _partials = None  # torch.ops.smdebug_torch.partials once loaded
 _thread: threading.Thread | None = None
 _started = False
 _lock = threading.Lock()
+# The loader runs torch's code (loading the library, checking the kernel) on a daemon thread: a process
+# that exits meanwhile was aborted by the C++ runtime ("terminate called without an active exception",
+# exit status 134, 6 short scripts in 10), so the exit waits for that part, and no load starts after it.
+_loading = False
+_exiting = False
+EXIT_WAIT = 60  # seconds the exit waits for the kernel's loading and checks at most
 
 # the reductions the kernel computes, by their codes' order (a pair's code: 2 x index + abs)
 REDUCTIONS = ("min", "max", "mean", "std", "variance", "sum", "l1", "l2")
@@ -140,6 +148,7 @@ def start() -> None:
         if not _started and os.environ.get("SMDEBUG_NATIVE", "1") != "0":
             _thread = threading.Thread(target=_load, name="smdebug-native-build", daemon=True)
             _thread.start()
+            atexit.register(_settle)
         _started = True
 
 
@@ -152,12 +161,24 @@ def wait(timeout: float | None = None) -> bool:
     return _watch is not None
 
 
+def _settle() -> None:
+    """At exit: no load starts from now on, and one under way ends first (a build is not waited for)."""
+    global _exiting
+    with _lock:
+        _exiting = True
+        loading = _loading
+    if loading and _thread is not None:
+        _thread.join(EXIT_WAIT)
+
+
 def _load() -> None:
-    global _watch, _fill, _reduce, _reduce_list, _partials
+    global _watch, _fill, _reduce, _reduce_list, _partials, _loading
     try:
         library = _built()
-        if library is None:
-            return
+        with _lock:
+            if library is None or _exiting:
+                return
+            _loading = True
         torch.ops.load_library(str(library))
         watch = torch.classes.smdebug_torch.HealthWatch
         ops = torch.ops.smdebug_torch
@@ -173,6 +194,8 @@ def _load() -> None:
         _partials = _checked(library, "partial statistics", ops.partials, _partials_right)
     except Exception as exc:  # no kernel: torch's calls compute the statistics
         logger.info("smdebug: the native statistics kernel is not used: %s", exc)
+    finally:
+        _loading = False
 
 
 def _checked(library: Path, what: str, kernel, right):
