@@ -45,7 +45,27 @@ SCRIPT = textwrap.dedent(
                 for _ in range(3):
                     sess.run(train_op, feed_dict={x: xs, y: ys})
     hook.close()
-    print(json.dumps({"xs": xs.tolist(), "ys": ys.tolist()}))
+
+    def losses(hook):  # 4 steps and 2 evaluations of a fresh graph, unhooked or with a hook saving everything
+        with tf.Graph().as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+            y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+            w = tf.compat.v1.get_variable("w", [3, 1], initializer=tf.compat.v1.initializers.constant(0.5))
+            loss = tf.compat.v1.losses.mean_squared_error(y, tf.matmul(x, w))
+            optimizer = tf.compat.v1.train.AdamOptimizer(0.1)
+            train_op = (hook.wrap_optimizer(optimizer) if hook else optimizer).minimize(
+                loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+            )
+            with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook] if hook else []) as sess:
+                seen = [float(sess.run([train_op, loss], feed_dict={x: xs, y: ys})[1]) for _ in range(4)]
+                if hook:
+                    hook.set_mode(smd.modes.EVAL)
+                return seen + [float(sess.run(loss, feed_dict={x: xs, y: ys})) for _ in range(2)]
+
+    every = smd.SessionHook(out_dir=sys.argv[1] + "-all", save_all=True, save_config=smd.SaveConfig(save_interval=2))
+    hooked = losses(every)
+    every.close()
+    print(json.dumps({"xs": xs.tolist(), "ys": ys.tolist(), "unhooked": losses(None), "save_all": hooked}))
     """
 )
 
@@ -57,11 +77,11 @@ def legacy_run(tmp_path_factory):
     script.write_text(SCRIPT)
     out = str(tmp / "run")
     printed = json.loads(_run([sys.executable, str(script), out]).stdout.strip().splitlines()[-1])
-    return out, np.array(printed["xs"], np.float64), np.array(printed["ys"], np.float64)
+    return out, np.array(printed["xs"], np.float64), np.array(printed["ys"], np.float64), printed
 
 
 def test_reference_variables_are_saved_as_the_step_starts(legacy_run):
-    out, xs, ys = legacy_run
+    out, xs, ys, _ = legacy_run
     trial = create_trial(out)
     (grad,) = trial.tensor_names(collection="gradients")
     kernel = trial.tensor("w:0")
@@ -83,7 +103,7 @@ def test_reference_variables_are_saved_as_the_step_starts(legacy_run):
 
 
 def test_two_graphs_one_after_the_other_continue_the_steps(legacy_run):
-    out, xs, ys = legacy_run
+    out, xs, ys, _ = legacy_run
     trial = create_trial(out)
     assert trial.steps() == [0, 1, 2, 3, 4, 5]
     assert trial.tensor_names(collection="losses") == ["mean_squared_error/value:0"]
@@ -91,3 +111,19 @@ def test_two_graphs_one_after_the_other_continue_the_steps(legacy_run):
     for step in range(6):  # the loss of the weights saved at the step
         w = trial.tensor("w:0").value(step).astype(np.float64)
         assert loss.value(step) == pytest.approx(np.mean((xs @ w - ys) ** 2), rel=1e-5)
+
+
+def test_save_all_does_not_change_training_nor_save_a_variable_twice(legacy_run):
+    # save_all matches the initializers' Assign ops and the optimizer's updates, which TensorFlow does not
+    # mark stateful: fetching one resets a variable in the middle of a step, or trains in an evaluation
+    # step (smdebug 1.0.34 does both; the losses then differ)
+    out, _, _, printed = legacy_run
+    assert printed["save_all"] == printed["unhooked"]
+    trial = create_trial(out + "-all")
+    names = trial.tensor_names()
+    assert {"w:0", "w/Adam:0", "global_step:0"} <= set(names)
+    assert "w/Initializer/Const:0" in names  # what the call computes anyway is saved
+    # a reference variable's own read is the variable, saved by its name (smdebug 1.0 names it so)
+    assert "w/read:0" not in names and "w/Adam/read:0" not in names
+    assert "w/Assign:0" not in names and "global_step/Assign:0" not in names  # the initializers
+    assert "Adam/Assign:0" in names  # an update the step runs anyway (beta1_power's)

@@ -17,7 +17,9 @@ import tensorflow as tf
 
 SCOPE = "smdebug"  # name scope of the ops the hook adds to a graph
 # stateful ops that only read: running one more of them for the hook changes nothing
-_READS = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "VarIsInitializedOp"})
+_READS = frozenset(
+    {"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "VarIsInitializedOp", "IsVariableInitialized"}
+)
 _PLACEHOLDERS = frozenset({"Placeholder", "PlaceholderV2"})
 
 
@@ -63,6 +65,17 @@ def read(variable) -> tf.Tensor:
     if variable.dtype.base_dtype != variable.dtype:  # a reference dtype (float32_ref)
         return tf.raw_ops.Snapshot(input=value)
     return value
+
+
+def read_of(op) -> str | None:
+    """The name of the reference variable (TF 1.x's) whose own read ``op`` is (``dense/kernel/read``:
+    ``dense/kernel:0``), else None."""
+    if op.type != "Identity" or len(op.inputs) != 1:
+        return None
+    source = op.inputs[0]
+    if source.op.type in ("VariableV2", "Variable") and op.name == source.op.name + "/read":
+        return source.name
+    return None
 
 
 def record_apply(optimizer, apply, grads_and_vars, global_step=None, name=None):
@@ -131,6 +144,12 @@ def wrap_optimizer_class(cls) -> None:
     cls.apply_gradients = apply_gradients
 
 
+def changes_state(op) -> bool:
+    """Stateful, or writing to a reference variable it takes as input (TF 1.x's ``Assign``, ``ApplyAdam``:
+    TensorFlow does not mark these stateful; fetching an initializer's ``Assign`` would reset a weight)."""
+    return op.op_def.is_stateful or any(arg.is_ref for arg in op.op_def.input_arg)
+
+
 class Reach:
     """Which tensors one ``Session.run`` call can also fetch without changing what it does: none that
     needs a placeholder the call does not feed (the run would fail), nor a stateful op the call would not
@@ -197,7 +216,7 @@ class Reach:
             op = todo.pop()
             if op in runs:
                 continue
-            if op.type in _PLACEHOLDERS or (op.op_def.is_stateful and op.type not in _READS):
+            if op.type in _PLACEHOLDERS or (changes_state(op) and op.type not in _READS):
                 return False
             for parent in [t.op for t in op.inputs if t.name not in fed] + list(op.control_inputs):
                 if parent not in seen:

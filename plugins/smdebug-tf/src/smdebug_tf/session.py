@@ -172,8 +172,10 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
                     for name, obj in getattr(coll, "graph_objects", {}).items():
                         if name not in found and getattr(obj, "graph", graph) is graph:
                             found[name] = tfgraph.read(obj) if isinstance(obj, tf.Variable) else obj
+            variables_found = set(found)  # a read of these is the variable (smdebug 1.0 names it so)
             for op in graph.get_operations():  # what the collections' patterns match (include_regex)
-                if op.name.startswith(tfgraph.SCOPE + "/") or not graph.is_fetchable(op):
+                skip = op.name.startswith(tfgraph.SCOPE + "/") or tfgraph.read_of(op) in variables_found
+                if skip or not graph.is_fetchable(op):
                     continue
                 for t in op.outputs:
                     if t.name not in found and t.dtype not in (tf.resource, tf.variant):
