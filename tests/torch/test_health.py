@@ -796,6 +796,37 @@ def test_a_second_optimizer_of_the_step_is_recorded_and_judged(out_dir):
         assert value == pytest.approx(seen[step], rel=1e-5)
 
 
+def test_another_models_optimizer_records_nothing(out_dir):
+    # The optimizer pre-hook is global: the optimizer of a model trained beside the registered one (not
+    # registered) must not record the registered model's step again, after its update.
+    torch.manual_seed(0)
+    model, other, criterion = Net(), Net(), nn.CrossEntropyLoss()
+    opt, other_opt = (torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, other))
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    g = torch.Generator().manual_seed(1)
+    seen = {}
+    for step in range(8):
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        if step == FAULT:
+            model.fc2.bias.grad[1] = float("nan")
+        seen[step] = model.fc2.weight.detach().abs().max().item()
+        opt.step()
+        other_opt.zero_grad()
+        nn.functional.cross_entropy(other(x), y).backward()
+        other_opt.step()
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["tensor"]) == (FAULT, "gradient/Net_fc2.bias")
+    for step in range(1, FAULT):  # the weights the step used, not those after its update
+        value = trial.tensor("Net_fc2.weight").reduction_value(step, "max", abs=True)
+        assert value == pytest.approx(seen[step], rel=1e-6)
+
+
 def test_evaluation_steps_record_no_gradients(kernel, tmp_path):
     # An evaluation step runs no backward pass: the gradients still on the parameters are the last training
     # step's. Health on must not save them as the EVAL step's (a run without health saves none there).

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import weakref
 from contextlib import ExitStack
 from typing import Any
 
@@ -222,6 +223,8 @@ class TorchHealth:
         self._deferred: dict | None = None
         self._last_row: tuple | None = None  # (step, mode, mode step, fresh) of the row judged last
         self._handles: list = []
+        # optimizer -> (the models' parameter lists, its parameter count, whether it updates one of them)
+        self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         import torch.optim.optimizer as optimizer
 
         self._handles.append(optimizer.register_optimizer_step_pre_hook(self._on_optimizer_step))
@@ -306,10 +309,31 @@ class TorchHealth:
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         # the gradients are final and the parameters still those of the step's forward pass
+        if self.hook.closed or not self._updates_ours(optimizer):
+            return
         self._optimizer_seen = True
-        if not self.hook.closed and self.hook.in_step:
+        if self.hook.in_step:
             with self.hook.guard("record the step's health"):
                 self.collect(rerun_safe=True, applied=True)
+
+    def _updates_ours(self, optimizer) -> bool:
+        """Whether the optimizer updates a parameter of a registered model: the pre-hook is global, and
+        another model's optimizer (an unregistered model trained beside it) neither applies these
+        gradients nor may record this model's step again."""
+        models = list(self.hook._models.values())
+        for model in models:
+            if model.stale():  # (fully_shard swapped its parameters since: the optimizer holds the new ones)
+                model.refresh()
+        key = tuple(id(m.params) for m in models)
+        groups = optimizer.param_groups
+        count = sum(len(group["params"]) for group in groups)
+        known = self._optimizers.get(optimizer)
+        if known is not None and known[0] == key and known[1] == count:
+            return known[2]
+        ours = {id(p) for m in models for _, p in m.params + m.sharded}
+        found = any(id(p) in ours for group in groups for p in group["params"])
+        self._optimizers[optimizer] = (key, count, found)
+        return found
 
     def step_ending(self) -> None:
         """The step ends: record it if no optimizer step did."""
