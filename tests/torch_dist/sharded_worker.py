@@ -104,14 +104,14 @@ def tp_dtensor_outputs(rank, out_dir):
 
 def tp_save_tensor(rank, out_dir):
     """hook.save_tensor of DTensors the script holds (fc1's column shards, and their product with the
-    batch), on every rank at the same point: saved as sharded parameters are. Rank 0 records their full
-    values for the test."""
+    batch; fc2's replicated bias), on every rank at the same point: saved as sharded parameters are.
+    Rank 0 records their full values for the test."""
     mesh = init_device_mesh("cpu", (2,))
     model = make("tp")
     h = smd.Hook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), include_workers="all")
     h.register_module(model)
     h.get_collection("shards").reduction_config = smd.ReductionConfig(
-        reductions=["max", "mean"], norms=["l2"]
+        reductions=["max", "mean", "median"], norms=["l2"]
     )
     parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
     criterion = nn.CrossEntropyLoss()
@@ -124,7 +124,9 @@ def tp_save_tensor(rank, out_dir):
         weight = model.fc1.weight.detach() * 2.0  # a DTensor, sharded as fc1's weight
         h.save_tensor("double_fc1_weight", weight)  # into "default": the raw shards
         h.save_tensor("double_fc1_weight_stats", weight, "shards")  # reductions only
-        expected.append(weight.full_tensor().tolist())
+        bias = model.fc2.bias.detach() * 2.0  # replicated (RowwiseParallel): whole on every rank
+        h.save_tensor("double_fc2_bias_stats", bias, "shards")
+        expected.append([weight.full_tensor().tolist(), bias.to_local().tolist()])
         opt.step()
     h.close()
     if rank == 0:

@@ -168,16 +168,23 @@ def test_save_tensor_of_a_dtensor_saves_it_as_sharded_parameters_are(runs):
     out_dir = os.path.join(runs, "tp_save_tensor")
     trial = smd.create_trial(out_dir)
     with open(f"{out_dir}.expected.json") as f:
-        expected = [np.array(v, dtype=np.float32) for v in json.load(f)]
+        expected = [[np.array(v, dtype=np.float32) for v in values] for values in json.load(f)]
     assert trial.unsaved_tensors() in ({}, {"worker_0": {}, "worker_1": {}})
     raw, stats = trial.tensor("double_fc1_weight"), trial.tensor("double_fc1_weight_stats")
-    assert raw.steps() == stats.steps() == list(range(STEPS))
-    for step, full in enumerate(expected):
+    replicated = trial.tensor("double_fc2_bias_stats")
+    assert raw.steps() == stats.steps() == replicated.steps() == list(range(STEPS))
+    for step, (full, bias) in enumerate(expected):
         np.testing.assert_allclose(raw.value(step), full, rtol=1e-6)
         assert raw.value(step, worker="worker_1").shape == (full.shape[0] // 2, full.shape[1])  # a shard
         for reduction, absolute in [("max", False), ("mean", False), ("l2", False)]:
             got = stats.reduction_values(step, worker="worker_0")[(reduction, absolute)]
             assert got == pytest.approx(numpy_reduction(full, reduction, absolute), rel=1e-5), reduction
+        # a shard's median has no partial form (not stored); a replicated tensor's is exact on each rank
+        assert ("median", False) not in stats.reduction_values(step, worker="worker_0")
+        for worker in ("worker_0", "worker_1"):
+            got = replicated.reduction_values(step, worker=worker)
+            assert got[("median", False)] == pytest.approx(np.median(bias), rel=1e-6)
+            assert got[("max", False)] == pytest.approx(bias.max(), rel=1e-6)
     assert "double_fc1_weight" in trial.tensor_names(collection="default")
 
 

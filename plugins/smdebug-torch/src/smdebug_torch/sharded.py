@@ -12,7 +12,8 @@ placement in the run (the Trial assembles the full tensor), or, with ``gather_fu
 include_workers="one", the full tensor is gathered (one collective per tensor) and saved whole.
 
 The median has no exact partial form: it is not saved for a sharded tensor unless the full tensor is
-gathered; ``trial.tensor(name).reduction_value(step, "median")`` computes it from the saved shards.
+gathered (or replicated); ``trial.tensor(name).reduction_value(step, "median")`` computes it from the
+saved shards.
 """
 
 from __future__ import annotations
@@ -676,11 +677,14 @@ class Shards:
         if item.raw or (gather and median):
             if gather or not _plain_placements(dt):
                 full = dt.full_tensor()  # a collective of the tensor's mesh: every rank is here
+        whole = full
+        if whole is None and median and all(p.is_replicate() for p in dt.placements):
+            whole = dt.to_local()  # (each rank holds the whole tensor: its median is exact, no collective)
         for pair in median:
-            value = _median(full, pair[1]) if full is not None else None
+            value = _median(whole, pair[1]) if whole is not None else None
             if value is not None:
                 medians.setdefault(item.name, {})[pair] = _result_dtype(dt).type(value)
-            elif full is None and hook.writing:
+            elif whole is None and hook.writing:
                 hook.warn_once(
                     "shards:median",
                     "smdebug: the median of a sharded tensor (%s, and any other) is not saved: it has "
