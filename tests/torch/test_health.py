@@ -827,6 +827,32 @@ def test_another_models_optimizer_records_nothing(out_dir):
         assert value == pytest.approx(seen[step], rel=1e-6)
 
 
+def test_a_gradient_that_gradscaler_keeps_from_its_optimizer_is_no_fault(out_dir):
+    # One optimizer per layer under a GradScaler: a non-finite gradient of fc2 makes the scaler skip fc2's
+    # optimizer only; fc1's steps. Nothing non-finite reached the model: no first non-finite value.
+    torch.manual_seed(0)
+    model, criterion = Net(), nn.CrossEntropyLoss()
+    opts = [torch.optim.SGD(layer.parameters(), lr=0.1) for layer in (model.fc1, model.fc2)]
+    scaler = torch.amp.GradScaler("cpu")
+    hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    hook.register_module(model)
+    hook.register_loss(criterion)
+    g = torch.Generator().manual_seed(1)
+    for step in range(8):
+        x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+        for opt in opts:
+            opt.zero_grad()
+        scaler.scale(criterion(model(x), y)).backward()
+        if step == FAULT:
+            model.fc2.bias.grad[1] = float("nan")
+        for opt in opts:
+            scaler.step(opt)
+        scaler.update()
+    hook.close()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert smd.create_trial(out_dir).first_nonfinite() is None
+
+
 def test_evaluation_steps_record_no_gradients(kernel, tmp_path):
     # An evaluation step runs no backward pass: the gradients still on the parameters are the last training
     # step's. Health on must not save them as the EVAL step's (a run without health saves none there).

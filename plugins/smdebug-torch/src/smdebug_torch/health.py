@@ -14,8 +14,9 @@ When a row holds the run's first non-finite value the step is examined, in the o
 the model's input batch, then a re-run of the forward pass (no gradients, the random state and the
 buffers restored, every module's output checked; only while the parameters are still those of the step),
 the model's output, the loss, then the gradients. Nothing of this runs on a healthy step. Non-finite
-gradients that no optimizer step applied (GradScaler skips such a step by design) are the first non-finite
-value only if a later row shows they reached the weights.
+gradients that no optimizer step applied (GradScaler skips such a step by design, and each optimizer
+whose own gradients are not finite) are the first non-finite value only if a later row shows they reached
+the weights.
 """
 
 from __future__ import annotations
@@ -309,17 +310,18 @@ class TorchHealth:
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         # the gradients are final and the parameters still those of the step's forward pass
-        if self.hook.closed or not self._updates_ours(optimizer):
+        held = None if self.hook.closed else self._held(optimizer)
+        if held is None:
             return
         self._optimizer_seen = True
         if self.hook.in_step:
             with self.hook.guard("record the step's health"):
-                self.collect(rerun_safe=True, applied=True)
+                self.collect(rerun_safe=True, applied=held)
 
-    def _updates_ours(self, optimizer) -> bool:
-        """Whether the optimizer updates a parameter of a registered model: the pre-hook is global, and
-        another model's optimizer (an unregistered model trained beside it) neither applies these
-        gradients nor may record this model's step again."""
+    def _held(self, optimizer) -> frozenset | None:
+        """The ids of the optimizer's parameters if it updates one of a registered model's, else None: the
+        pre-hook is global, and another model's optimizer (an unregistered model trained beside it)
+        neither applies these gradients nor may record this model's step again."""
         models = list(self.hook._models.values())
         for model in models:
             if model.stale():  # (fully_shard swapped its parameters since: the optimizer holds the new ones)
@@ -331,7 +333,8 @@ class TorchHealth:
         if known is not None and known[0] == key and known[1] == count:
             return known[2]
         ours = {id(p) for m in models for _, p in m.params + m.sharded}
-        found = any(id(p) in ours for group in groups for p in group["params"])
+        held = frozenset(id(p) for group in groups for p in group["params"])
+        found = held if not ours.isdisjoint(held) else None
         self._optimizers[optimizer] = (key, count, found)
         return found
 
@@ -347,9 +350,10 @@ class TorchHealth:
                 self.collect(rerun_safe=safe, applied=False)
 
     # -- every step ------------------------------------------------------------------------------------
-    def collect(self, rerun_safe: bool, applied: bool, backward_end: bool = False) -> None:
-        """Record the step (``applied``: the optimizer is about to apply its gradients) and judge it; at
-        the end of a backward pass, record it only, to judge when the optimizer comes or the step ends."""
+    def collect(self, rerun_safe: bool, applied: frozenset | bool, backward_end: bool = False) -> None:
+        """Record the step (``applied``: an optimizer is about to apply its gradients: the ids of its
+        parameters) and judge it; at the end of a backward pass, record it only, to judge when the
+        optimizer comes or the step ends."""
         hook = self.hook
         slot = None
         if self._collected == hook.step:
@@ -464,14 +468,14 @@ class TorchHealth:
         tensors: list | None,
         names: tuple,
         rerun_safe: bool,
-        applied: bool,
+        applied: frozenset | bool,
         fresh: bool,
         finite: bool | None = None,
     ) -> None:
         """Judge a recorded row (``fresh``: its weights are those of the step's forward pass, not yet
-        updated; ``applied``: the optimizer is about to apply its gradients; ``tensors``: the row's, None
-        when no list of them was made: the step's current ones; ``finite``: whether its every value is,
-        if known)."""
+        updated; ``applied``: an optimizer is about to apply its gradients (its parameters' ids, else
+        False); ``tensors``: the row's, None when no list of them was made: the step's current ones;
+        ``finite``: whether its every value is, if known)."""
         hook = self.hook
         ring = self._ring
         if self._ring_host is not None or hook.anything_due():  # (a GPU's save step: waited for)
@@ -529,7 +533,7 @@ class TorchHealth:
         else:
             self._deferred = None
 
-    def _wait(self, row, applied: bool, this: tuple, last: tuple | None) -> bool:
+    def _wait(self, row, applied: frozenset | bool, this: tuple, last: tuple | None) -> bool:
         """A row holds non-finite values, none found yet: True when they are not judged as the first,
         for now (gradients no optimizer applied: a GradScaler skips such a step) or because they confirm
         the waiting row (its gradients reached the weights, or an optimizer applied them accumulated), or
@@ -537,6 +541,9 @@ class TorchHealth:
         ``this`` and ``last``: (step, mode, mode step, fresh) of this row and of the one before."""
         bad = self.monitor.nonfinite_names(row)
         gradients_only = _gradients_only(bad)
+        if applied and gradients_only:  # applied only if the optimizer stepping holds one of them (a
+            # GradScaler skips each optimizer whose own gradients are not finite, the others step)
+            applied = self._applies(applied, bad)
         deferred = self._deferred
         weights = self._layout.weight_names
         bad_weights = [name for name in bad if name in weights]
@@ -566,6 +573,13 @@ class TorchHealth:
             self._deferred = {"step": this[0], "mode": this[1].name, "mode_step": this[2], **where}
             return True
         return False
+
+    def _applies(self, held: frozenset, gradients: list[str]) -> bool:
+        """Whether the optimizer holding the parameters ``held`` (ids) applies one of these gradients."""
+        layout = self._layout
+        first = len(layout.weights)
+        params = layout.grad_params
+        return any(id(params[layout.position[name] - first]) in held for name in gradients)
 
     def _make_ring(self, rows: int, columns: int) -> torch.Tensor:
         device = torch.device("cpu")
