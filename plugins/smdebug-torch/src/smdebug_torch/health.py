@@ -224,7 +224,7 @@ class TorchHealth:
         self._deferred: dict | None = None
         self._last_row: tuple | None = None  # (step, mode, mode step, fresh) of the row judged last
         self._handles: list = []
-        # optimizer -> (the models' parameter lists, its parameter count, whether it updates one of them)
+        # optimizer -> (the models' parameter lists, its parameter count, its parameters' ids or None: _held)
         self._optimizers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         import torch.optim.optimizer as optimizer
 
