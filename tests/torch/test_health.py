@@ -827,16 +827,22 @@ def test_another_models_optimizer_records_nothing(out_dir):
         assert value == pytest.approx(seen[step], rel=1e-6)
 
 
-def test_a_gradient_that_gradscaler_keeps_from_its_optimizer_is_no_fault(out_dir):
+@pytest.mark.parametrize("twin", [False, True])
+def test_a_gradient_that_gradscaler_keeps_from_its_optimizer_is_no_fault(out_dir, twin):
     # One optimizer per layer under a GradScaler: a non-finite gradient of fc2 makes the scaler skip fc2's
-    # optimizer only; fc1's steps. Nothing non-finite reached the model: no first non-finite value.
+    # optimizer only; fc1's steps. Nothing non-finite reached the model: no first non-finite value. With
+    # a twin (a second registered Net, its tensors of the same names, trained after it), the twin's
+    # optimizer does not apply the model's gradient either.
     torch.manual_seed(0)
-    model, criterion = Net(), nn.CrossEntropyLoss()
+    model, other, criterion = Net(), Net(), nn.CrossEntropyLoss()
     opts = [torch.optim.SGD(layer.parameters(), lr=0.1) for layer in (model.fc1, model.fc2)]
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
     hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
     hook.register_module(model)
     hook.register_loss(criterion)
+    if twin:
+        hook.register_module(other)
     g = torch.Generator().manual_seed(1)
     for step in range(8):
         x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
@@ -848,6 +854,10 @@ def test_a_gradient_that_gradscaler_keeps_from_its_optimizer_is_no_fault(out_dir
         for opt in opts:
             scaler.step(opt)
         scaler.update()
+        if twin:
+            other_opt.zero_grad()
+            criterion(other(x), y).backward()
+            other_opt.step()
     hook.close()
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert smd.create_trial(out_dir).first_nonfinite() is None

@@ -575,11 +575,18 @@ class TorchHealth:
         return False
 
     def _applies(self, held: frozenset, gradients: list[str]) -> bool:
-        """Whether the optimizer holding the parameters ``held`` (ids) applies one of these gradients."""
+        """Whether the optimizer holding the parameters ``held`` (ids) applies one of these non-finite
+        gradients. By name, and by value where it is still there: two registered models of one class
+        share their tensors' names, and the other's gradient of that name may be finite."""
         layout = self._layout
-        first = len(layout.weights)
         params = layout.grad_params
-        return any(id(params[layout.position[name] - first]) in held for name in gradients)
+        first = len(layout.weights)
+        bad = set(gradients)
+        return any(
+            id(p) in held and (p.grad is None or _nonfinite(p.grad))  # (None: zeroed since it was recorded)
+            for name, p in zip(layout.names[first : first + len(params)], params)
+            if name in bad
+        )
 
     def _make_ring(self, rows: int, columns: int) -> torch.Tensor:
         device = torch.device("cpu")
