@@ -322,10 +322,7 @@ class TorchHealth:
         """The ids of the optimizer's parameters if it updates one of a registered model's, else None: the
         pre-hook is global, and another model's optimizer (an unregistered model trained beside it)
         neither applies these gradients nor may record this model's step again."""
-        models = list(self.hook._models.values())
-        for model in models:
-            if model.stale():  # (fully_shard swapped its parameters since: the optimizer holds the new ones)
-                model.refresh()
+        models = self.hook._models.values()  # (refreshed by the step's forward pass, which came first)
         key = tuple(id(m.params) for m in models)
         groups = optimizer.param_groups
         count = sum(len(group["params"]) for group in groups)
