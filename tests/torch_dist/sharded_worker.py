@@ -63,6 +63,33 @@ def fsdp_mlp_part(rank, out_dir):
             json.dump(expected, f)
 
 
+def fsdp_health_sharded_later(rank, out_dir):
+    """health=True, the model sharded after step 0 (a save step) while idle steps follow: health notices
+    the new parameters first, and the hook must still watch their gradients at the next save step."""
+    model = make("mlp")
+    h = smd.Hook(
+        out_dir=out_dir,
+        include_workers="all",
+        include_collections=["gradients"],
+        save_config=smd.SaveConfig(save_steps=[0, 3]),
+        health=True,
+    )
+    h.register_module(model)
+    criterion = nn.CrossEntropyLoss()
+    h.register_loss(criterion)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        if step == 1:
+            fully_shard(model.fc1)
+            fully_shard(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = batch("mlp", rank, step)
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        opt.step()
+    h.close()
+
+
 def fsdp_block(rank, out_dir):
     model = make("block")
     fully_shard(model.attn)
@@ -303,6 +330,7 @@ SCENARIOS = {
     "fsdp_mlp_one": lambda rank, d: fsdp_mlp(rank, d, include_workers="one"),
     "fsdp_mlp_part": fsdp_mlp_part,
     "fsdp_block": lambda rank, d: fsdp_block(rank, d),
+    "fsdp_health_sharded_later": fsdp_health_sharded_later,
     "tp_mlp": lambda rank, d: tensor_parallel(rank, d, include_workers="all"),
     "tp_mlp_gathered": lambda rank, d: tensor_parallel(
         rank, d, include_workers="all", gather_full_tensors=True

@@ -122,6 +122,17 @@ def test_a_hook_registered_first_follows_a_submodule_sharded_later(runs):
             )
 
 
+def test_health_on_a_model_sharded_after_its_first_step_keeps_saving_its_gradients(runs):
+    """health noticed the sharded parameters first (on an idle step): step 3 still saves their gradients."""
+    trial = smd.create_trial(os.path.join(runs, "fsdp_health_sharded_later"))
+    grads = trial.tensor_names(collection="gradients")
+    assert len(grads) == 4, grads
+    for name in grads:
+        assert trial.tensor(name).steps() == [0, 3], name
+        assert trial.placements(name)["worker_1"]["local_shape"], name  # saved as shards at step 3
+    assert trial.first_nonfinite() is None
+
+
 def test_tensor_parallel_shards_and_gathered_values(runs):
     trial, reference = _trials(runs, "tp_mlp", "tp")
     # ColwiseParallel shards fc1's rows, RowwiseParallel fc2's columns; fc2's bias is replicated

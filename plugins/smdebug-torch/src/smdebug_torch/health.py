@@ -615,7 +615,7 @@ class TorchHealth:
         models = list(hook._models.values())
         for model in models:
             if model.stale():
-                model.refresh()
+                hook._refresh(model)
         loss_name = self._recorded_loss
         if hook._loss_modules:
             first = hook._loss_modules[0]

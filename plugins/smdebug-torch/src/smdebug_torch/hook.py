@@ -378,10 +378,7 @@ class Hook(BaseHook):
         with self.guard("save the parameters"):
             model = self._models[module]
             if model.stale():
-                model.refresh()  # like smdebug, the parameters the model has now
-                self._hook_sharded_grads(model)
-                if self._armed:
-                    self._watch_own_grads(model)
+                self._refresh(model)
             for name, param in model.sharded:  # on every rank, writing or not: they reduce together
                 self._shards.capture(name, param)
             if model.flat_params:  # a classic FSDP wrapped the model after it was registered
@@ -398,6 +395,14 @@ class Hook(BaseHook):
                     self.save_many_for_step([n for n, _ in held], [p.detach().clone() for _, p in held])
             elif self.any_due(model.names):
                 self.save_many_for_step(model.names, model.values)
+
+    def _refresh(self, model: _Model) -> None:
+        """Take the parameters the model has now (like smdebug) and watch the new ones' gradients; by
+        whatever notices first that it is stale (a due step's forward pass, health on an idle step)."""
+        model.refresh()
+        self._hook_sharded_grads(model)
+        if self._armed:
+            self._watch_own_grads(model)
 
     def _hook_sharded_grads(self, model: _Model) -> None:
         """A hook on each sharded parameter, called with its gradient shard: by autograd (tensor parallel)
@@ -459,9 +464,7 @@ class Hook(BaseHook):
             return
         if model.lazy:  # a lazy module's parameters exist once the first forward has run
             with self.guard("save the parameters"):
-                model.refresh()
-                if self._armed:
-                    self._watch_own_grads(model)
+                self._refresh(model)
         if not self.any_due(model.grad_names):
             return
         with self.guard("watch the gradients"):
