@@ -670,6 +670,26 @@ def test_why_with_a_model_called_twice_a_step_names_the_last_gradients_recorded(
     assert "the fastest-growing was" in text and "since step 1" in text
 
 
+def test_why_says_no_gradient_norm_grew_when_every_one_fell(out_dir):
+    # one batch, learnt: every gradient norm falls, and none is called the fastest-growing at x0.9
+    model, criterion, hook = hooked_net(out_dir)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 4, generator=g), torch.randint(0, 3, (32,), generator=g)
+    norms = []
+    for step in range(8):
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        norms.append([p.grad.norm().item() for p in model.parameters()])
+        if step == 7:
+            model.fc2.bias.grad[0] = float("nan")
+        opt.step()
+    hook.close()
+    assert all(now < then for now, then in zip(norms[6], norms[0]))
+    text = why(out_dir)
+    assert "no gradient norm grew since step 0" in text and "fastest-growing" not in text
+
+
 class InterruptedWorkerData(torch.utils.data.Dataset):
     """Batches of 8 for Net, a NaN in batch 2's input; the worker making batch 6 gets SIGINT (as Ctrl-C
     reaches the whole process group) and goes on."""

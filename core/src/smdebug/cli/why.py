@@ -116,7 +116,10 @@ def _before(trial, step: int, worker: str | None) -> str:
         parts.append(f"the largest gradient norm at step {last} was {top}'s, {grads[top][last]:.4g}")
         if growth:
             ratio, name = max(growth)
-            parts.append(f"the fastest-growing was {name}'s, x{ratio:.3g} since step {first}")
+            if ratio > 1:
+                parts.append(f"the fastest-growing was {name}'s, x{ratio:.3g} since step {first}")
+            else:  # (a falling norm is no growth: the one that fell least, x0.98, is not "fastest-growing")
+                parts.append(f"no gradient norm grew since step {first}")
     bad = [n for n, v in l2.items() if not math.isfinite(v.get(step, 0.0))]
     # (MXNet's weights of a step are those its update left: one set to inf before the bad step shows there)
     early = sorted((s, n) for n, v in l2.items() for s, x in v.items() if s < step and not math.isfinite(x))
