@@ -323,6 +323,53 @@ def test_a_nan_in_a_batch_of_labels_is_found_at_the_input(out_dir):
     )
 
 
+@pytest.mark.parametrize("bad", ["model_input_1", "labels_1"])
+def test_a_nan_in_one_of_several_inputs_or_labels_is_named_as_it_is_saved(out_dir, bad):
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((3,), name="a"), keras.Input((4,), name="b")
+    both = keras.layers.Concatenate(name="cat")(
+        [keras.layers.Dense(2, name="da")(a), keras.layers.Dense(2, name="db")(b)]
+    )
+    model = keras.Model(
+        [a, b], [keras.layers.Dense(1, name="one")(both), keras.layers.Dense(2, name="two")(both)], name="net"
+    )
+    model.compile(optimizer="sgd", loss=["mse", "mse"])
+    rng = np.random.default_rng(0)
+    xa, xb = rng.normal(size=(48, 3)).astype("float32"), rng.normal(size=(48, 4)).astype("float32")
+    y1, y2 = rng.normal(size=(48, 1)).astype("float32"), rng.normal(size=(48, 2)).astype("float32")
+    (xb if bad == "model_input_1" else y2)[8 * FAULT + 1, 0] = np.nan
+    hook = smd.KerasHook(out_dir=out_dir, health=True, include_collections=["inputs", "outputs"])
+    model.fit([xa, xb], [y1, y2], batch_size=8, shuffle=False, callbacks=[hook], verbose=0)
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    first = trial.first_nonfinite()
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (
+        FAULT,
+        "input",
+        "net",
+        bad,
+    )
+    assert np.isnan(trial.tensor(bad).value(FAULT)).any()  # the trigger saved it under that name
+
+
+def test_a_huge_finite_value_is_no_fault_and_no_numpy_warning(out_dir):
+    import warnings
+
+    keras.utils.set_random_seed(0)
+    bias = keras.initializers.Constant(1e20)  # finite, its square past float32's range
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, name="d", bias_initializer=bias)])
+    model.compile(optimizer="sgd", loss="mae")  # (the loss stays finite, ~1e20)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 4)).astype("float32"), rng.normal(size=(32, 1)).astype("float32")
+    hook = smd.KerasHook(out_dir=out_dir, health=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model.fit(x, y, batch_size=8, shuffle=False, callbacks=[hook], verbose=0)
+    hook.close()
+    assert smd.create_trial(out_dir).first_nonfinite() is None
+    assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
+
+
 def test_a_loss_spike_from_a_learning_rate_jump_writes_the_recorder(out_dir):
     norms = train(out_dir, steps=12, lr_jump_at=8, health_loss_factor=3, include=["weights", "losses"])
     trial = smd.create_trial(out_dir)

@@ -228,6 +228,23 @@ def test_loss_spike_from_a_learning_rate_jump(out_dir):
     assert np.linalg.norm(grad) == pytest.approx(seen[spike]["gradient/Net_fc1.weight"], rel=1e-5)
 
 
+def test_a_short_recorder_still_judges_loss_spikes_against_the_recent_losses(out_dir):
+    # health_steps=3 holds fewer steps than a spike needs before it is judged (5): the losses are kept apart
+    _, seen = train(
+        out_dir,
+        steps=14,
+        lr_jump_at=9,
+        health_loss_factor=3,
+        health_steps=3,
+        save_config=smd.SaveConfig(save_interval=100),
+    )
+    trial = smd.create_trial(out_dir)
+    spike = first_loss_spike(trial)
+    assert spike > 9 and seen[spike]["loss"] > 3 * np.median([seen[s]["loss"] for s in range(9)])
+    # step 0 saved, then the recorder's 3 steps (the loss keeps growing: later spikes write theirs too)
+    assert [s for s in trial.steps() if s <= spike] == [0, spike - 2, spike - 1, spike]
+
+
 class FiresFromStepFive(Rule):
     def invoke_at_step(self, step):
         return step >= 5

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +80,9 @@ class HealthMonitor:
         self._mode_steps: list[int] = [0] * n
         self._written: list[bool] = [False] * n
         self._dumped: list[bool] = [False] * n
-        self._losses: list[float] = [math.nan] * n
+        # the last training losses judged, (step, loss): kept apart from the ring, whose length
+        # (health_steps, 2 allowed) must not decide whether a spike can be judged
+        self._losses: deque[tuple[int, float]] = deque(maxlen=LOSS_WINDOW)
         self._next = 0
         self._seen = 0
         self._median: float | None = None
@@ -136,7 +138,6 @@ class HealthMonitor:
         self._mode_steps[slot] = hook.mode_step
         self._written[slot] = False
         self._dumped[slot] = False
-        self._losses[slot] = math.nan
         self._last_slot = slot
         return slot
 
@@ -151,10 +152,10 @@ class HealthMonitor:
         if hook.anything_due() and self._steps[slot] == hook.step:  # a save step: its statistics too,
             self._save_row = (slot, np.array(host))  # written when the hook ends the step (save_row)
         # non-finite if any max |x| is: their dot product is (one BLAS call: numpy's reductions, or Python
-        # floats made of every value, run more code than the reading; squares past float32's range are
-        # inf too, and then the exact test below tells)
+        # floats made of every value, run more code than the reading); in float64, where no finite
+        # float32's square overflows (numpy would warn the user about a value that is no fault)
         if finite is None:
-            maxes = host[n:]
+            maxes = host[n:].astype(np.float64)
             total = float(maxes.dot(maxes))
             finite = total - total == 0 or bool(np.isfinite(maxes).all())
         if not finite and not skipped:
@@ -184,14 +185,16 @@ class HealthMonitor:
                     f"loss spike: {loss:.4g} is {loss / median:.1f}x the recent median {median:.4g}",
                     step=step,
                 )
-            self._losses[slot] = loss
+            losses = self._losses
+            if losses and losses[-1][0] == step:  # (the step recorded again: another optimizer's)
+                losses[-1] = (step, loss)
+            else:
+                losses.append((step, loss))
         return False
 
     def _recent_median(self) -> float | None:
-        """The median loss of the last LOSS_WINDOW recorded steps, None before MIN_LOSS_HISTORY of them."""
-        steps, losses = self._steps, self._losses
-        order = sorted(range(len(steps)), key=steps.__getitem__)[-LOSS_WINDOW:]
-        recent = sorted(x for x in map(losses.__getitem__, order) if x == x)  # (NaN: no loss that step)
+        """The median loss of the last LOSS_WINDOW training steps judged, None before MIN_LOSS_HISTORY."""
+        recent = sorted(loss for _, loss in self._losses)
         count = len(recent)
         if count < MIN_LOSS_HISTORY:
             return None

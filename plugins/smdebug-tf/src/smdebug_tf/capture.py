@@ -224,10 +224,10 @@ def _recording_call(layer, original, is_model: bool):
         recorder = active()
         if recorder is not None and recorder.here():
             if HEALTH in recorder.kinds and not is_model:
-                from smdebug_tf.health import finite_flag
+                from smdebug_tf.health import finite_flags
 
-                name = layer_tensor_name(layer, "outputs")
-                recorder.health_flags.append((("forward", layer.name, name), finite_flag(outputs)))
+                for name, flag in finite_flags(layer_tensor_name(layer, "outputs"), outputs):
+                    recorder.health_flags.append((("forward", layer.name, name), flag))
             if is_model:
                 recorder.add(PREDICTIONS, outputs)
             elif LAYERS in recorder.kinds:
@@ -326,7 +326,7 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
         with recording(Recorder(kinds)) as recorder:
             weights = []
             if HEALTH in kinds:  # read before the step's update, as below
-                from smdebug_tf.health import finite_flag
+                from smdebug_tf.health import finite_flags
 
                 weights = [(variable_name(v), tf.convert_to_tensor(v)) for v in model.weights]
                 y = None
@@ -336,9 +336,9 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
                     x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
                 else:
                     x = data[0] if isinstance(data, tuple) else data
-                recorder.health_flags.append((("input", model.name, MODEL_INPUT), finite_flag(x)))
-                if any(t.dtype.is_floating for t in tf.nest.flatten(y) if hasattr(t, "dtype")):
-                    recorder.health_flags.append((("input", model.name, LABELS), finite_flag(y)))
+                for name, value in ((MODEL_INPUT, x), (LABELS, y)):  # (named as the saved ones)
+                    for tensor, flag in finite_flags(name, value):
+                        recorder.health_flags.append((("input", model.name, tensor), flag))
             if WEIGHTS in kinds:  # read before the step's update (TF orders the ops on each variable)
                 for variable in model.weights:
                     recorder.tensors[variable_name(variable)] = tf.identity(tf.convert_to_tensor(variable))

@@ -28,15 +28,14 @@ LOSS = "loss"  # Keras' name of the loss in its logs
 
 
 # -- in the compiled step ------------------------------------------------------------------------------
-def finite_flag(value) -> tf.Tensor:
-    """True when every floating value of a (nested) value is finite (a bool scalar)."""
+def finite_flags(name: str, value) -> list[tuple[str, tf.Tensor]]:
+    """An "all finite" flag (a bool scalar) for each floating tensor of a (nested) value, named as the
+    saved tensors are (Recorder.add): ``name`` for one tensor, ``name_0``, ``name_1``... for several."""
     leaves = [
         tf.convert_to_tensor(t) for t in tf.nest.flatten(value) if isinstance(t, (tf.Tensor, tf.Variable))
     ]
-    checks = [tf.reduce_all(tf.math.is_finite(t)) for t in leaves if t.dtype.is_floating]
-    if not checks:
-        return tf.constant(True)
-    return checks[0] if len(checks) == 1 else tf.reduce_all(tf.stack(checks))
+    names = [name] if len(leaves) == 1 else [f"{name}_{i}" for i in range(len(leaves))]
+    return [(n, tf.reduce_all(tf.math.is_finite(t))) for n, t in zip(names, leaves) if t.dtype.is_floating]
 
 
 def statistics(tensors: list, flags: list) -> tf.Tensor:
