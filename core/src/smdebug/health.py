@@ -81,7 +81,7 @@ class HealthMonitor:
         self._written: list[bool] = [False] * n
         self._dumped: list[bool] = [False] * n
         # the last training losses judged, (step, loss): kept apart from the ring, whose length
-        # (health_steps, 2 allowed) must not decide whether a spike can be judged
+        # (health_steps, 1 allowed) must not decide whether a spike can be judged
         self._losses: deque[tuple[int, float]] = deque(maxlen=LOSS_WINDOW)
         self._next = 0
         self._seen = 0
