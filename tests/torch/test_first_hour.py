@@ -87,3 +87,19 @@ def test_no_builtin_rule_fires_on_a_healthy_run(tmp_path):
         optimizer.step()
     hook.close()
     assert_no_rule_fires(out)
+
+
+def test_a_misspelt_collection_is_warned_about_with_the_builtin_it_may_mean(tmp_path, caplog):
+    # 'inputs' and 'outputs' name nothing in PyTorch: neither is offered as the other's correction
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), include_collections=["weigths", "inputs", "outputs"])
+    with caplog.at_level("WARNING", logger="smdebug"):
+        _train(hook, 1)
+    hook.close()
+    said = {
+        name: line
+        for line in caplog.messages
+        for name in ("weigths", "inputs", "outputs")
+        if f"'{name}'" in line
+    }
+    assert "did you mean 'weights'?" in said["weigths"]
+    assert "did you mean" not in said["inputs"] and "did you mean" not in said["outputs"]

@@ -112,10 +112,14 @@ class DuePlanning:
                 coll.reduction_config = self.reduction_config
         for coll in self._included():
             if coll.name not in self.builtin_collections and not (coll.include_regex or coll.tensor_names):
-                known = [
+                known = [  # (not another empty one: 'inputs' is no better a guess for 'outputs')
                     *self.builtin_collections,
                     *self.builtin_patterns,
-                    *self.collection_manager.collections,
+                    *(
+                        n
+                        for n, c in self.collection_manager.collections.items()
+                        if c.include_regex or c.tensor_names
+                    ),
                 ]
                 self.warn_once(
                     f"empty:{coll.name}",
