@@ -667,10 +667,12 @@ def test_an_integer_layer_output_in_a_hybridized_model_is_no_error(out_dir, capf
     assert (first["step"], first["tensor"]) == (2, f"gradient/{net[2].weight.name}")
 
 
-def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir, per_layer):
     """grad_req 'add', three forward/backward passes (three steps) a trainer.step, then zero_grad: the
     last pass's step is recorded before the gradients are zeroed (the next forward would see zeros), so
-    a NaN in the accumulated gradient is named there and the recorder holds the real norms."""
+    a NaN in the accumulated gradient is named there and the recorder holds the real norms; with one
+    Trainer a layer too (neither update covers the model: zero_grad records the step)."""
     net, loss_fn = make_net()
     for param in net.collect_params().values():
         param.grad_req = "add"
@@ -682,7 +684,8 @@ def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
     )
     hook.register_block(net)
     hook.register_block(loss_fn)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    parts = list(net) if per_layer else [net]
+    trainers = [gluon.Trainer(part.collect_params(), "sgd", {"learning_rate": 0.1}) for part in parts]
     data = batches(12)
     norms = []
     for i in range(4):
@@ -695,7 +698,8 @@ def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir):
         norms.append(float(np.linalg.norm(net[1].weight.grad().asnumpy())))
         if i == 2:
             planted = net[1].weight.grad().asnumpy()
-        trainer.step(3 * BATCH)
+        for trainer in trainers:
+            trainer.step(3 * BATCH)
         net.collect_params().zero_grad()
     hook.close()
     trial = smd.create_trial(out_dir)

@@ -137,7 +137,8 @@ def _watch_trainers() -> None:
     the gradients are final and the weights as the update left them, what the next forward (where a
     step is otherwise recorded) would see, unless the script zeroes the gradients in between, as it
     does with gradient accumulation (grad_req 'add'); ``zero_grad`` judges the row first, while the
-    step's tensors are intact (to save them on a trigger). Wrapped once per process."""
+    step's tensors are intact (to save them on a trigger), and records it first if Trainers updated
+    only parts of the model (one a layer). Wrapped once per process."""
     from mxnet.gluon.parameter import Parameter, ParameterDict
 
     def after(method, call):
@@ -164,8 +165,8 @@ def _watch_trainers() -> None:
     for cls, name, wrap, call in (
         (mx.gluon.Trainer, "step", after, MXNetHealth.after_update),
         (mx.gluon.Trainer, "update", after, MXNetHealth.after_update),
-        (Parameter, "zero_grad", before, MXNetHealth.judge_recorded),
-        (ParameterDict, "zero_grad", before, MXNetHealth.judge_recorded),
+        (Parameter, "zero_grad", before, MXNetHealth.before_zero_grad),
+        (ParameterDict, "zero_grad", before, MXNetHealth.before_zero_grad),
     ):
         method = getattr(cls, name)
         if not getattr(method, "smdebug_wrapped", False):
@@ -201,6 +202,7 @@ class MXNetHealth:
         self._judged = None
         self._unjudged = None  # (row, tensors, names) of a step recorded but not judged yet (collect)
         self._coverage = weakref.WeakKeyDictionary()  # Trainer -> (key, updates every watched parameter)
+        self._updated = None  # the step a Trainer last updated weights in
         _watch_trainers()
         LIVE.add(self)
 
@@ -315,9 +317,22 @@ class MXNetHealth:
         Trainer updates every watched parameter (with one Trainer a layer, the step waits for the next
         forward as without a Trainer)."""
         if self.hook.mode in GRADIENT_MODES:
+            self._updated = self.hook.step
             with self.hook.guard("record the step's health"):
                 if self._covers(trainer):
                     self.collect(judge=False)
+
+    def before_zero_grad(self) -> None:
+        """The script zeroes gradients: a step whose Trainers updated only parts of the model (none
+        recorded it) is recorded now, its gradients still intact, rather than at the next forward, which
+        would find them zeroed; the row recorded last is judged (see _watch_trainers). A zero_grad before
+        the step's update (before backward, as in PyTorch scripts) records nothing."""
+        hook = self.hook
+        if self._updated == hook.step and hook.mode in GRADIENT_MODES:
+            with hook.guard("record the step's health"):
+                self.collect()
+        else:
+            self.judge_recorded()
 
     def _covers(self, trainer) -> bool:
         """Whether a Trainer updates every parameter with a gradient of the models that ran (cached
