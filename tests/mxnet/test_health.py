@@ -3,6 +3,7 @@ something goes wrong, and where the first non-finite value came from, with fault
 Gluon training."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -713,6 +714,41 @@ def test_gradient_accumulation_records_the_gradients_before_zero_grad(out_dir, p
     grad = trial.tensor(f"gradient/{net[1].weight.name}")
     assert grad.reduction_value(5, "l2") == pytest.approx(norms[1], rel=1e-5)
     np.testing.assert_array_equal(grad.value(8), planted)  # the trigger's save, before zero_grad
+
+
+def test_a_trigger_at_the_save_step_before_the_first_evaluation_saves_that_steps_gradients(out_dir):
+    """smdebug 1.0.34 saves no parameters for the last TRAIN step before the first evaluation (it reads
+    them when the next step starts, in EVAL): a trigger at that step saves them all the same, once."""
+    net, loss_fn = make_net()
+    hook = smd.Hook(
+        out_dir=out_dir,
+        health=True,
+        save_config=smd.SaveConfig(save_interval=5),
+        include_collections=["weights", "gradients", "losses"],
+    )
+    hook.register_block(net)
+    hook.register_block(loss_fn)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    data = batches(7)
+    hook.set_mode(smd.modes.TRAIN)
+    for step, (x, y) in enumerate(data[:6]):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        if step == 5:
+            net[1].weight.grad()[0, 0] = np.nan
+            planted = net[1].weight.grad().asnumpy()
+        trainer.step(BATCH)
+    hook.set_mode(smd.modes.EVAL)
+    loss_fn(net(data[6][0]), data[6][1])
+    hook.close()
+    trial = smd.create_trial(out_dir)
+    name = f"gradient/{net[1].weight.name}"
+    assert trial.first_nonfinite()["tensor"] == name
+    np.testing.assert_array_equal(trial.tensor(name).value(5, mode=smd.modes.TRAIN), planted)
+    with open(os.path.join(out_dir, "index", "000000000", f"{5:012d}_worker_0.json")) as f:
+        names = [t["tensorname"] for t in json.load(f)["tensor_payload"]]
+    assert name in names and len(names) == len(set(names))
 
 
 def test_two_trainers_updating_one_model_record_its_step_after_both(out_dir):

@@ -203,6 +203,7 @@ class MXNetHealth:
         self._unjudged = None  # (row, tensors, names) of a step recorded but not judged yet (collect)
         self._coverage = weakref.WeakKeyDictionary()  # Trainer -> (key, updates every watched parameter)
         self._updated = None  # the step a Trainer last updated weights in
+        self._parameter_names: frozenset = frozenset()  # the layout's weights' and gradients' names
         _watch_trainers()
         LIVE.add(self)
 
@@ -462,6 +463,7 @@ class MXNetHealth:
             grads = [ref for ref in weights if ref().grad_req != "null"]
             self._frozen = [ref for ref in weights if ref().grad_req == "null"]
             names = [ref().name for ref in weights] + [GRADIENT_PREFIX + ref().name for ref in grads]
+            self._parameter_names = frozenset(names)
             names += [loss_name] if loss_name is not None else []
             self._layout = (key, weights, grads, tuple(names), loss_name, {})
         return self._layout[1:]
@@ -516,16 +518,26 @@ class MXNetHealth:
 
     def _save_step(self, named) -> None:
         """The triggering step's tensors (``(name, array)`` or ``(block, name, array)``) the user's
-        collections name, saved as those collections save (those the step saved already aside)."""
+        collections name, saved as those collections save (those the step saves anyway aside). Its
+        parameters and gradients are saved here, due or not, and the step then saves none: the hook
+        reads them when the next step starts (after a zero_grad), or, after a mode change, not at all
+        (smdebug 1.0.34's rule: the last TRAIN step before an evaluation has none)."""
         hook = self.hook
+        parameters = False
         for *_, name, tensor in named:
             if isinstance(tensor, NodeOutput):
                 tensor = tensor.kept
-            if tensor is None or hook.is_due(name):  # (a gradient of an evaluation step, an output not kept)
+            if tensor is None:  # (a gradient of an evaluation step, an output not kept)
+                continue
+            parameter = name in self._parameter_names
+            if hook.is_due(name) and not parameter:
                 continue
             collections = [c.name for c in hook.collections_of(name)]
             if collections:
                 BaseHook.save_tensor(hook, name, tensor, collections)
+                parameters = parameters or parameter
+        if parameters:
+            hook.params_saved_step = hook.step
 
 
 def _alive(ref):
