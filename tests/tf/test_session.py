@@ -399,3 +399,35 @@ def test_session_hook_health(tmp_path, fault, direction, module):
     for step in range(3):  # the recorder's steps before, as reductions
         assert trial.tensor(KERNEL).reduction_value(step, "l2") == pytest.approx(printed["norms"][step])
         assert np.isfinite(trial.tensor(LOSS).reduction_value(step, "max", abs=True))
+
+
+MEDIANS = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    import smdebug.tensorflow as smd
+
+    tf.compat.v1.disable_eager_execution()
+    hook = smd.SessionHook(
+        out_dir=sys.argv[1], save_config=smd.SaveConfig(save_interval=1), include_collections=["custom"],
+        reduction_config=smd.ReductionConfig(reductions=["median"], abs_reductions=["median"]),
+    )
+    x = tf.compat.v1.placeholder(tf.float32, [None], name="x")
+    hook.get_collection("custom").add(tf.identity(x * 1.0, name="y"))
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+        for batch in ([5, 1, 3], [9, -7, 5, 3, 1], [1, 2, 3, 4], [4]):
+            sess.run("y:0", feed_dict={x: np.array(batch, np.float32)})
+    hook.close()
+    """
+)
+
+
+def test_the_median_in_a_graph_is_numpys_for_odd_and_even_counts(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MEDIANS)
+    _run([sys.executable, str(script), str(tmp_path / "run")])
+    tensor = create_trial(str(tmp_path / "run")).tensor("y:0")
+    for step, batch in enumerate(([5, 1, 3], [9, -7, 5, 3, 1], [1, 2, 3, 4], [4])):
+        assert tensor.reduction_value(step, "median") == np.median(batch), step
+        assert tensor.reduction_value(step, "median", abs=True) == np.median(np.abs(batch)), step

@@ -113,7 +113,8 @@ def _median(t: tf.Tensor) -> tf.Tensor:
         ordered = tf.concat([ordered, tf.zeros([1], t.dtype)], 0)  # result is not used then)
     half = size // 2
     upper = tf.gather(ordered, half)
-    middle = tf.where(size % 2 == 1, upper, (tf.gather(ordered, tf.maximum(half - 1, 0)) + upper) / 2)
+    # (tf.equal: in a TF 1.x graph, == between Tensors compares the objects, always False)
+    middle = tf.where(tf.equal(size % 2, 1), upper, (tf.gather(ordered, tf.maximum(half - 1, 0)) + upper) / 2)
     if t.dtype.is_floating:
         middle = tf.where(tf.reduce_any(tf.math.is_nan(t)), tf.constant(float("nan"), t.dtype), middle)
     return middle
