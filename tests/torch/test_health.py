@@ -245,6 +245,39 @@ def test_a_short_recorder_still_judges_loss_spikes_against_the_recent_losses(out
     assert [s for s in trial.steps() if s <= spike] == [0, spike - 2, spike - 1, spike]
 
 
+def test_a_model_with_buffers_is_run_again_to_name_the_faulty_module(out_dir):
+    # BatchNorm's running statistics are buffers: restored after the re-run, which names the module
+    magic = 12345.0
+
+    def run(hooked):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.Flatten(), nn.Linear(48, 3))
+        model[0].register_forward_hook(
+            lambda m, i, o: o.clone().fill_(float("inf")) if (i[0] == magic).any() else None
+        )
+        criterion = nn.CrossEntropyLoss()
+        if hooked:
+            hook = smd.Hook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+            hook.register_module(model)
+            hook.register_loss(criterion)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(1)
+        for step in range(6):
+            x, y = torch.randn(5, 1, 6, 6, generator=g), torch.randint(0, 3, (5,), generator=g)
+            if step == 4:
+                x.view(-1)[0] = magic
+            opt.zero_grad()
+            criterion(model(x), y).backward()
+            opt.step()
+        if hooked:
+            hook.close()
+        return model[1].running_mean.clone()
+
+    assert torch.equal(run(hooked=True), run(hooked=False))
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (4, "forward", "0_output_0"), first
+
+
 class FiresFromStepFive(Rule):
     def invoke_at_step(self, step):
         return step >= 5

@@ -730,7 +730,7 @@ class TorchHealth:
 
         handles = [m.register_forward_hook(called) for m in module.modules()]
         buffers = [(b, b.detach().clone()) for b in module.buffers()]
-        devices = sorted({b.device.index or 0 for b in buffers if b.device.type == "cuda"})
+        devices = sorted({b.device.index or 0 for b, _ in buffers if b.device.type == "cuda"})
         devices += sorted({p.device.index or 0 for p in module.parameters() if p.device.type == "cuda"})
         self.rerunning = True
         try:
