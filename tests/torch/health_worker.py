@@ -47,6 +47,7 @@ def main(out_dir, case, fault_step):
         out_dir=out_dir,
         save_config=smd.SaveConfig(save_interval=100),
         include_workers=writers,
+        include_collections=["gradients", "losses"] if case == "rank" else None,
         health=True,
     )
     hook.register_module(model)

@@ -384,6 +384,17 @@ def test_fault_on_rank_one_of_two(out_dir):
     assert losses[0] != losses[1]
     mine = trial.tensor("CrossEntropyLoss_output_0").reduction_value(0, "l2", worker="worker_1")
     assert f"the loss went from {mine:.4g} to " in why(out_dir)
+    # step 0 saved each rank's own gradient (before the all-reduce): its reductions are that value's,
+    # not the recorder's (of the averaged gradient, the same on both ranks)
+    grad = trial.tensor("gradient/Net_fc2.weight")
+    own = [np.linalg.norm(grad.value(0, worker=w)) for w in ("worker_0", "worker_1")]
+    assert own[0] != pytest.approx(own[1], rel=1e-3)
+    for worker, norm in zip(("worker_0", "worker_1"), own):
+        assert grad.reduction_value(0, "l2", worker=worker) == pytest.approx(norm, rel=1e-5)
+        assert (
+            grad.reduction_value(0, "max", worker=worker, abs=True)
+            == np.abs(grad.value(0, worker=worker)).max()
+        )
 
 
 @pytest.mark.timeout(300)

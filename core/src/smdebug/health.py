@@ -317,9 +317,14 @@ class HealthMonitor:
         n = len(self.names)
         present = np.flatnonzero(values[:n] != ABSENT)  # (NaN is present)
         step = int(self._steps[slot])
+        hook = self.hook
+        due = hook._due
+        if due and step == hook.step:  # a save step: a tensor it saves is its own record, whole (under
+            # DDP, say, it saves each rank's gradient before the all-reduce, the recorder the averaged one)
+            present = [i for i in present if due.isdisjoint(hook.collections_of(self.names[i]))]
         names = [self._l2_names[i] for i in present] + [self._max_names[i] for i in present]
         data = np.concatenate([values[:n][present], values[n:][present]]).astype(np.float32)
-        reduced_step, reduced = self.hook._reduced
+        reduced_step, reduced = hook._reduced
         if reduced_step == step and reduced:  # a save step: the hook's own reductions stay, once
             done = {name for some in reduced for name in some}
             keep = [i for i, name in enumerate(names) if name not in done]
