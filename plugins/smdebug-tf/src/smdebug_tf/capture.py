@@ -73,13 +73,16 @@ class Recorder:
 
     def add(self, name: str, value) -> None:
         """Record a (nested) value: one tensor under ``name``, several as ``name_0``, ``name_1``..."""
-        leaves = [t for t in tf.nest.flatten(value) if isinstance(t, (tf.Tensor, tf.Variable))]
-        leaves = [tf.convert_to_tensor(t) for t in leaves]
-        if len(leaves) == 1:
-            self.tensors[name] = leaves[0]
-        else:
-            for i, t in enumerate(leaves):
-                self.tensors[f"{name}_{i}"] = t
+        self.tensors.update(named_tensors(name, value))
+
+
+def named_tensors(name: str, value) -> list[tuple[str, tf.Tensor]]:
+    """The tensors of a (nested) value with the names they are saved under: ``name`` for one tensor,
+    ``name_0``, ``name_1``... for several."""
+    leaves = [
+        tf.convert_to_tensor(t) for t in tf.nest.flatten(value) if isinstance(t, (tf.Tensor, tf.Variable))
+    ]
+    return [(name, leaves[0])] if len(leaves) == 1 else [(f"{name}_{i}", t) for i, t in enumerate(leaves)]
 
 
 def active() -> Recorder | None:
@@ -226,7 +229,7 @@ def _recording_call(layer, original, is_model: bool):
             if HEALTH in recorder.kinds and not is_model:
                 from smdebug_tf.health import finite_flags
 
-                for name, flag in finite_flags(layer_tensor_name(layer, "outputs"), outputs):
+                for name, flag in finite_flags(named_tensors(layer_tensor_name(layer, "outputs"), outputs)):
                     recorder.health_flags.append((("forward", layer.name, name), flag))
             if is_model:
                 recorder.add(PREDICTIONS, outputs)
@@ -337,7 +340,7 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
                 else:
                     x = data[0] if isinstance(data, tuple) else data
                 for name, value in ((MODEL_INPUT, x), (LABELS, y)):  # (named as the saved ones)
-                    for tensor, flag in finite_flags(name, value):
+                    for tensor, flag in finite_flags(named_tensors(name, value)):
                         recorder.health_flags.append((("input", model.name, tensor), flag))
             if WEIGHTS in kinds:  # read before the step's update (TF orders the ops on each variable)
                 for variable in model.weights:

@@ -28,14 +28,10 @@ LOSS = "loss"  # Keras' name of the loss in its logs
 
 
 # -- in the compiled step ------------------------------------------------------------------------------
-def finite_flags(name: str, value) -> list[tuple[str, tf.Tensor]]:
-    """An "all finite" flag (a bool scalar) for each floating tensor of a (nested) value, named as the
-    saved tensors are (Recorder.add): ``name`` for one tensor, ``name_0``, ``name_1``... for several."""
-    leaves = [
-        tf.convert_to_tensor(t) for t in tf.nest.flatten(value) if isinstance(t, (tf.Tensor, tf.Variable))
-    ]
-    names = [name] if len(leaves) == 1 else [f"{name}_{i}" for i in range(len(leaves))]
-    return [(n, tf.reduce_all(tf.math.is_finite(t))) for n, t in zip(names, leaves) if t.dtype.is_floating]
+def finite_flags(named: list[tuple[str, tf.Tensor]]) -> list[tuple[str, tf.Tensor]]:
+    """An "all finite" flag (a bool scalar) for each floating tensor of ``(name, tensor)`` pairs
+    (capture.named_tensors: named as the saved tensors are)."""
+    return [(n, tf.reduce_all(tf.math.is_finite(t))) for n, t in named if t.dtype.is_floating]
 
 
 def statistics(tensors: list, flags: list) -> tf.Tensor:
