@@ -346,3 +346,42 @@ def test_a_rule_that_checked_nothing_says_so(tmp_path, caplog):
     ]
     rule = create_rule("exploding_tensor", trial)
     assert evaluate_rule(rule) == [] and rule.nothing_checked() == ""
+
+
+def test_tensors_saved_in_a_form_a_rule_cannot_judge_are_no_data(tmp_path):
+    import numpy_runs
+
+    out = str(tmp_path / "run")
+    hook = numpy_runs.NumpyHook(
+        out_dir=out,
+        save_config=smdebug.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients"],
+        reduction_config=smdebug.ReductionConfig(norms=["l2"]),  # none of what the rules below judge
+    )
+    numpy_runs.train(hook, lr=0.05, steps=3)
+    hook.close()
+    for name, params in [
+        ("vanishing_gradient", {}),
+        ("all_zero", {"collection_names": "weights"}),
+        ("unchanged_tensor", {"collection_names": "weights"}),
+        ("tensor_variance", {"collection_names": "weights", "min_threshold": "0.001"}),
+    ]:
+        rule = create_rule(name, create_trial(out), **params)
+        assert evaluate_rule(rule) == [], name
+        assert "nothing it can judge" in rule.nothing_checked(), name
+    # the saved l2 is what exploding_tensor judges (a non-finite tensor has a non-finite l2)
+    rule = create_rule("exploding_tensor", create_trial(out))
+    assert evaluate_rule(rule) == [] and rule.nothing_checked() == ""
+
+
+def test_similar_across_runs_names_an_other_run_that_is_not_there(run, tmp_path):
+    with pytest.raises(SMDebugValueError, match="other_trial: .*nowhere: no such file or directory"):
+        create_rule("similar_across_runs", create_trial(run), other_trial=str(tmp_path / "nowhere"))
+    other = str(tmp_path / "other")  # a run that shares no tensor with this one: nothing compared
+    hook = numpy_runs.make_hook(other, include=("losses",))
+    numpy_runs.train(hook, lr=0.05, steps=2)
+    hook.close()
+    rule = create_rule(
+        "similar_across_runs", create_trial(run), other_trial=other, collection_names="weights"
+    )
+    assert evaluate_rule(rule) == [] and "nothing it can judge" in rule.nothing_checked()

@@ -23,6 +23,7 @@ class BuiltinRule(Rule):
         super().__init__(base_trial, action_str=action_str, other_trials=other_trials)
         self.reason = ""
         self._looked = self._matched = False  # whether _names was asked, and found anything
+        self._judged = False  # whether a value (or a saved reduction) was judged: else "no data"
 
     def _hit(self, reason: str) -> bool:
         self.reason = reason
@@ -77,25 +78,33 @@ class BuiltinRule(Rule):
 
     def nothing_checked(self) -> str:
         why = super().nothing_checked()
-        if why or not self.reads_tensors or self._matched:
+        if why or not self.reads_tensors or self._judged:
             return why
+        if self._matched:  # saved, but not as it judges them (other reductions), or too few steps
+            return (
+                "nothing to check: the tensors it selected hold nothing it can judge at the evaluated steps"
+            )
         return "nothing to check: the run saved no tensor this rule reads at the evaluated steps"
 
     def _value(self, name: str, step: int, mode=ModeKeys.GLOBAL, trial=None) -> np.ndarray | None:
         """The saved value, or None when only reductions (or nothing) were saved for it at this step."""
-        trial = trial or self.base_trial
-        try:
-            value = np.asarray(trial.tensor(name).value(step, mode=mode))
-        except (TensorUnavailableForStep, TensorUnavailable):
-            return None
-        self._matched = True  # a value read: the rule had something to judge
+        value = self._read(name, step, mode, trial)
+        self._judged = self._judged or value is not None  # a value read: the rule had something to judge
         return value
 
+    def _read(self, name: str, step: int, mode=ModeKeys.GLOBAL, trial=None) -> np.ndarray | None:
+        trial = trial or self.base_trial
+        try:
+            return np.asarray(trial.tensor(name).value(step, mode=mode))
+        except (TensorUnavailableForStep, TensorUnavailable):
+            return None
+
     def _scalar(self, name: str, step: int, mode=ModeKeys.GLOBAL) -> float | None:
-        """The value of a scalar tensor (a loss), None when it is not a single number."""
-        value = self._value(name, step, mode)
+        """The value of a scalar tensor (a loss), None when it is not a single number (not judged)."""
+        value = self._read(name, step, mode)
         if value is None or value.size != 1 or value.dtype.kind not in "iuf":
             return None
+        self._judged = True
         return float(value.reshape(-1)[0])
 
 

@@ -41,6 +41,7 @@ class VanishingGradient(BuiltinRule):
                 abs_mean = self.base_trial.tensor(tname).reduction_value(step, "mean", abs=True)
             except (TensorUnavailableForStep, TypeError, ValueError):
                 continue
+            self._judged = True
             if abs_mean < self.threshold:
                 return self._hit(f"{tname}: mean |gradient| {abs_mean:.3g} < threshold {self.threshold:g}")
         return False
@@ -83,7 +84,10 @@ class ExplodingTensor(BuiltinRule):
                     stored = list(self.base_trial.tensor(tname).reduction_values(step).values())
                 except SMDebugError:
                     continue
-                value = np.array([float(np.asarray(v).reshape(-1)[0]) for v in stored] or [0.0])
+                if not stored:
+                    continue
+                self._judged = True
+                value = np.array([float(np.asarray(v).reshape(-1)[0]) for v in stored])
             if self._bad(value):
                 return self._hit(f"{tname} holds {what} values")
         return False
@@ -108,6 +112,7 @@ class AllZero(BuiltinRule):
                 percent = self._percent_from_reductions(tname, step)
                 if percent is None:
                     continue
+                self._judged = True
             elif value.size == 0:
                 continue
             else:
@@ -202,6 +207,7 @@ class TensorVariance(BuiltinRule):
             var = float(np.var(value)) if value is not None else self._saved_variance(tname, step)
             if var is None:
                 continue
+            self._judged = True
             if self.max_threshold is not None and var > self.max_threshold:
                 return self._hit(f"{tname}: variance {var:.3g} > max_threshold {self.max_threshold:g}")
             if self.min_threshold is not None and var < self.min_threshold:
@@ -234,9 +240,14 @@ class SimilarAcrossRuns(BuiltinRule):
                 "SimilarAcrossRuns: parameter other_trial is required (the path of the run to compare with)"
             )
         if isinstance(other_trial, str):
+            from smdebug.layout import no_run_here
             from smdebug.trials import create_trial
 
-            other_trial = create_trial(other_trial.strip())
+            path, other_trial = other_trial.strip(), create_trial(other_trial.strip(), missing_ok=True)
+            if not other_trial.steps(show_incomplete_steps=True) and not other_trial.collections():
+                raise SMDebugValueError(
+                    f"{self.name}: parameter other_trial: {no_run_here(other_trial.store, path)}"
+                )
         super().__init__(base_trial, other_trials=[other_trial])
         self.other_trial = other_trial
         self.collection_names = p.to_list(self.rule_name, "collection_names", collection_names)
@@ -246,7 +257,7 @@ class SimilarAcrossRuns(BuiltinRule):
         for tname in self._names(step, self.collection_names, self.tensor_regex, all_if_empty=True):
             if not self.other_trial.has_tensor(tname):
                 continue
-            mine = self._value(tname, step)
+            mine = self._read(tname, step)
             try:
                 if mine is not None:
                     theirs = np.asarray(self.other_trial.tensor(tname).value(step))
@@ -255,14 +266,20 @@ class SimilarAcrossRuns(BuiltinRule):
                     differs = self._reductions_differ(tname, step)
             except SMDebugError:
                 continue  # not saved at this step in the other run
+            if differs is None:
+                continue  # no reduction saved by both
+            self._judged = True
             if differs:
                 return self._hit(f"{tname} differs from {self.other_trial.name} at step {step}")
         return False
 
-    def _reductions_differ(self, tname: str, step: int) -> bool:
+    def _reductions_differ(self, tname: str, step: int) -> bool | None:
+        """Whether a reduction both runs saved differs; None when they saved none in common."""
         mine = self.base_trial.tensor(tname).reduction_values(step)
         theirs = self.other_trial.tensor(tname).reduction_values(step)
         both = sorted(set(mine) & set(theirs))
+        if not both:
+            return None
         return any(not np.allclose(mine[k], theirs[k], equal_nan=True) for k in both)
 
 
