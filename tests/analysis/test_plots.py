@@ -101,3 +101,26 @@ def test_plot_needs_matplotlib(trial, tmp_path, monkeypatch):
 def test_every_train_step_of_save_scalar_is_drawn(trial):
     (s,) = tensor_series(trial, "scalar/lr")
     assert s.steps == list(range(TRAIN_STEPS))
+
+
+def test_a_damaged_record_is_left_out_of_plots_and_frames(run_dir, tmp_path, caplog):
+    """A truncated event file costs only its own points, as values() leaves them out: the plot and the
+    DataFrame of the rest are drawn and built, the damage warned of."""
+    import shutil
+
+    from smdebug.trials import create_trial, to_dataframe
+
+    damaged = tmp_path / "run"
+    shutil.copytree(run_dir, damaged)
+    event = damaged / "events" / "000000000002" / "000000000002_worker_0.tfevents"
+    event.write_bytes(event.read_bytes()[:40])
+    trial = create_trial(str(damaged))
+    name = "CrossEntropyLoss_output_0"
+    kept = sorted(trial.tensor(name).values())
+    assert 2 not in kept and kept
+    assert [s for series in tensor_series(trial, name) for s in series.steps] == kept
+    frame = to_dataframe(trial, collection="losses")
+    assert sorted(frame[frame.tensor == name].step) == kept
+    plot(trial, [name], str(tmp_path / "loss.png"))
+    assert (tmp_path / "loss.png").stat().st_size > 0
+    assert "damaged record" in caplog.text

@@ -177,3 +177,24 @@ def test_a_misspelt_reduction_names_the_nearest(kwargs, nearest):
 
     with pytest.raises(ConfigError, match=f"did you mean '{nearest}'"):
         smdebug.ReductionConfig(**kwargs)
+
+
+def test_every_error_of_the_library_crosses_a_process_with_its_message():
+    """Errors travel pickled from a Dask worker (rules over many runs): each comes back as itself."""
+    import inspect
+    import pickle
+
+    import smdebug.exceptions as errors
+
+    classes = [
+        c
+        for c in vars(errors).values()
+        if inspect.isclass(c) and issubclass(c, BaseException) and c.__module__ == errors.__name__
+    ]
+    assert len(classes) > 10
+    for cls in classes:
+        params = [p for name, p in inspect.signature(cls.__init__).parameters.items() if name != "self"]
+        required = [p for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+        error = cls(*[f"arg{i}" for i in range(len(required) or 1)])  # (a message, for *args)
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is cls and str(again) == str(error), cls.__name__

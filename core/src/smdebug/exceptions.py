@@ -134,6 +134,9 @@ class ShapeUnavailableForStep(TensorUnavailableForStep):
     def __str__(self):
         return f"Shape for tensor {self.tname} is not available for step {self.step} with mode {_name(self.mode)}"
 
+    def __reduce__(self):  # (pickled, e.g. a Dask worker's error: its arguments are not its parent's)
+        return type(self), (self.tname, self.step, self.mode)
+
 
 class TensorUnavailable(SMDebugError):
     def __init__(self, tname, saved=()):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from smdebug._optional import require
-from smdebug.exceptions import SMDebugValueError
+from smdebug.exceptions import CorruptTensorRecord, SMDebugValueError
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import ALLOWED_NORMS, ALLOWED_REDUCTIONS, numpy_reduction
 
@@ -80,7 +80,10 @@ def tensor_series(
         if only is not None and step_mode != only:
             continue
         data = tensor._worker_data(step, ModeKeys.GLOBAL, worker)
-        what, value = _point(tensor, step, worker, data, key)
+        try:
+            what, value = _point(tensor, step, worker, data, key)
+        except CorruptTensorRecord:  # warned of once by the trial; left out, as values() does
+            continue
         if what is None:
             continue
         # one line per mode (and per kind, if the tensor was saved differently at other steps)

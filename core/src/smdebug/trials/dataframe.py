@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from smdebug._optional import require
-from smdebug.exceptions import SMDebugValueError, TensorUnavailableForStep, did_you_mean
+from smdebug.exceptions import CorruptTensorRecord, SMDebugValueError, TensorUnavailableForStep, did_you_mean
 from smdebug.layout import worker_from_file_name
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.reductions import ALLOWED_NORMS, ALLOWED_REDUCTIONS, numpy_reduction
@@ -144,7 +144,10 @@ def _frame(source, *, tensor_names, collection, regex, mode, steps, worker, redu
                 }
                 value = None
                 if data.location is not None and (values or requested):
-                    value = tensor.value(step, worker=who)
+                    try:
+                        value = tensor.value(step, worker=who)
+                    except CorruptTensorRecord:  # warned of once by the trial; left out, as values() does
+                        continue
                 if values:
                     row["value"] = _cell(value)
                 for key in requested if requested is not None else sorted(data.reductions):
