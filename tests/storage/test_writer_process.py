@@ -239,6 +239,25 @@ def test_a_short_run_never_starts_a_writer_process(tmp_path):
     assert read(str(tmp_path / "run"))["steps"] == [0, 1, 2]
 
 
+def test_a_step_written_before_the_writer_process_took_over_keeps_its_tensors_when_more_come(tmp_path):
+    """A health recorder's rows (or a late save) for a step this process's writer wrote before the child
+    took over: the child adds them to the step's files, it does not write the step anew."""
+    out_dir = str(tmp_path / "run")
+
+    def late(hook, step):
+        wait_for_the_child(hook, step)
+        if step == 7:
+            assert hook._writer._local is None  # the child writes; step 2 was written here
+            hook._writer.write_tensor(2, ModeKeys.GLOBAL, 2, "late", np.ones(3, np.float32))
+            hook._writer.end_step(2)
+
+    train(out_dir, between=late)
+    trial = create_trial(out_dir)
+    assert {"w", "stat", "names", "scalar/loss", "late"} <= set(trial.tensor_names(step=2))
+    np.testing.assert_array_equal(trial.tensor("w").value(2), np.arange(12).reshape(3, 4) * 2)
+    np.testing.assert_array_equal(trial.tensor("late").value(2), np.ones(3))
+
+
 @pytest.mark.parametrize("flush_first", [True, False])
 def test_the_writer_process_killed_mid_run_loses_no_step_silently(tmp_path, caplog, flush_first):
     out_dir = str(tmp_path / "run")

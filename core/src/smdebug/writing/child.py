@@ -118,6 +118,8 @@ def main() -> int:
         elif kind == "failed":  # what the training process's own writer could not save
             writer.failed_steps.update({int(k): v for k, v in header[1].items()})
             writer.failed_files.update(header[2])
+        elif kind == "before":  # the steps the training process's own writer wrote
+            writer.written_before(header[1])
         elif kind == "status":
             replies.send({"id": header[1], "state": _state(writer, True, reported)})
         elif kind == "close":

@@ -38,7 +38,7 @@ from smdebug.writing.settings import (
     max_queue_bytes_from_env,
     record_bytes,
 )
-from smdebug.writing.thread_writer import RunWriter, write_copy
+from smdebug.writing.thread_writer import PUBLISHED_KEPT, RunWriter, write_copy
 from smdebug.writing.wire import (
     Compact,
     Gone,
@@ -135,8 +135,11 @@ class ProcessWriter(ChildLink):
             self._stop_child()
             self._local = RunWriter(self._store, self.worker, self.max_queue_bytes, uri=self._uri)
             self._local.refused = local.refused
-        elif self._failed_steps or self._failed_files:
-            self._send(request=["failed", self._failed_steps, self._failed_files])
+        else:
+            if self._failed_steps or self._failed_files:
+                self._send(request=["failed", self._failed_steps, self._failed_files])
+            if self._written:  # (a late save into one of them, a health recorder's row, is added to it)
+                self._send(request=["before", self._written[-PUBLISHED_KEPT:]])
 
     def _request(self, kind: str, *args, wait: float) -> dict | None:
         """Send a request after everything queued; the child's answer, or None when it gave none."""
@@ -399,6 +402,7 @@ class ProcessWriter(ChildLink):
         self._local.failed_steps.update({**self._failed_steps, **lost})
         self._local.failed_files.update(self._failed_files)
         self._local.written_steps.extend(self._written)
+        self._local.written_before(self._written)
         items = [owned(item, self._ring) for item in [*unsent, *self._batch]]
         self._batch = []
         feed(self._local, [item for item in items if item[0] == "file" or item[1] not in lost])

@@ -193,6 +193,12 @@ class RunWriter(Outbox):
         self._send_batch()
         self._queue.put(("file", relpath, data))
 
+    def written_before(self, steps) -> None:
+        """Steps another writer of this worker's run wrote (the one this writer takes over from): more
+        tensors for one of them are added to its files, not written over them."""
+        self._send_batch()
+        self._queue.put(("before", list(steps)[-PUBLISHED_KEPT:]))
+
     def write_view(self, step: int, mode: ModeKeys, mode_step: int, name: str, view: np.ndarray) -> None:
         """write_tensor of a view of memory that training changes once this returns: copied at once (a
         large one once the queue has room for it)."""
@@ -281,6 +287,9 @@ class RunWriter(Outbox):
                 self._finish(item[1])
             elif kind == "file":
                 self._publish(Publication(None, [(item[1], item[2])]))
+            elif kind == "before" and item[1]:
+                self._published.extend(item[1])
+                self._highest = max(self._highest, *item[1])
             elif kind == "flush":
                 item[1].set()
             elif kind == "stop":
