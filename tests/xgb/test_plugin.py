@@ -166,3 +166,13 @@ def test_activation_reaches_scikit_learn_fit(config, estimator):
     metric = "logloss" if estimator is xgb.XGBClassifier else "rmse"
     history = model.evals_result()["validation_0"][metric]
     assert [trial.tensor(f"validation_0-{metric}").value(s)[0] for s in range(3)] == pytest.approx(history)
+
+
+def test_activation_says_when_the_only_evaluation_set_is_the_training_data(config, caplog_smdebug):
+    hook = activate()
+    dtrain = data()[0]
+    xgb.train({"nthread": 1}, dtrain, 2, evals=[(dtrain, "train")], verbose_eval=False)
+    hook.close()
+    said = [r.getMessage() for r in caplog_smdebug.records if "labels not saved" in r.getMessage()]
+    assert len(said) == 1 and "only evaluation set is its training data" in said[0]
+    assert hook._no_validation_data.startswith("no validation_data")  # the call's reason was for it only

@@ -93,13 +93,19 @@ def _train_with(train, hook, borrow: bool = True):
             borrowed["train_data"] = dtrain
         if hook.validation_data is None and evals:
             borrowed["validation_data"] = evals[0]
+        elif hook.validation_data is None and borrow and bound.arguments.get("evals"):
+            borrowed["_no_validation_data"] = (
+                "the training call's only evaluation set is its training data (give the hook "
+                "validation_data, or the call another evaluation set)"
+            )
+        before = {name: getattr(hook, name) for name in borrowed}
         for name, value in borrowed.items():
             setattr(hook, name, value)
         try:
             return train(*bound.args, **bound.kwargs)
         finally:
-            for name in borrowed:
-                setattr(hook, name, None)
+            for name, value in before.items():
+                setattr(hook, name, value)
 
     setattr(train_with_smdebug, ORIGINAL, train)
     return train_with_smdebug

@@ -19,10 +19,13 @@ BIAS = "bias"  # the SHAP column of the expected value, outside the shap collect
 # empty query list 0).
 INCREASING_METRICS = ("auc", "aucpr", "map", "ndcg", "pre", "interval-regression-accuracy")
 
+LOSS_METRIC = "(?!(?:" + "|".join(INCREASING_METRICS) + ")(?:@|-|$))[^/]+"
+
 BUILTIN_PATTERNS = {
     CollectionKeys.METRICS: "^[^/]+-[^/]+$",
-    # an eval name holds no "-" (xgboost refuses it): the metric is all after the first one
-    CollectionKeys.LOSSES: "^[^/-]+-(?!(?:" + "|".join(INCREASING_METRICS) + ")(?:@|-|$))[^/]+$",
+    # an eval name holds no "-" (xgboost refuses it): the metric is all after the first one (the hook adds
+    # the metrics of an eval name with "/" in it by name)
+    CollectionKeys.LOSSES: "^[^/-]+-" + LOSS_METRIC + "$",
     CollectionKeys.HYPERPARAMETERS: "^hyperparameters/",
     CollectionKeys.PREDICTIONS: "^predictions$",
     CollectionKeys.LABELS: "^labels$",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 
 import numpy as np
 import scipy.sparse
@@ -18,32 +19,51 @@ CONTENT_TYPES = {
     "text/libsvm": "libsvm",
     "text/x-libsvm": "libsvm",
 }
+XGBOOST_ERROR_PREFIX = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ")
 
 
 def load_data(argument: str, data) -> xgb.DMatrix | None:
     """The DMatrix the argument stands for (a file's label is its first column, as SageMaker's)."""
     if data is None or isinstance(data, xgb.DMatrix):
         return data
-    if not (isinstance(data, tuple) and len(data) == 2 and all(isinstance(x, str) for x in data)):
-        raise ConfigError(
-            f"{argument}: expected an xgboost.DMatrix or a tuple (file path, content type), "
-            f"got {type(data).__name__}"
+    if not (
+        isinstance(data, tuple)
+        and len(data) == 2
+        and isinstance(data[0], (str, os.PathLike))
+        and isinstance(data[1], str)
+    ):
+        got = (
+            f"({', '.join(type(x).__name__ for x in data)})"
+            if isinstance(data, tuple)
+            else type(data).__name__
         )
-    path, content_type = os.path.expanduser(data[0]), data[1]
+        raise ConfigError(
+            f"{argument}: expected an xgboost.DMatrix or a tuple (file path, content type), got {got}"
+        )
+    path, content_type = os.path.expanduser(os.fspath(data[0])), data[1]
     kind = CONTENT_TYPES.get(content_type.strip().lower())
     if kind is None:
         raise ConfigError(
             f"{argument}: content type {content_type!r} is not one of {', '.join(sorted(CONTENT_TYPES))}"
         )
     if not os.path.isfile(path):
-        raise ConfigError(f"{argument}: {data[0]!r} is not a local file")
+        raise ConfigError(f"{argument}: {path!r} is not a local file")
     try:
         matrix = _read_csv(path) if kind == "csv" else _read_libsvm(path)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{argument}: cannot read {data[0]!r} as {kind}: {exc}") from None
+        raise ConfigError(f"{argument}: cannot read {path!r} as {kind}: {one_line(exc)}") from None
     if matrix.num_row() == 0:
-        raise ConfigError(f"{argument}: {data[0]!r} holds no rows")
+        raise ConfigError(f"{argument}: {path!r} holds no rows")
     return matrix
+
+
+def one_line(exc: Exception) -> str:
+    """An xgboost error in one line: its first, without the time and source file it starts with (the
+    native stack trace follows it)."""
+    first = XGBOOST_ERROR_PREFIX.sub("", (str(exc).strip().splitlines() or [""])[0])
+    if first.startswith("Check failed: "):  # "Check failed: <C++ condition>: <what it means>"
+        first = first.rsplit(": ", 1)[1].strip() or first
+    return f"{type(exc).__name__}: {' '.join(first.split())}"
 
 
 def _read_csv(path: str) -> xgb.DMatrix:

@@ -15,10 +15,13 @@ worker from XGBoost's collective rank and flushes when its training ends.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 import re
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -45,18 +48,22 @@ from smdebug_xgb.collection import (
     HYPERPARAMETERS_PREFIX,
     IMPORTANCE_TYPES,
     LABELS,
+    LOSS_METRIC,
     PREDICTIONS,
     TREE_COLUMNS,
     TREES_PREFIX,
     XGBOOST_COLLECTIONS,
 )
-from smdebug_xgb.data import load_data
+from smdebug_xgb.data import load_data, one_line
 from smdebug_xgb.trees import tree_columns
 
 logger = logging.getLogger("smdebug")
 
 TREE_BOOSTERS = ("gbtree", "dart")
-XGBOOST_ERROR_PREFIX = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ")
+# this process's hooks that are no copies, by their origin's number: a copy unpickled where its original
+# lives (pickle.loads of a model, in the process that pickled it) trains as that original
+_ORIGINALS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_NUMBERS = itertools.count()
 
 
 class XGBoostHookConfig(HookConfig):
@@ -72,6 +79,18 @@ class XGBoostHookConfig(HookConfig):
         if v is not None and not isinstance(v, Mapping):
             raise ConfigError(f"hyperparameters: expected a dict, got {type(v).__name__}")
         return None if v is None else dict(v)
+
+    @field_validator("health", mode="after")
+    @classmethod
+    def _health(cls, v):
+        # The core's flight recorder would claim every round watched (and hook signal handlers) while no
+        # plugin feeds it: XGBoost has no weights or gradients to watch. Off before the hook makes it.
+        if v:
+            logger.warning(
+                "smdebug: health=True is ignored by the XGBoost hook: health watches PyTorch, Keras and "
+                "MXNet training only"
+            )
+        return False
 
 
 class Hook(BaseHook, xgb.callback.TrainingCallback):
@@ -91,6 +110,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self.hyperparameters = options.hyperparameters or None
         self.train_data = load_data("train_data", options.train_data)
         self.validation_data = load_data("validation_data", options.validation_data)
+        self._no_validation_data = "no validation_data was given to the hook"  # (activation may say more)
         if options.reduction_config is not None:
             # smdebug 1.0's XGBoost page: "Not supported in XGBoost and will be ignored" (a collection's
             # own reduction_config still applies)
@@ -105,8 +125,16 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         self._round_offset = self._mode_offset = 0
         self._training: _Training | None = None
         self._round: int | None = None  # the step before_iteration began (after_iteration saves it)
-        self._pending = None  # (booster, evals log) of that round, for after_training when it was skipped
+        # (booster, evals log, rounds before it) of that round, for after_training when the hook's
+        # after_iteration was skipped (not "_pending": the core's reductions use that name)
+        self._unsaved_round = None
         self._stray = False  # a copy training outside distributed training: it saves nothing
+        # (process id, number) of the hook a copy was made from; the original, when a copy trains as it
+        self._origin: tuple[int, int] | None = None
+        self._original: Hook | None = None
+        if not self.is_copy:
+            self._origin = (os.getpid(), next(_NUMBERS))
+            _ORIGINALS[self._origin[1]] = self
         # the rules added by name or class, with their action and parameters: Dask's workers add them again
         self._rules: list[tuple] = []
         self._built_rules = 0  # rules added already built (a Rule object stays in this process)
@@ -161,6 +189,10 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         # Rounds are steps 0, 1, ... as in smdebug 1.0 (a save_scalar made before training joins step 0);
         # a second training with this hook goes on after the first one's rounds. In TRAIN (or another)
         # mode, the mode's steps start at its own count, whatever GLOBAL steps came before.
+        if self.is_copy and not xgb.collective.is_distributed():
+            self._original = self._original_here()
+        if self._original is not None:
+            return self._original.before_training(model)
         if self.closed:
             self.warn_once(
                 "closed",
@@ -172,13 +204,21 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
             # pickled into a process of its own outside XGBoost's collective (joblib, multiprocessing:
             # GridSearchCV(n_jobs=2)): every such copy is worker_0 and would write over the others' steps
             self._stray = True
-            self.warn_once(
-                "stray",
-                "smdebug: the hook was copied into another process (joblib or multiprocessing, e.g. "
-                "n_jobs > 1) outside distributed training: the rounds trained here are not saved to %s; "
-                "train in the hook's own process (n_jobs=1) to save them",
-                self.out_dir,
-            )
+            if self._origin is not None and self._origin[0] == os.getpid():
+                self.warn_once(
+                    "stray",
+                    "smdebug: a copy of the hook (unpickled) trains after its original hook was deleted: "
+                    "the rounds trained here are not saved to %s; give the model a new hook to save them",
+                    self.out_dir,
+                )
+            else:
+                self.warn_once(
+                    "stray",
+                    "smdebug: the hook was copied into another process (joblib or multiprocessing, e.g. "
+                    "n_jobs > 1) outside distributed training: the rounds trained here are not saved to %s; "
+                    "train in the hook's own process (n_jobs=1) to save them",
+                    self.out_dir,
+                )
         if self.is_copy and not self._stray and self._rules_to_add:
             # a Dask worker's copy judges the rounds it saves with its original's rules (a rule that
             # fires on any worker stops them all: after_iteration)
@@ -195,19 +235,23 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return model
 
     def before_iteration(self, model, epoch: int, evals_log) -> bool:
+        if self._original is not None:
+            return self._original.before_iteration(model, epoch, evals_log)
         # The round's step begins before any callback's after_iteration: a checkpoint that another
         # callback (xgboost's TrainingCheckPoint) writes in this round, listed before or after the hook,
         # is recorded as of this round when the next one begins (or the hook closes).
         if not (self.closed or self._stray):
             with self.guard("start a boosting round"):
                 self._begin_round(model, epoch)
-            # xgboost updates this booster and log in place; a callback listed before the hook that stops
-            # boosting (EarlyStopping) keeps the hook's after_iteration from being called for this round
-            self._pending = (model, evals_log)
+                # xgboost updates this booster and log in place; a callback listed before the hook that
+                # stops boosting (EarlyStopping) keeps the hook's after_iteration from being called
+                self._unsaved_round = (model, evals_log, model.num_boosted_rounds())
         return False
 
     def after_iteration(self, model, epoch: int, evals_log) -> bool:
-        self._pending = None
+        if self._original is not None:
+            return self._original.after_iteration(model, epoch, evals_log)
+        self._unsaved_round = None
         if self._stray:
             return False
         if not self.closed:
@@ -225,13 +269,21 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return stop
 
     def after_training(self, model):
-        if self._pending is not None and self._round is not None and not self.closed:
-            # the last round, which another callback stopped on before the hook's turn: saved from the
-            # booster as that round left it (EarlyStopping(save_best=True) hands on a shorter copy)
-            booster, evals_log = self._pending
-            with self.guard("save a boosting round"):
-                self._save_round(booster, self._round - self._round_offset, evals_log)
-        self._pending = None
+        if self._original is not None:
+            original, self._original = self._original, None
+            return original.after_training(model)
+        if self._unsaved_round is not None and self._round is not None and not self.closed:
+            booster, evals_log, rounds_before = self._unsaved_round
+            if booster.num_boosted_rounds() > rounds_before:
+                # the last round, which another callback stopped on before the hook's turn: saved from the
+                # booster as that round left it (EarlyStopping(save_best=True) hands on a shorter copy)
+                with self.guard("save a boosting round"):
+                    self._save_round(booster, self._round - self._round_offset, evals_log)
+            else:
+                # a callback's before_iteration stopped boosting before this round was trained: its step
+                # saves nothing, and the next training's rounds begin at it
+                self._rounds_done = self._round
+        self._unsaved_round = None
         # A Dask worker's copy is done (the end-of-job marker is its original's to write, once every
         # worker is done); the original's run stays open for more training.
         self.close() if self.is_copy else self.flush()
@@ -284,6 +336,8 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
                 name = f"{data_name}-{metric}"
                 if not metrics.matches(name):  # an eval name with "/" in it is a metric all the same
                     self.add_to_collection(CollectionKeys.METRICS, name)
+                    if re.fullmatch(LOSS_METRIC, metric):  # and a falling one a loss
+                        self.add_to_collection(CollectionKeys.LOSSES, name)
                 self.save_for_step(name, np.array([float(value)]))
 
     def _save_hyperparameters(self, model) -> None:
@@ -300,7 +354,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         if not due:
             return
         if self.validation_data is None:
-            self._cannot_save("validation", due, "no validation_data was given to the hook")
+            self._cannot_save("validation", due, self._no_validation_data)
             return
         if PREDICTIONS in due:
             predictions = self._predict(
@@ -334,21 +388,44 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         try:
             dumps = model.get_dump(with_stats=True, dump_format="json")
         except xgb.core.XGBoostError as exc:  # e.g. multi-target trees (multi_strategy="multi_output_tree")
-            reason = f"could not dump the trees: {_one_line(exc)}"
+            reason = f"could not dump the trees: {one_line(exc)}"
             self._cannot_save("trees", [TREES_PREFIX + c for c in due], reason)
             return
         per_round = len(dumps) // rounds if rounds else 0
         first = (rounds - 1) * per_round  # the trees this round added
-        columns = tree_columns(dumps[first : first + per_round], first)
+        try:
+            columns = tree_columns(dumps[first : first + per_round], first)
+        except (KeyError, TypeError, ValueError) as exc:  # a dump of a form not known here
+            reason = f"could not read the trees' JSON dump: {one_line(exc)}"
+            self._cannot_save("trees", [TREES_PREFIX + c for c in due], reason)
+            return
         for column in due:
             self.save_for_step(TREES_PREFIX + column, columns[column])
 
     def _save_shap(self, model) -> None:
         features = [*_feature_names(model), BIAS]
+        clash = BIAS in features[:-1]
+        if clash:
+            # a feature named "bias" keeps its name: its values are saved as <shap collection>/bias, in
+            # the shap collections (whose patterns leave the bias column out), and the bias column is not
+            del features[-1]
+            for key, prefix in (
+                (CollectionKeys.FULL_SHAP, FULL_SHAP_PREFIX),
+                (CollectionKeys.AVERAGE_SHAP, AVERAGE_SHAP_PREFIX),
+            ):
+                if not self.get_collections()[key].has_tensor_name(prefix + BIAS):
+                    self.add_to_collection(key, prefix + BIAS)
         full = [i for i, f in enumerate(features) if self.is_due(FULL_SHAP_PREFIX + f)]
         average = [i for i, f in enumerate(features) if self.is_due(AVERAGE_SHAP_PREFIX + f)]
         if not (full or average):
             return
+        if clash:
+            self.warn_once(
+                "bias",
+                "smdebug: a feature is named %r, as the SHAP bias column: full_shap/bias and "
+                "average_shap/bias hold that feature's SHAP values; the bias column is not saved",
+                BIAS,
+            )
         names = [FULL_SHAP_PREFIX + features[i] for i in full] + [
             AVERAGE_SHAP_PREFIX + features[i] for i in average
         ]
@@ -390,7 +467,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         try:
             return model.predict(data, **kwargs)
         except (xgb.core.XGBoostError, ValueError) as exc:
-            self._cannot_save(f"predict:{what}", names, f"could not {what}: {_one_line(exc)}")
+            self._cannot_save(f"predict:{what}", names, f"could not {what}: {one_line(exc)}")
             return None
 
     def _any_due_prefix(self, prefix: str) -> bool:
@@ -409,6 +486,12 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         return True
 
     # -- copies -----------------------------------------------------------------------------------------
+    def _original_here(self) -> Hook | None:
+        """The hook this copy was made from, when it lives in this process."""
+        if self._origin is None or self._origin[0] != os.getpid():
+            return None
+        return _ORIGINALS.get(self._origin[1])
+
     def __copy__(self):
         return self  # a hook is a handle on its run (sklearn's clone deep-copies estimator parameters)
 
@@ -440,7 +523,11 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
         # the workers' rounds go on from here, judged by the rules this hook was given (a copy can be
         # pickled again before its training, with them still to add)
         rules = [*self._rules, *self._rules_to_add]
-        return {"_rounds_done": max(self._rounds_done, self.step + 1), "_rules_to_add": rules}
+        return {
+            "_rounds_done": max(self._rounds_done, self.step + 1),
+            "_rules_to_add": rules,
+            "_origin": self._origin,
+        }
 
 
 class _Training:
@@ -508,15 +595,6 @@ def _param_array(value) -> np.ndarray:
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, scalar) for v in value):
         return np.array(value)
     return np.array([str(value)])
-
-
-def _one_line(exc: Exception) -> str:
-    """An xgboost error in one line: its first, without the time and source file it starts with (the
-    native stack trace follows it)."""
-    first = XGBOOST_ERROR_PREFIX.sub("", (str(exc).strip().splitlines() or [""])[0])
-    if first.startswith("Check failed: "):  # "Check failed: <C++ condition>: <what it means>"
-        first = first.rsplit(": ", 1)[1].strip() or first
-    return f"{type(exc).__name__}: {' '.join(first.split())}"
 
 
 def _number(text: str):

@@ -3,7 +3,8 @@
 Values are read from the JSON dump and follow trees_to_dataframe: rows sorted by tree then node,
 ``ID``/``Yes``/``No``/``Missing`` as ``"<tree>-<node>"``, ``Feature`` "Leaf" and ``Gain`` the leaf value
 on leaves. Missing entries of the string columns are ``"nan"`` (smdebug 1.0 stores them so);
-``Category`` holds the categories of a categorical split joined by commas.
+``Category`` holds the categories of a categorical split joined by commas. An indicator feature's split
+(feature_types "i") has neither threshold nor missing branch: ``Split`` NaN, ``Missing`` ``"nan"``.
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def _row(tree: int, node: dict) -> tuple:
     condition = node.get("split_condition")
     if isinstance(condition, list):  # a categorical split: the categories that go left
         split, category = math.nan, ",".join(str(c) for c in condition)
+    elif condition is None:  # an indicator feature's split (feature_types "i"): no threshold
+        split, category = math.nan, NAN
     else:
         split, category = float(condition), NAN
+    missing = node.get("missing")  # (an indicator split has no missing branch)
     return (
         tree,
         nid,
@@ -63,7 +67,7 @@ def _row(tree: int, node: dict) -> tuple:
         split,
         f"{tree}-{node['yes']}",
         f"{tree}-{node['no']}",
-        f"{tree}-{node['missing']}",
+        NAN if missing is None else f"{tree}-{missing}",
         float(node.get("gain", math.nan)),
         cover,
         category,
