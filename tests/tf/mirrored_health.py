@@ -1,9 +1,11 @@
 """Keras fit with health=True under tf.distribute.MirroredStrategy on two logical CPU devices, a NaN in
 the second replica's share of batch FAULT only (tests/tf/test_distributed.py).
 
-mirrored_health.py OUT_DIR: one run per include_workers ("one", "all") in OUT_DIR/<include_workers>.
+mirrored_health.py OUT_DIR: one run per include_workers ("one", "all") in OUT_DIR/<include_workers>, and
+each batch's loss in OUT_DIR/<include_workers>.losses.json.
 """
 
+import json
 import os
 import sys
 
@@ -33,6 +35,16 @@ for workers in ("one", "all"):
             name="mlp",
         )
         model.compile(optimizer="sgd", loss="mse")
-    hook = smd.KerasHook(out_dir=os.path.join(sys.argv[1], workers), health=True, include_workers=workers)
-    model.fit(x, y, batch_size=8, shuffle=False, callbacks=[hook], verbose=0)
+    hook = smd.KerasHook(
+        out_dir=os.path.join(sys.argv[1], workers),
+        health=True,
+        include_workers=workers,
+        include_collections=["inputs"],  # saved with the triggering step
+    )
+    means = []  # Keras' running mean of the epoch's loss after each batch
+    logs = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs, m=means: m.append(logs["loss"]))
+    model.fit(x, y, batch_size=8, shuffle=False, callbacks=[hook, logs], verbose=0)
     hook.close()
+    batch_losses = [(b + 1) * m - b * (means[b - 1] if b else 0.0) for b, m in enumerate(means)]
+    with open(os.path.join(sys.argv[1], f"{workers}.losses.json"), "w") as f:
+        json.dump(batch_losses, f)

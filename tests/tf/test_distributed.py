@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tfmodels import reference_gradients
 
 from smdebug.trials import create_trial
@@ -106,6 +107,37 @@ def test_health_finds_a_fault_in_one_replica_at_its_step(tmp_path):
             "model_input",
             worker,
         )
+        # the triggering step's input saved is the share that held the NaN (not the first replica's)
+        value = create_trial(os.path.join(out, workers)).tensor("model_input").value(3, worker=worker)
+        assert value.shape == (4, 4) and np.isnan(value).sum() == 1
     trial = create_trial(os.path.join(out, "all"))
+    with open(os.path.join(out, "all.losses.json")) as f:
+        batch_losses = json.load(f)
+    for step in (1, 2):  # each replica's row holds its share's loss: their mean is the batch's
+        shares = [trial.tensor("loss").reduction_value(step, "l2", worker=w) for w in trial.workers()]
+        assert np.mean(shares) == pytest.approx(batch_losses[step], rel=1e-5)
     for step in range(3):  # each replica's recorder, before the fault
         assert np.isfinite(trial.tensor("mlp/hidden/kernel").reduction_value(step, "l2", worker=second))
+
+
+def test_a_wrapped_tape_under_a_strategy_is_one_step_a_batch(tmp_path):
+    """strategy.run runs the tape's step once per replica: each batch is one step, the first replica's."""
+    out = str(tmp_path / "runs")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "mirrored_tape.py"), out],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for way in ("eager", "traced"):
+        trial = create_trial(os.path.join(out, way))
+        expected = np.load(os.path.join(out, way + ".npz"))
+        assert trial.steps() == [0, 1, 2, 3] and trial.workers() == ["worker_0"], way
+        for step in range(4):
+            np.testing.assert_array_equal(
+                trial.tensor("mlp/head/kernel").value(step), expected["kernels"][step]
+            )
+            assert float(trial.tensor("loss").value(step)) == pytest.approx(float(expected["losses"][step]))

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from smdebug import plugins
+from smdebug.layout import worker_from_file_name
 from smdebug.modes import ModeKeys
 from smdebug.reductions import reduction_tensor_name
 
@@ -219,7 +220,7 @@ class HealthMonitor:
             "smdebug: first non-finite value at step %s (%s) on %s: %s",
             record.get("step"),
             record.get("mode"),
-            record.get("worker"),
+            worker_from_file_name(str(record.get("worker"))),  # (as the Trial and `smdebug why` name it)
             where,
         )
         self.trigger(f"non-finite value: {where}", step=record.get("step"))

@@ -44,7 +44,7 @@ def explain(trial) -> str:
     if not records:
         return (
             f"Nothing was found in {trial.path}: it holds no health record (train with health=True, or "
-            "`smdebug run --health`, to watch every step)."
+            "`smdebug run --health`, to watch every step of PyTorch, Keras or MXNet training)."
         )
     triggers = [t for r in records for t in r.get("triggers", []) if isinstance(t, dict)]
     if first is None:

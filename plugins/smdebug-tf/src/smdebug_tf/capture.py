@@ -262,7 +262,7 @@ def loss_wrapped(model, kinds: frozenset[str]):
             and isinstance(loss, tf.Tensor)
             and recorder.here()
         ):
-            recorder.health_loss = loss
+            recorder.health_loss = _unscaled(loss)
         return loss
 
     object.__setattr__(model, "compute_loss", compute_loss)
@@ -273,6 +273,16 @@ def loss_wrapped(model, kinds: frozenset[str]):
             object.__setattr__(model, "compute_loss", original)
         else:
             object.__delattr__(model, "compute_loss")
+
+
+def _unscaled(loss):
+    """A replica's loss as Keras' logs count it: compute_loss divides it by the number of replicas of a
+    distribution strategy (their gradients are summed)."""
+    try:
+        from keras.src.losses.loss import unscale_loss_for_distribution
+    except ImportError:  # a Keras without it scales nothing
+        return loss
+    return unscale_loss_for_distribution(loss)
 
 
 def _health(model, recorder: Recorder, weights: list, layout: list) -> tf.Tensor:
@@ -308,8 +318,8 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
     "predict". ``function.plans`` holds the plans it was traced with. The function returns
     ``(result, packed, health, kept)``: with HEALTH the step's health vectors (one per replica), whose
     layout is ``function.health_layout[0]`` once traced (else empty vectors), and ``kept``, the tensors
-    ``keep_of(name)`` names, as they are (references to the step's tensors, not copied: the host reads
-    them only when the step triggers the flight recorder). ``on_built()`` is called once the step has
+    ``keep_of(name)`` names, each replica's, as they are (references to the step's tensors, not copied:
+    the host reads them only when the step triggers the flight recorder). ``on_built()`` is called once the step has
     run while tracing (a model built by its first call has its variables then)."""
     strategy = model.distribute_strategy
     step_fn = {"train": model.train_step, "test": model.test_step, "predict": model.predict_step}[mode]
@@ -369,9 +379,9 @@ def build(model, mode: str, kinds: frozenset[str], plan_of, on_built=None, keep_
             result, packed, health, kept = strategy.run(replica_step, args=(data,))
         result = _reduce(result, strategy, reduction)
         packed = tf.nest.map_structure(lambda t: tuple(strategy.experimental_local_results(t)), packed)
-        first = lambda t: strategy.experimental_local_results(t)[0]  # noqa: E731 (the first replica's)
         health = tuple(strategy.experimental_local_results(health))  # each replica's
-        return result, packed, health, tf.nest.map_structure(first, kept)
+        kept = {n: tuple(strategy.experimental_local_results(t)) for n, t in kept.items()}  # (the same)
+        return result, packed, health, kept
 
     run_eagerly = model.run_eagerly
     if not run_eagerly:

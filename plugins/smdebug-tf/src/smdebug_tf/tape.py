@@ -36,6 +36,15 @@ def in_xla_context() -> bool:
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
 
 
+def _another_replica() -> bool:
+    """Whether this runs as a replica of a distribution strategy's step other than the first."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync < 2:
+        return False
+    replica = tf.get_static_value(context.replica_id_in_sync_group)
+    return replica is not None and int(replica) != 0
+
+
 class WrappedTape:
     """Behaves as the GradientTape it wraps (every other attribute is the tape's)."""
 
@@ -48,7 +57,15 @@ class WrappedTape:
     def __enter__(self):
         self.tape.__enter__()
         with self.hook.guard("start a GradientTape step"):
-            if not tf.inside_function():
+            if _another_replica():  # strategy.run runs the step once per replica: one step, the first's
+                self.inert = True
+                if self.hook.include_workers == "all":
+                    self.hook.warn_once(
+                        "tape-replicas",
+                        "smdebug: wrap_tape under a distribution strategy saves the first replica's tensors "
+                        "as this process's worker (a worker per replica is for model.fit with the KerasHook)",
+                    )
+            elif not tf.inside_function():
                 self.hook.tape_step_begin()
             elif in_xla_context():
                 self.inert = True
@@ -80,6 +97,8 @@ class WrappedTape:
         return grads
 
     def hand_over(self, target, sources, grads) -> None:
+        if self.inert:
+            return  # (another replica's tape, or one under XLA)
         pairs = [
             (v, g)
             for v, g in zip(tf.nest.flatten(sources), tf.nest.flatten(grads))
@@ -87,7 +106,7 @@ class WrappedTape:
         ]
         loss = target if isinstance(target, tf.Tensor) and target.shape.rank == 0 else None
         hook = self.hook
-        if hook.health is not None and not self.inert:
+        if hook.health is not None:
             if hook.tf_state.optimizer is not None:  # recorded as it applies them (maybe changed)
                 graph = tf.compat.v1.get_default_graph() if tf.inside_function() else None
                 hook.tf_state.tape_health = (graph, loss)
@@ -96,7 +115,7 @@ class WrappedTape:
         if not tf.inside_function():
             self.hook.tape_tensors(pairs, loss)
             return
-        if self.inert or self.due is None:
+        if self.due is None:
             return
         variables = [v for v, _ in pairs]
         values = [tf.convert_to_tensor(g) for _, g in pairs]

@@ -166,9 +166,10 @@ class TFHook(BaseHook):
             state.replicas.append(replica)
         set_hook(self)  # get_hook() stays the user's hook, not a replica's
 
-    def save_replicas(self, replicas: list, health=None, layout=None) -> None:
+    def save_replicas(self, replicas: list, health=None, layout=None, kept=None) -> None:
         """Each further replica's (name, value) pairs, and with health its statistics (``health``: each
-        replica's vector), by the hook writing that replica's tensors."""
+        replica's vector; ``kept``: each replica's tensors for a trigger), by the hook writing that
+        replica's tensors."""
         vectors = list(health or ())[1:]
         for i, hook in enumerate(self.tf_state.replicas):
             values = replicas[i + 1] if i + 1 < len(replicas) else []
@@ -181,7 +182,7 @@ class TFHook(BaseHook):
                 for name, value in values:
                     hook.save_for_step(name, value)
             if vector is not None:
-                hook.health_step(vector, layout, {}, None)
+                hook.health_step(vector, layout, of_replica(kept, i + 1), None)
             hook.end_step()
 
     def register_model(self, model) -> None:
@@ -334,7 +335,7 @@ class TFHook(BaseHook):
                     if self.is_due(name):
                         self.save_for_step(name, snapshot(variable))
 
-    def step_done(self, mode, result, packed, health=None, layout=None) -> None:
+    def step_done(self, mode, result, packed, health=None, layout=None, kept=None) -> None:
         """The due step's function returned: save what it computed (each replica's health statistics
         by its hook, with include_workers "all"), end the step."""
         with self.guard("save the step's tensors"):
@@ -342,7 +343,7 @@ class TFHook(BaseHook):
             with self.together():  # their reductions are on the host already: hand them over at once
                 for name, value in replicas[0]:  # the first replica (include_workers "one")
                     self.save_for_step(name, value)
-            self.save_replicas(replicas, health, layout)
+            self.save_replicas(replicas, health, layout, kept)
             self.save_logs(mode, result)
             if mode == ModeKeys.TRAIN:
                 self.save_optimizer_variables(getattr(self.tf_state.model, "optimizer", None))
@@ -354,15 +355,17 @@ class TFHook(BaseHook):
             with self.guard("record the step's health"):
                 self.keras_health().record(health, layout[0], kept, logs)
 
-    def replica_health(self, vectors, layout):
-        """This worker's health vector of a step's replicas' (several under a distribution strategy):
-        the first replica's, or with include_workers "one" the first holding a non-finite value or a
-        bad flag (a fault in one replica's share of the batch is seen at its step)."""
+    def replica_health(self, vectors, layout) -> int:
+        """Which of a step's replicas' health vectors (several under a distribution strategy) is this
+        worker's: the first replica's, or with include_workers "one" the first holding a non-finite value
+        or a bad flag (a fault in one replica's share of the batch is seen at its step)."""
         if len(vectors) == 1 or self.tf_state.replicas or not layout:
-            return vectors[0]
-        hosts = [v.numpy() for v in vectors]
+            return 0
         flags = slice(2 * len(layout[0][0]), None)
-        return next((h for h in hosts if not np.isfinite(h).all() or (h[flags] != 1.0).any()), hosts[0])
+        bad = (
+            i for i, v in enumerate(vectors) if not np.isfinite(h := v.numpy()).all() or (h[flags] != 1).any()
+        )
+        return next(bad, 0)
 
     def keras_health(self):
         """The plugin's part of health monitoring (smdebug_tf.health.KerasHealth), made on first use."""
@@ -503,9 +506,10 @@ class TFHook(BaseHook):
                     )
                     result = plain(arg)
             if health is not None and capture.HEALTH in kinds:
-                hook.step_done(mode, result, packed, health, instrumented.health_layout)
                 layout = instrumented.health_layout
-                hook.health_step(hook.replica_health(health, layout), layout, kept, result)
+                hook.step_done(mode, result, packed, health, layout, kept)
+                i = hook.replica_health(health, layout)
+                hook.health_step(health[i], layout, of_replica(kept, i), result)
             else:
                 hook.step_done(mode, result, packed)
             hook.end_step()
@@ -817,3 +821,8 @@ class TFHook(BaseHook):
         for replica in self.tf_state.replicas:
             replica.close()
         super().close()
+
+
+def of_replica(kept: dict | None, i: int) -> dict:
+    """Replica ``i``'s tensors of those a health step keeps for a trigger (each replica's)."""
+    return {name: tensors[i] for name, tensors in (kept or {}).items() if i < len(tensors)}
