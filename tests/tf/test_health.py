@@ -667,3 +667,33 @@ def make_health_model():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, name="a")], name="m")
     model.compile(optimizer="sgd", loss="mse")
     return model
+
+
+class InfIntoWeight(keras.callbacks.Callback):
+    """An inf written into the head's kernel as training batch ``at`` starts (as an update leaves it)."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.at:
+            kernel = self.model.get_layer("head").kernel
+            kernel.assign(tf.tensor_scatter_nd_update(kernel, [[1, 2]], [np.inf]))
+
+
+def test_a_weight_made_non_finite_before_a_step_is_named_with_the_layer_it_breaks(out_dir):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(5, name="hidden"), keras.layers.Dense(3, name="head")],
+        name="mlp",
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.random.default_rng(0).normal(size=(48, 4)).astype("float32")
+    hook = smd.KerasHook(out_dir=out_dir, health=True, save_config=smd.SaveConfig(save_interval=100))
+    model.fit(x, x[:, :3], batch_size=8, shuffle=False, callbacks=[InfIntoWeight(3), hook], verbose=0)
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["tensor"]) == (3, "forward", "head/outputs")
+    assert first["parameters"] == ["mlp/head/kernel"]
+    assert "its own parameters were already non-finite as the step began (mlp/head/kernel)" in why(out_dir)

@@ -1033,3 +1033,28 @@ def test_native_kernel_that_cannot_be_built_leaves_torchs_calls(tmp_path, monkey
     _, seen = train(str(tmp_path / "run"), fault="gradient")
     first = smd.create_trial(str(tmp_path / "run")).first_nonfinite()
     assert (first["step"], first["tensor"]) == (FAULT, "gradient/Net_fc2.bias")
+
+
+def test_a_weight_an_update_made_non_finite_is_named_with_the_module_it_breaks(out_dir):
+    """The update of step 2 leaves inf in fc2's weight: at step 3, fc2's output is the first non-finite
+    value (from finite inputs), and its own weight was non-finite as the step began."""
+    model, criterion, hook = hooked_net(out_dir)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    for step in range(5):
+        opt.zero_grad()
+        criterion(model(torch.randn(8, 4, generator=g)), torch.randint(0, 3, (8,), generator=g)).backward()
+        opt.step()
+        if step == 2:
+            with torch.no_grad():
+                model.fc2.weight[1, 2] = float("inf")
+    hook.close()
+    first = smd.create_trial(out_dir).first_nonfinite()
+    assert (first["step"], first["direction"], first["module"], first["tensor"]) == (
+        3,
+        "forward",
+        "fc2",
+        "fc2_output_0",
+    )
+    assert first["parameters"] == ["Net_fc2.weight"]
+    assert "its own parameters were already non-finite as the step began (Net_fc2.weight)" in why(out_dir)

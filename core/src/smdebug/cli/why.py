@@ -59,6 +59,9 @@ def explain(trial) -> str:
     where = _WHERE.get(first.get("direction"), "at {tensor}").format(
         tensor=first.get("tensor"), module=first.get("module")
     )
+    params = first.get("parameters") or []
+    if params:  # (the weights a step starts with are those the previous update left)
+        where += f"; its own parameters were already non-finite as the step began ({', '.join(params)})"
     text = (
         f"The first non-finite value appeared at step {step} ({first.get('mode')} step "
         f"{first.get('mode_step', step)}) on {first.get('worker')}, {where}."
@@ -79,10 +82,10 @@ def _before(trial, step: int, worker: str | None) -> str:
         if worker is not None:
             whose = f"{worker} saved no tensors (include_workers); the flight recorder of {workers[0]}"
         worker = workers[0]
-    l2 = {}
+    l2, finite = {}, {}  # (finite: by max |x| where saved; an l2 overflows for finite values near 1e38)
     for name in trial.tensor_names():
         tensor = trial.tensor(name)
-        values = {}
+        values, ok = {}, {}
         for s in tensor.steps():
             if s > step or worker not in tensor.workers(s):
                 continue
@@ -90,8 +93,12 @@ def _before(trial, step: int, worker: str | None) -> str:
                 values[s] = float(tensor.reduction_value(s, "l2", worker=worker))
             except SMDebugError:
                 continue
+            try:
+                ok[s] = math.isfinite(float(tensor.reduction_value(s, "max", abs=True, worker=worker)))
+            except SMDebugError:
+                ok[s] = math.isfinite(values[s])
         if values:
-            l2[name] = values
+            l2[name], finite[name] = values, ok
     steps = sorted({s for values in l2.values() for s in values if s < step})
     if not steps:
         return f"{whose} holds no step before it."
@@ -120,9 +127,9 @@ def _before(trial, step: int, worker: str | None) -> str:
                 parts.append(f"the fastest-growing was {name}'s, x{ratio:.3g} since step {first}")
             else:  # (a falling norm is no growth: the one that fell least, x0.98, is not "fastest-growing")
                 parts.append(f"no gradient norm grew since step {first}")
-    bad = [n for n, v in l2.items() if not math.isfinite(v.get(step, 0.0))]
+    bad = [n for n, ok in finite.items() if not ok.get(step, True)]
     # (MXNet's weights of a step are those its update left: one set to inf before the bad step shows there)
-    early = sorted((s, n) for n, v in l2.items() for s, x in v.items() if s < step and not math.isfinite(x))
+    early = sorted((s, n) for n, ok in finite.items() for s, x in ok.items() if s < step and not x)
     text = ": ".join([parts[0], "; ".join(parts[1:])]) if len(parts) > 1 else parts[0]
     if early:
         names = [n for s, n in early if s == early[0][0]]

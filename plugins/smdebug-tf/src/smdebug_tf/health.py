@@ -164,10 +164,16 @@ class KerasHealth:
     def _where(self, row, flag_values, flags) -> dict:
         """The first non-finite value of the step: the first bad flag (input, then the layers in the order
         they ran), else the loss, else the gradient nearest the output, else a weight."""
+        bad = self.monitor.nonfinite_names(row)
         for value, (direction, module, tensor) in zip(flag_values, flags):
             if value != 1.0:
-                return _where(direction, module, tensor)
-        bad = self.monitor.nonfinite_names(row)
+                where = _where(direction, module, tensor)
+                if direction == "forward":  # the layer's own weights, bad as the step began (an update)?
+                    weights = [n for n in bad if n != self.loss_name and not n.startswith("gradients/")]
+                    params = [n for n in weights if self._owner(n) == module]
+                    if params:
+                        where["parameters"] = params
+                return where
         model = self.hook.tf_state.model
         loss = self.loss_name
         if loss in bad:

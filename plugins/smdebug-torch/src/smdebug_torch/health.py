@@ -640,6 +640,12 @@ class TorchHealth:
             where = self._examine(bad, rerun_safe)
         if where is None:
             where = self._from_names(bad)
+        elif where["direction"] == "forward":  # the module's own weights, bad as the step began (an update)?
+            loss = self._layout.loss_name
+            weights = [n for n in bad if n != loss and not n.startswith("gradient/")]
+            params = [n for n in weights if self._owner(n) == where["module"]]
+            if params:
+                where["parameters"] = params
         self.monitor.found({"step": hook.step, "mode": hook.mode.name, "mode_step": hook.mode_step, **where})
         with hook.guard("save the step's tensors"):
             self._save_step(tensors, names, rerun_safe)
