@@ -85,17 +85,18 @@ def test_mirrored_strategy_all_workers(tmp_path, data):
         np.testing.assert_array_equal(trial.tensor("mlp/head/kernel").value(1, worker=device), start[2])
 
 
-def test_health_finds_a_fault_in_one_replica_at_its_step(tmp_path):
+def _script(name: str, tmp_path) -> str:
+    """Run a script of this folder (its runs go to the folder it is given, returned)."""
     out = str(tmp_path / "runs")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "mirrored_health.py"), out],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = [sys.executable, str(HERE / name), out]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_health_finds_a_fault_in_one_replica_at_its_step(tmp_path):
+    out = _script("mirrored_health.py", tmp_path)
     second = "/job:localhost/replica:0/task:0/device:CPU:1"
     # include_workers "one": the process is worker_0, whichever replica's share held the NaN
     # "all": each replica a worker; the NaN was in the second one's share only
@@ -122,16 +123,7 @@ def test_health_finds_a_fault_in_one_replica_at_its_step(tmp_path):
 
 def test_a_wrapped_tape_under_a_strategy_is_one_step_a_batch(tmp_path):
     """strategy.run runs the tape's step once per replica: each batch is one step, the first replica's."""
-    out = str(tmp_path / "runs")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "mirrored_tape.py"), out],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = _script("mirrored_tape.py", tmp_path)
     for way in ("eager", "traced"):
         trial = create_trial(os.path.join(out, way))
         expected = np.load(os.path.join(out, way + ".npz"))
