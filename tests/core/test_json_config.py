@@ -194,6 +194,46 @@ def test_duplicate_collection_entries_combine():
     assert config.include_collections == ["weights"]
 
 
+def test_a_collection_listed_twice_keeps_each_parameter_its_later_entry_leaves_out():
+    config = parse_hook_config(
+        {
+            "LocalPath": "/tmp/x",
+            "HookParameters": {"save_interval": "10"},
+            "CollectionConfigurations": [
+                {"CollectionName": "weights", "CollectionParameters": {"save_interval": "2"}},
+                {"CollectionName": "weights", "CollectionParameters": {"start_step": "3"}},
+            ],
+        }
+    )
+    assert config.collections["weights"].save_config == SaveConfig(save_interval=2, start_step=3)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {"HookParameters": {"include_regex": "fc[12"}},
+            "HookParameters.include_regex: invalid regular expression 'fc[12' (unterminated character set",
+        ),
+        (
+            {
+                "CollectionConfigurations": [
+                    {"CollectionName": "c", "CollectionParameters": {"include_regex": "("}}
+                ]
+            },
+            "CollectionConfigurations[c].include_regex: invalid regular expression '('",
+        ),
+    ],
+)
+def test_a_bad_regular_expression_is_an_error_naming_it(config, message):
+    """It failed only when training started, and activation on import then trained without smdebug."""
+    with pytest.raises(ConfigError) as info:
+        parse_hook_config({"LocalPath": "/tmp/x", **config}, source="cfg.json")
+    assert str(info.value).startswith(f"cfg.json: {message}")
+    with pytest.raises(ConfigError, match="include_regex: invalid regular expression"):
+        HookConfig(out_dir="/tmp/x", include_regex=["ok", "fc[12"])
+
+
 def test_hook_config_model_validates():
     config = HookConfig(out_dir="/tmp/x", dry_run="1", include_regex="a,b", save_config={"save_interval": 3})
     assert config.dry_run is True and config.include_regex == ["a", "b"]
@@ -302,6 +342,17 @@ def test_unknown_key_suggests_the_right_one():
             {"LocalPath": "/tmp/x", "CollectionConfigurations": [{"CollectionNam": "weights"}]},
             "CollectionConfigurations[0].CollectionNam: unknown key with value 'weights'; "
             "did you mean 'CollectionName'?",
+        ),
+        (  # was: ignored, and its parameters with it
+            {
+                "LocalPath": "/tmp/x",
+                "CollectionConfigurations": [
+                    {"CollectionName": "weights", "CollectionParameter": {"save_interval": "1"}}
+                ],
+            },
+            "CollectionConfigurations[weights].CollectionParameter: unknown key with value "
+            "{'save_interval': '1'} (expected CollectionName or CollectionParameters); "
+            "did you mean 'CollectionParameters'?",
         ),
         (  # was: did you mean 'save_interval'?
             {"LocalPath": "/tmp/x", "HookParameters": {"trian.save_interval": "2"}},

@@ -99,6 +99,18 @@ def to_str_list(value: Any, field: str = "value") -> list[str]:
     return [x.strip() for x in items if x.strip()]
 
 
+def to_regex_list(value: Any, field: str = "include_regex") -> list[str]:
+    """to_str_list of regular expressions, each checked (a bad one would otherwise fail when training
+    starts)."""
+    patterns = to_str_list(value, field)
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{field}: invalid regular expression {pattern!r} ({exc})") from None
+    return patterns
+
+
 def to_steps(value: Any, field: str = "save_steps") -> list[int]:
     """Sorted, de-duplicated steps from a list (any iterable: a range, a numpy array), a single step or a
     string like "3,7"."""
@@ -620,7 +632,7 @@ class CollectionSettings(ConfigModel):
     @field_validator("include_regex", mode="before")
     @classmethod
     def _regex(cls, v):
-        return None if v is None else to_str_list(v, "CollectionSettings.include_regex")
+        return None if v is None else to_regex_list(v, "CollectionSettings.include_regex")
 
     @field_validator("save_config", mode="before")
     @classmethod
@@ -747,7 +759,9 @@ class HookConfig(ConfigModel):
     @field_validator("include_regex", "include_collections", mode="before")
     @classmethod
     def _lists(cls, v, info):
-        return None if v is None else to_str_list(v, info.field_name)
+        if v is None:
+            return None
+        return (to_regex_list if info.field_name == "include_regex" else to_str_list)(v, info.field_name)
 
     @field_validator("save_config", mode="before")
     @classmethod

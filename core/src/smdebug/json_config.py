@@ -34,6 +34,7 @@ from smdebug.config import (
     SaveConfigMode,
     to_bool,
     to_int,
+    to_regex_list,
     to_steps,
     to_str_list,
 )
@@ -192,7 +193,7 @@ def _parse(data: Any, save_defaults: dict) -> HookConfig:
         if key in hook:
             args[key] = hook[key]  # checked by HookConfig, the error naming the field
     if "include_regex" in hook:
-        args["include_regex"] = to_str_list(hook["include_regex"], "HookParameters.include_regex")
+        args["include_regex"] = to_regex_list(hook["include_regex"], "HookParameters.include_regex")
     if "include_workers" in hook:
         workers = hook["include_workers"]
         if workers not in ("one", "all"):
@@ -214,11 +215,19 @@ def _parse(data: Any, save_defaults: dict) -> HookConfig:
             f"CollectionConfigurations: invalid value {entries!r} "
             '(expected a list of objects such as {"CollectionName": "weights"})'
         )
-    collections: dict[str, CollectionSettings] = {}
+    # A collection listed twice (SageMaker merges rule and hook configs): as smdebug, the later entry
+    # wins for each parameter it gives, and include_regex patterns accumulate.
+    given: dict[str, dict] = {}
+    regexes: dict[str, list[str]] = {}
     for index, entry in enumerate(entries or []):
-        settings = _collection(entry, index, hook_modes)
-        previous = collections.get(settings.name)
-        collections[settings.name] = _combine(previous, settings) if previous else settings
+        name, params = _entry(entry, index)
+        if "include_regex" in params:
+            where = f"CollectionConfigurations[{name}].include_regex"
+            regexes.setdefault(name, []).extend(to_regex_list(params.pop("include_regex"), where))
+        given.setdefault(name, {}).update(params)
+    collections = {
+        name: _collection(name, params, regexes.get(name), hook_modes) for name, params in given.items()
+    }
     if data.get("CollectionConfigurations") is not None:
         # As smdebug: the collections configured are the ones saved (plus each hook's default ones).
         args["include_collections"] = list(collections)
@@ -300,7 +309,8 @@ def _reduction_config(params: dict, where: str) -> ReductionConfig | None:
     )
 
 
-def _collection(entry: Any, index: int, hook_modes: dict[ModeKeys, dict]) -> CollectionSettings:
+def _entry(entry: Any, index: int) -> tuple[str, dict]:
+    """A collection entry's name and parameters, its keys checked (a typo is never silently ignored)."""
     name = entry.get("CollectionName") if isinstance(entry, dict) else None
     if not isinstance(name, str) or not name:
         for key in entry if name is None and isinstance(entry, dict) else ():  # "CollectionNam"?
@@ -313,35 +323,31 @@ def _collection(entry: Any, index: int, hook_modes: dict[ModeKeys, dict]) -> Col
         where = f"CollectionConfigurations[{index}].CollectionName"
         raise ConfigError(f"{where}: invalid value {name!r} (expected a collection name)")
     where = f"CollectionConfigurations[{name}]"
+    for key in entry:
+        if key not in COLLECTION_ENTRY_KEYS:  # "CollectionParameter": its parameters would be lost
+            close = difflib.get_close_matches(key, COLLECTION_ENTRY_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{where}.{key}: unknown key with value {entry[key]!r} (expected "
+                f"{' or '.join(COLLECTION_ENTRY_KEYS)}){hint}"
+            )
     params = _params(entry, "CollectionParameters", f"{where}.CollectionParameters")
     _check_keys(params, COLLECTION_KEYS, where)
+    return name, params
+
+
+def _collection(name: str, params: dict, regex: list[str] | None, hook_modes: dict) -> CollectionSettings:
+    where = f"CollectionConfigurations[{name}]"
     own = _save_params(params, where)
     save_config = None
     if any(own.values()):
         # As smdebug: the hook's parameters of each mode, overridden by the collection's.
         save_config = SaveConfig({m: SaveConfigMode(**{**hook_modes[m], **own[m]}) for m in ModeKeys})
-    regex, histogram = params.get("include_regex"), params.get("save_histogram")
+    histogram = params.get("save_histogram")
     return CollectionSettings(
         name,
-        include_regex=None if regex is None else to_str_list(regex, f"{where}.include_regex"),
+        include_regex=None if regex is None else list(dict.fromkeys(regex)),
         save_config=save_config,
         reduction_config=_reduction_config(params, where),
         save_histogram=None if histogram is None else to_bool(histogram, f"{where}.save_histogram"),
-    )
-
-
-def _combine(first: CollectionSettings, second: CollectionSettings) -> CollectionSettings:
-    """A collection listed twice (SageMaker merges rule and hook configs): as smdebug, the later entry
-    wins for each setting it gives, and include_regex patterns accumulate."""
-    regex = None
-    if first.include_regex is not None or second.include_regex is not None:
-        regex = list(dict.fromkeys([*(first.include_regex or []), *(second.include_regex or [])]))
-    return CollectionSettings(
-        first.name,
-        include_regex=regex,
-        save_config=first.save_config if second.save_config is None else second.save_config,
-        reduction_config=first.reduction_config
-        if second.reduction_config is None
-        else second.reduction_config,
-        save_histogram=first.save_histogram if second.save_histogram is None else second.save_histogram,
     )
