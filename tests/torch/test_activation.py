@@ -324,6 +324,44 @@ def test_script_with_its_own_hook_takes_over(tmp_path):
     assert not auto_out.exists()
 
 
+@pytest.mark.parametrize("how", ["own hook", "smdebug run"])
+def test_a_scripts_own_hook_may_take_the_configurations_out_dir(tmp_path, how):
+    """SageMaker's BYOC form: the script's hook saves to LocalPath (or builds itself from the same file
+    under `smdebug run`, which hands the command a copy of it). The hook activated on import has written
+    nothing there: its claim on the folder goes, the script's hook writes the run."""
+    out = tmp_path / "run"
+    config = tmp_path / "hook.json"
+    settings = {
+        "HookParameters": {"save_interval": "1"},
+        "CollectionConfigurations": [{"CollectionName": "weights"}],
+    }
+    config.write_text(json.dumps({"LocalPath": str(out), **settings}))
+    own = (
+        f"smd.Hook(out_dir={str(out)!r}, save_config=smd.SaveConfig(save_interval=1), include_collections=['weights'])"
+        if how == "own hook"
+        else f"smd.Hook.create_from_json_file({str(config)!r})"
+    )
+    script = _script(tmp_path)
+    script.write_text(
+        script.read_text().replace(
+            "model = Net()\n",
+            f"model = Net()\nimport smdebug.pytorch as smd\nhook = {own}\nhook.register_module(model)\n",
+        )
+    )
+    if how == "own hook":
+        command, env = [sys.executable, str(script)], _env(SMDEBUG_CONFIG_FILE_PATH=str(config))
+    else:
+        command, env = (
+            [SMDEBUG_CLI, "run", "--config", str(config), "--", sys.executable, str(script)],
+            _env(),
+        )
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trial = create_trial(str(out))
+    assert trial.steps() == [0, 1, 2, 3] and trial.workers() == ["worker_0"]
+    assert "Net_fc1.weight" in trial.tensor_names()
+
+
 # -- in-process ----------------------------------------------------------------------------------------
 def test_unsupported_torch_version_skips_with_one_line(caplog):
     fw = plugins.frameworks()["pytorch"]

@@ -115,6 +115,20 @@ def _activated_from(cls: type[BaseHook], path: str) -> BaseHook | None:
     return None
 
 
+def _free_out_dir(out_dir: str) -> None:
+    """A script's own hook takes over the out_dir of a hook activated on import that has written nothing
+    (SageMaker's LocalPath as the script's out_dir): that hook's claim on the folder goes."""
+    from smdebug.activation import activated
+
+    def place(uri: str) -> str:
+        return uri if "://" in uri else os.path.realpath(os.path.expanduser(uri))
+
+    for hook in activated().values():
+        check = getattr(hook, "_out_dir_check", None)
+        if check is not None and hook._writer is None and place(hook.out_dir) == place(out_dir):
+            check.release_if_unused()
+
+
 def set_hook(hook: BaseHook | None) -> None:
     """Make ``hook`` the one ``get_hook`` returns (None forgets it)."""
     global _active_hook
@@ -237,6 +251,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         # a worker's copy writes beside the others in the run its original checked; a restarted job's
         # hook writes on in the run its earlier job wrote, which resume_numbering() made ready
         if not (self.is_copy or (self.checkpoints is not None and self.checkpoints.continues_run)):
+            _free_out_dir(self.out_dir)
             self._check_out_dir()
         # why training should stop (a rule that fired, the run's stop signal), looked for at step ends
         self._stop_signal = StopSignal(self.out_dir, self.dry_run)
