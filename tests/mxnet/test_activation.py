@@ -42,9 +42,9 @@ TRAIN = textwrap.dedent(
 )
 
 
-def _run(tmp_path, config, hybridize=False):
+def _run(tmp_path, config, hybridize=False, own=""):
     script = tmp_path / "train.py"
-    script.write_text(TRAIN.replace("HYBRIDIZE", "net.hybridize()" if hybridize else ""))
+    script.write_text(TRAIN.replace("HYBRIDIZE", ("net.hybridize()\n" if hybridize else "") + own))
     path = tmp_path / "hook.json"
     path.write_text(json.dumps(config))
     env = {k: v for k, v in os.environ.items() if k not in ("SMDEBUG_DISABLE", "USE_SMDEBUG")}
@@ -84,3 +84,18 @@ def test_unmodified_hybridized_script_saves_its_layers(tmp_path):
     assert {"dense0_input_0", "dense0_output_0", "dense0_weight", "gradient/dense0_bias"} <= names
     assert trial.tensor("dense0_output_0").value(3).shape == (4, 8)
     assert "Traceback" not in stderr
+
+
+def test_a_script_with_its_own_hook_is_not_captured_twice(tmp_path):
+    """The script makes and registers a hook of its own: it decides, the activated hook saves nothing."""
+    auto, mine = tmp_path / "auto", tmp_path / "mine"
+    own = (
+        "import smdebug.mxnet as smd\n"
+        f"hook = smd.Hook(out_dir={str(mine)!r}, save_config=smd.SaveConfig(save_interval=1), "
+        "include_collections=['weights'])\n"
+        "hook.register_block(net)\n"
+    )
+    config = {"LocalPath": str(auto), "HookParameters": {"save_interval": "1"}}
+    _run(tmp_path, config, own=own)
+    assert create_trial(str(mine)).steps() == [0, 1, 2, 3]
+    assert not (auto / "index").exists()

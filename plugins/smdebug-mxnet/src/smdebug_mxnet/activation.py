@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import threading
 
+from smdebug.plugin import get_hook
+
 
 def _is_model(block) -> bool:
     """A block with parameters, not a data transform (gluon.data.vision.transforms.ToTensor is a block
@@ -29,8 +31,8 @@ class _Attacher:
 
     def before(self, block) -> None:
         hook = self.hook
-        if hook.closed or block in hook.registered:
-            return
+        if hook.closed or block in hook.registered or get_hook() is not hook:
+            return  # (a hook the script made itself decides from then on)
         if isinstance(block, self.gluon.loss.Loss):
             hook.register_block(block)
         elif not self.model_seen and not hook.models and _is_model(block):
