@@ -265,6 +265,16 @@ def test_run_completes_a_config_file_and_returns_the_exit_code(tmp_path):
     }
 
 
+def test_run_save_interval_is_every_modes_over_the_configurations(tmp_path):
+    config = tmp_path / "hook.json"
+    hook = {"global.save_interval": "100", "TRAIN.save_interval": "50", "eval.save_steps": "1"}
+    config.write_text(json.dumps({"LocalPath": "x", "HookParameters": hook}))
+    done = _run("--config", str(config), "--save-interval", "2", "--", "python", "-c", CHILD, "0")
+    assert done.returncode == 0, done.stderr
+    given = json.loads(done.stdout.splitlines()[0])["HookParameters"]
+    assert given == {"eval.save_steps": "1", "save_interval": "2"}
+
+
 def test_run_default_out_dir_is_new_and_absolute(tmp_path):
     done = _run("--", "python", "-c", CHILD, "0", cwd=tmp_path)
     local = Path(json.loads(done.stdout.splitlines()[0])["LocalPath"])

@@ -169,7 +169,10 @@ def _config(args) -> dict:
     if args.save_interval is not None:
         if args.save_interval < 1:
             raise SMDebugValueError(f"--save-interval: expected a positive number, got {args.save_interval}")
-        data.setdefault("HookParameters", {})["save_interval"] = str(args.save_interval)
+        hook = data.setdefault("HookParameters", {})
+        for key in [k for k in hook if k.lower().endswith(".save_interval")]:  # it is every mode's
+            del hook[key]
+        hook["save_interval"] = str(args.save_interval)
     if args.health_steps is not None:
         if args.health_steps < 1:
             raise SMDebugValueError(f"--health-steps: expected a positive number, got {args.health_steps}")
