@@ -233,6 +233,24 @@ def test_a_forked_copy_of_training_writes_nothing(tmp_path):
     assert all(-7.0 not in np.ravel(run["values"]["w", step]) for step in range(STEPS))
 
 
+def test_the_first_steps_index_comes_after_the_runs_collections_file(tmp_path, monkeypatch):
+    """A live reader counts the run's workers from its collections files: one that found a worker's first
+    step before them took the run for a one-worker run, and the step for complete."""
+    from smdebug.store import Store
+
+    written = []
+    write_bytes = Store.write_bytes
+
+    def noted(store, relpath, data):
+        written.append(relpath)
+        return write_bytes(store, relpath, data)
+
+    monkeypatch.setattr(Store, "write_bytes", noted)
+    train(str(tmp_path / "run"), steps=2)
+    collections = written.index("collections/000000000/worker_0_collections.json")
+    assert collections < written.index("index/000000000/000000000000_worker_0.json")
+
+
 def test_a_short_run_never_starts_a_writer_process(tmp_path):
     hook = train(str(tmp_path / "run"), steps=3)
     assert hook._writer._proc is None

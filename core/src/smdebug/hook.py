@@ -473,9 +473,10 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             if self._notes_changed:  # before the step's index: a live reader of it finds its placements
                 self._export_notes()
             if self._writer is not None:
-                self._writer.end_step(self.step)
                 if self._saved_any and not self._collections_exported:
+                    # before the first step's index: a live reader knows how many workers write the run
                     self._export_collections()
+                self._writer.end_step(self.step)
         plugins.step_end(self)
         self._stop_signal.check()
         if self.health is not None:  # after the rules: one that fired writes the recorder

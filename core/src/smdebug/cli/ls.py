@@ -23,7 +23,15 @@ def add_command(subparsers) -> None:
 
 
 def describe(trial, collection: str | None = None, regex: str | None = None) -> dict:
-    """The listing as plain data (what ``--json`` prints)."""
+    """The listing as plain data (what ``--json`` prints), of one state of a live run."""
+    from smdebug.analysis.utils import no_refresh
+
+    trial.steps()  # (re-read once, at most)
+    with no_refresh(trial):
+        return _describe(trial, collection, regex)
+
+
+def _describe(trial, collection: str | None, regex: str | None) -> dict:
     modes = {}
     for mode in trial.modes(include_global=True):
         steps = trial.steps(mode=mode)
