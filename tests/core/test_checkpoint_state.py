@@ -136,6 +136,52 @@ def test_a_job_restarted_into_its_run_goes_on_as_one_history(
     assert create_trial(out_dir).loaded_all_steps
 
 
+def test_a_restarted_job_with_no_step_left_to_train_leaves_the_run_finished(
+    preemption, monkeypatch, tmp_path
+):
+    out_dir = str(tmp_path / "run")
+    train(make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1)), 6, 5, preemption.folder)
+    restart(monkeypatch)
+    make_hook(out_dir, save_config=smdebug.SaveConfig(save_interval=1)).close()  # no step: all was trained
+    trial = create_trial(out_dir)
+    assert trial.steps() == [0, 1, 2, 3, 4] and trial.loaded_all_steps
+
+
+def test_a_restarted_job_keeps_the_runs_records_of_the_steps_up_to_its_checkpoint(
+    preemption, monkeypatch, tmp_path
+):
+    """The earlier job's records of the steps it trained after the checkpoint go with those steps: a rule
+    firing, a step it could not save, the first non-finite value (step 6); those of step 2 stay."""
+    from smdebug import layout
+
+    out_dir = tmp_path / "run"
+    train(make_hook(str(out_dir), save_config=smdebug.SaveConfig(save_interval=1)), 8, 5, preemption.folder)
+    fired = [{"rule": "r", "step": s, "mode": "TRAIN", "mode_step": s, "reason": "x"} for s in (2, 6)]
+    first = {"worker": "worker_0", "step": 6, "mode": "TRAIN", "direction": "input", "tensor": "x"}
+    records = {
+        "rules/worker_0.json": json.dumps({"worker": "worker_0", "firings": fired, "more": 0}).encode(),
+        "unsaved_steps/worker_0.json": layout.encode_unsaved("worker_0", {2: "lost", 6: "lost"}, {}),
+        "health/worker_0.json": json.dumps(
+            {"worker": "worker_0", "first_nonfinite": first, "triggers": []}
+        ).encode(),
+    }
+    for relpath, data in records.items():
+        (out_dir / relpath).parent.mkdir(exist_ok=True)
+        (out_dir / relpath).write_bytes(data)
+    restart(monkeypatch)
+    train(make_hook(str(out_dir), save_config=smdebug.SaveConfig(save_interval=1)), 2, run=2)
+    trial = create_trial(str(out_dir))
+    assert trial.steps() == list(range(7)) and trial.unsaved_steps == [2]
+    assert [f["step"] for f in trial.rule_firings()] == [2]
+    assert trial.first_nonfinite() is None
+
+
+def test_a_run_saved_in_the_checkpoint_folder_is_no_checkpoint(preemption, watch, tmp_path):
+    hook = make_hook(str(preemption.folder / "tensors"), save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, 6, checkpoint_before=3, folder=preemption.folder)
+    assert [s["latest-global-step-seen"] for s in states(preemption.folder)] == [2]
+
+
 def test_a_restarted_job_removes_the_unfinished_files_its_killed_job_left(
     preemption, monkeypatch, tmp_path, caplog_smdebug
 ):

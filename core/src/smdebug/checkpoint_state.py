@@ -142,6 +142,12 @@ class CheckpointWatcher:
         self.training_run = 0
         self.resumed_from: int | None = None  # the step seen of the state the hook resumed from
         self.continues_run = False  # the hook writes on in the run its state's steps were saved to
+        # what the earlier job recorded of its steps up to the checkpoint's (unsaved steps, health), which
+        # this hook's own records go on from
+        self.records_before: dict = {}
+        # a run saved inside the checkpoint folder is not the script's checkpoint
+        run = _run_location(hook.out_dir)
+        self._run = os.path.realpath(run) if os.path.isabs(run) else None
         self._inotify = _Inotify.open()
         self._files = self._scan()
         self._next_scan = 0.0
@@ -191,6 +197,7 @@ class CheckpointWatcher:
         def prepare() -> None:
             store = plugins.open_store(hook.out_dir)
             dropped.extend(drop_steps_after(store, worker, seen, cancelled))
+            self.records_before = _records_until(store, worker, seen)
             # the earlier job, gone, may have been killed while it wrote a file: its temp file goes too
             left.extend(store.remove_left_temp_files(lambda name: layout.is_worker_file(name, worker)))
             for relpath in (layout.END_OF_JOB_FILE, layout.writer_claim_path(worker)):
@@ -290,6 +297,8 @@ class CheckpointWatcher:
             for entry in entries:
                 try:
                     if entry.is_dir(follow_symlinks=False):
+                        if os.path.realpath(entry.path) == self._run:
+                            continue
                         folders.append(entry.path)
                         if self._inotify is not None:
                             self._inotify.watch(entry.path)
@@ -332,6 +341,44 @@ def _run_location(out_dir: str) -> str:
 def _is_checkpoint_file(name: str) -> bool:
     # not the state file, nor SageMaker's markers of uploaded files (1.0 skips those names too)
     return name != STATE_FILE and not name.startswith(_TEMP_PREFIX) and "sagemaker-uploaded" not in name
+
+
+def _records_until(store, worker: str, seen: int) -> dict:
+    """The worker's records of the run as of step ``seen`` (those of the steps after it, trained again, go):
+    its rule firings, unsaved steps and health record, rewritten so; the last two are returned too
+    ("unsaved": step -> reason, "health": the record), for this hook's own records to go on from. A
+    record that cannot be read is left as it is."""
+    from smdebug.firings import firings_path
+    from smdebug.health import health_record_path
+
+    def until(items) -> list:
+        return [
+            i for i in items if isinstance(i, dict) and isinstance(i.get("step"), int) and i["step"] <= seen
+        ]
+
+    kept: dict = {}
+    for path in (firings_path(worker), layout.unsaved_steps_path(worker), health_record_path(worker)):
+        try:
+            if not store.exists(path):
+                continue
+            record = json.loads(store.read_bytes(path))
+            if path == firings_path(worker):
+                record["firings"] = until(record["firings"])
+            elif path == health_record_path(worker):
+                first = record.get("first_nonfinite")
+                record["first_nonfinite"] = first if until([first]) else None
+                record["triggers"] = until(record.get("triggers") or [])
+                kept["health"] = record
+            else:
+                record["unsaved_steps"] = until(record["unsaved_steps"])
+                kept["unsaved"] = {i["step"]: str(i.get("reason")) for i in record["unsaved_steps"]}
+                if not record["unsaved_steps"] and not record.get("unsaved_files"):
+                    store.remove(path)
+                    continue
+            store.write_bytes(path, json.dumps(record, indent=1).encode())
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.debug("smdebug: %s left as it is: %s", path, exc)
+    return kept
 
 
 def drop_steps_after(store, worker: str, seen: int, cancelled: threading.Event | None = None) -> list[int]:

@@ -336,10 +336,12 @@ class HealthMonitor:
 
     def _write_record(self) -> None:
         hook = self.hook
+        # a restarted job's run: what its earlier job recorded up to the checkpoint comes first
+        earlier = hook.checkpoints.records_before.get("health", {}) if hook.checkpoints is not None else {}
         record = {
             "worker": hook.worker,
-            "first_nonfinite": self.first_nonfinite,
-            "triggers": self.triggers,
+            "first_nonfinite": earlier.get("first_nonfinite") or self.first_nonfinite,
+            "triggers": [*earlier.get("triggers", []), *self.triggers],
             "recorder": {"steps": self.capacity, "tensors": len(self.names), "memory": self.memory()},
         }
         data = json.dumps(record, indent=1).encode()

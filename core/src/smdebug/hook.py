@@ -572,8 +572,16 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
         if self.checkpoints is not None:
             self.checkpoints.close()
         with self.guard("close"):
-            if self._writer is None and self._closed_at_exit and self.writing and not self.shipped:
-                self._get_writer()  # nothing was saved: the run (collections, end marker) exists all the same
+            # nothing was saved: the run (collections, end marker) exists all the same, also when a restarted
+            # job that took the run over had no step left to train
+            took_over = self.checkpoints is not None and self.checkpoints.continues_run
+            if (
+                self._writer is None
+                and (self._closed_at_exit or took_over)
+                and self.writing
+                and not self.shipped
+            ):
+                self._get_writer()
             if self._writer is not None:
                 self._export_collections()
                 # the end-of-job marker comes last, after the record of any step that could not be saved

@@ -49,6 +49,10 @@ class HookOutput:
                 claim=claim,
                 claim_token=token,
             )
+            # a restarted job's run: the steps its earlier job could not save stay recorded
+            earlier = self.checkpoints.records_before.get("unsaved") if self.checkpoints is not None else None
+            if earlier:
+                self._writer.failed_steps.update(earlier)
             at_exit(close_at_exit, weakref.ref(self), self._writer)  # flush before thread pools stop
             open_runs.register(self.out_dir, self)  # a Trial opened in this process flushes us first
         return self._writer
