@@ -67,3 +67,11 @@ def test_include_workers_one_saves_only_rank_zero(out_dir):
     assert trial.tensor("CrossEntropyLoss_output_0").value(1) == pytest.approx(
         expected[0]["steps"][1]["loss"]
     )
+
+
+def test_a_stop_signal_stops_every_rank_after_the_same_step(out_dir):
+    """Each rank looks for the signal at its own moment: one that stopped alone left the other waiting in
+    the next all-reduce (until the process group's timeout, 30 minutes by default)."""
+    outputs = run_ranks(os.path.join(os.path.dirname(__file__), "stop_worker.py"), out_dir)
+    stopped = [out.strip().splitlines()[-1] for out in outputs]
+    assert stopped[0].startswith("stopped after step ") and stopped[0] == stopped[1], outputs

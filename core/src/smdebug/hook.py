@@ -17,6 +17,8 @@ Declared by a plugin (class attributes):
     scalar_collections            collections saved raw, without reductions or histograms
     train_only_collections        collections skipped in EVAL and PREDICT
     tensor_types                  what ``save_numbered`` saves out of nested outputs
+    stops_together                the plugin makes its workers stop after the same step itself (else the
+                                  workers of a distributed run agree on it through the run: stop_signal)
     reduction_names_keep_index    reductions of ``name:0`` keep the ``:0`` in their names (TF graphs)
     host_view_of                  a numpy view of a plain tensor of the framework's, else None: called per
                                   tensor saved raw in place of the smdebug_host_view plugin call, which
@@ -157,6 +159,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
     scalar_collections: ClassVar[frozenset[str]] = SCALAR_COLLECTIONS
     train_only_collections: ClassVar[frozenset[str]] = TRAIN_ONLY_COLLECTIONS
     tensor_types: ClassVar[tuple[type, ...]] = (object,)
+    stops_together: ClassVar[bool] = False
     reduction_names_keep_index: ClassVar[bool] = False
     host_view_of: ClassVar[Callable[[Any], np.ndarray | None] | None] = None
 
@@ -254,7 +257,7 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             _free_out_dir(self.out_dir)
             self._check_out_dir()
         # why training should stop (a rule that fired, the run's stop signal), looked for at step ends
-        self._stop_signal = StopSignal(self.out_dir, self.dry_run)
+        self._stop_signal = StopSignal(self.out_dir, self.dry_run, self)
         self.health = None  # the flight recorder and its triggers (smdebug.health), with health=True
         if options.health and not self.is_copy:
             from smdebug.health import HealthMonitor

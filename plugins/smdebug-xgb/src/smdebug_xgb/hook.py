@@ -100,6 +100,7 @@ class Hook(BaseHook, xgb.callback.TrainingCallback):
     builtin_patterns = BUILTIN_PATTERNS
     default_include_collections = (CollectionKeys.METRICS,)
     default_save_config = SaveConfig(save_interval=10)  # smdebug 1.0's XGBoost default
+    stops_together = True  # (after_iteration's allreduce: every worker stops at the same round)
     scalar_collections = BaseHook.scalar_collections | {
         CollectionKeys.FEATURE_IMPORTANCE,
         CollectionKeys.AVERAGE_SHAP,
