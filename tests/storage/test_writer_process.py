@@ -358,3 +358,30 @@ def test_training_killed_leaves_the_child_to_publish_its_finished_steps(tmp_path
     for step in steps:
         np.testing.assert_array_equal(trial.tensor("w").value(step), np.full((1000,), step, np.float32))
     assert not Path(out_dir, "training_job_end.ts").exists()
+
+
+def test_a_run_several_workers_write_ends_when_the_last_of_them_does(tmp_path):
+    """A live reader takes the end-of-job marker for the end of every worker's steps: the first worker to
+    end wrote it, and a reader then judged the others' last steps without them."""
+
+    class Worker(BaseHook):
+        def worker_name(self):
+            return type(self).name
+
+        def num_workers(self):
+            return 2
+
+    out_dir = str(tmp_path / "run")
+    hooks = []
+    for name in ("worker_0", "worker_1"):
+        cls = type(name, (Worker,), {"name": name})
+        hook = cls(out_dir=out_dir, save_config=smdebug.SaveConfig(save_interval=1), include_workers="all")
+        hook.begin_step()
+        hook.save_tensor("w", np.ones(3))
+        hook.flush()  # (a worker that writes the run has its collections file from its first step on)
+        hooks.append(hook)
+    hooks[0].close()
+    assert not create_trial(out_dir).training_ended()
+    hooks[1].close()
+    trial = create_trial(out_dir)
+    assert trial.training_ended() and trial.workers() == ["worker_0", "worker_1"]

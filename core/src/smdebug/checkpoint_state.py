@@ -200,7 +200,11 @@ class CheckpointWatcher:
             self.records_before = _records_until(store, worker, seen)
             # the earlier job, gone, may have been killed while it wrote a file: its temp file goes too
             left.extend(store.remove_left_temp_files(lambda name: layout.is_worker_file(name, worker)))
-            for relpath in (layout.END_OF_JOB_FILE, layout.writer_claim_path(worker)):
+            for relpath in (
+                layout.END_OF_JOB_FILE,
+                layout.ended_note_path(worker),
+                layout.writer_claim_path(worker),
+            ):
                 if not cancelled.is_set() and store.exists(relpath):
                     store.remove(relpath)
             if store.is_local:

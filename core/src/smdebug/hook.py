@@ -588,7 +588,9 @@ class BaseHook(HookCapture, HookReducing, DuePlanning, HookOutput):
             if self._writer is not None:
                 self._export_collections()
                 # the end-of-job marker comes last, after the record of any step that could not be saved
-                self._writer.close(end_of_job=not self.is_copy)
+                # (of a run several workers write, the last of them to end writes it)
+                workers = self.collection_manager.meta.get("num_workers", 1)
+                self._writer.close(end_of_job=0 if self.is_copy else workers)
                 unsaved = self._writer.unsaved_report()
                 if unsaved:
                     logger.warning("smdebug: saving to %s is incomplete: %s", self._writer.uri, unsaved)

@@ -7,12 +7,16 @@
     <run>/writers/<worker>.json                                 the worker's claim of its name (ours)
     <run>/unsaved_steps/<worker>.json                           steps the worker could not save (ours)
     <run>/tensor_notes/<worker>.json                            shard placements, tensors not captured (ours)
+    <run>/ended/<worker>.json                                   the worker of a distributed run has ended (ours)
 
 An index file is JSON: ``{"meta": {"mode", "mode_step", "event_file_name"}, "tensor_payload": [{"tensorname",
 "start_idx", "length", "crc32c"}], "shape_payload": [{"tensorname", "originalname", "shape"}]}``. ``crc32c``
 (the record payload's masked CRC32C) is ours; smdebug 1.0 ignores keys it does not know.
 
-``writers/`` and ``unsaved_steps/`` are ours too: smdebug 1.0's reader only lists ``index/``,
+The end-of-job file of a distributed run is written by the last of its writing workers (those with a
+collections file) to end: each writes its ``ended/`` note first, and the one that then finds every such
+worker's note writes it (of two ending together, the later note's writer finds both).
+``writers/``, ``ended/`` and ``unsaved_steps/`` are ours too: smdebug 1.0's reader only lists ``index/``,
 ``collections/000000000/`` and ``events/`` and looks for the end-of-job file, so it never sees them (their
 names must not start with "index": on S3 it lists the prefix ``<run>/index`` without a slash).
 An unsaved-steps file is JSON: ``{"worker", "unsaved_steps": [{"step", "reason"}], "unsaved_files":
@@ -41,6 +45,7 @@ COLLECTIONS_DIR = "collections"
 WRITERS_DIR = "writers"
 UNSAVED_DIR = "unsaved_steps"
 NOTES_DIR = "tensor_notes"
+ENDED_DIR = "ended"
 DEFAULT_WORKER = "worker_0"  # the worker name of a job that is not distributed
 STEPS_PER_INDEX_DIR = 1000  # index files are grouped in folders of this many steps
 MAX_NUMBER = 2**62  # steps, offsets and lengths of a run are below it (a larger one is damage)
@@ -87,6 +92,10 @@ def unsaved_steps_path(worker: str) -> str:
 
 def tensor_notes_path(worker: str) -> str:
     return f"{NOTES_DIR}/{worker}.json"
+
+
+def ended_note_path(worker: str) -> str:
+    return f"{ENDED_DIR}/{worker}.json"
 
 
 def parse_index_file_name(relpath: str) -> tuple[int, str] | None:

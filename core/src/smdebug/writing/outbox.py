@@ -186,7 +186,7 @@ class Outbox:
         finally:
             self._send_waiters -= 1
 
-    def _start_drain(self, deadline: float, timeout: float, end_of_job: bool) -> None:
+    def _start_drain(self, deadline: float, timeout: float, end_of_job: int) -> None:
         """close(): publish until shortly before ``deadline``, then the record of unsaved steps and the
         end-of-job marker."""
         with self._lock:
@@ -492,6 +492,8 @@ class Outbox:
         if self.failed_steps or self.failed_files:
             record = layout.encode_unsaved(self.worker, self.failed_steps, self.failed_files)
             final.append((layout.unsaved_steps_path(self.worker), record))
+        if end_of_job > 1:  # (a run of several workers: the last of them to end writes the marker)
+            final.append((layout.ended_note_path(self.worker), b"{}"))
         if end_of_job:
             final.append((END_OF_JOB_FILE, b""))
         for relpath, data in final:
@@ -501,6 +503,17 @@ class Outbox:
             try:
                 if self._abandoned:
                     return
+                if relpath == END_OF_JOB_FILE and end_of_job > 1:
+                    # the workers that write the run are those with a collections file (not every rank
+                    # may have a hook): one of them goes on
+                    writers = [
+                        p for p in self.store.list(layout.COLLECTIONS_DIR) if layout.is_collections_file(p)
+                    ]
+                    if len(self.store.list(layout.ENDED_DIR)) < len(writers):
+                        self._end_written = True
+                        if self._claim_token:
+                            release_worker(self.store, self.worker, self._claim_token)
+                        continue
                 self.store.write_bytes(relpath, data)
                 if relpath == END_OF_JOB_FILE:
                     self._end_written = True

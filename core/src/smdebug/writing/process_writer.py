@@ -280,7 +280,7 @@ class ProcessWriter(ChildLink):
             self._take_over()
         return self._local.flush(timeout)
 
-    def close(self, timeout: float | None = None, end_of_job: bool = False) -> dict[int, str]:
+    def close(self, timeout: float | None = None, end_of_job: int = 0) -> dict[int, str]:
         if self._closed or self._forked():
             return self.failed_steps
         self._closed = True

@@ -83,7 +83,7 @@ class Writer(Protocol):
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued is written or waits for a failing store; False on timeout."""
 
-    def close(self, timeout: float | None = None, end_of_job: bool = False) -> dict[int, str]:
+    def close(self, timeout: float | None = None, end_of_job: int = 0) -> dict[int, str]:
         """Write what is queued and stop within ``timeout``; the end-of-job marker last with
         ``end_of_job``. Returns the steps that could not be saved."""
 

@@ -232,11 +232,12 @@ class RunWriter(Outbox):
         return self._wait_published(deadline)
 
     def close(
-        self, timeout: float | None = None, end_of_job: bool = False, finish_open_step: bool = True
+        self, timeout: float | None = None, end_of_job: int = 0, finish_open_step: bool = True
     ) -> dict[int, str]:
         """Write everything queued, retrying a failing store, and stop; returns within ``timeout``
         seconds (default ``close_timeout``) whatever the store does, with the steps that were not saved.
-        With ``end_of_job`` the run's end-of-job marker is written last, after the record of any steps
+        With ``end_of_job`` (the job's number of workers: of several, the last to end writes it)
+        the run's end-of-job marker is written last, after the record of any steps
         that could not be saved (and not at all when that record cannot be written). Without
         ``finish_open_step`` a step whose end was not queued is dropped (its process died mid-step)."""
         if self._closed:

@@ -163,6 +163,7 @@ class TFHook(BaseHook):
             replica = replica_class.from_config(self.options)
             replica.collection_manager = self.collection_manager
             replica.include_collections = self.include_collections
+            replica.tf_state.devices = state.devices  # (its number of workers: the run's)
             state.replicas.append(replica)
         set_hook(self)  # get_hook() stays the user's hook, not a replica's
 
