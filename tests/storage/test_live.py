@@ -76,3 +76,41 @@ def test_refresh_lists_only_index_folders_still_being_written(tmp_path):
     assert trial.steps() == list(range(2200))
     assert trial.tensor("x").value(2199)[0] == 2199
     hook.close()
+
+
+def test_a_lagging_workers_last_steps_of_an_index_folder_are_read_after_the_others_moved_on(
+    tmp_path, monkeypatch
+):
+    """A refresh lists index/000000000 and then index/000000001; worker_1 wrote its steps 998-999 and then
+    1000 between the two listings. Step 1000 made every step up to it complete, and the first folder was
+    never listed again: worker_1's steps 998-999 were lost to the Trial for good."""
+    import smdebug
+    from smdebug.hook import BaseHook
+    from smdebug.store import Store
+
+    out_dir = str(tmp_path / "run")
+    for worker in ("worker_0", "worker_1"):
+        cls = type(
+            worker, (BaseHook,), {"worker_name": lambda self, w=worker: w, "num_workers": lambda self: 2}
+        )
+        config = smdebug.SaveConfig(save_steps=[997, 998, 999, 1000])
+        hook = cls(out_dir=out_dir, save_config=config, include_workers="all")
+        for _ in range(1001):
+            hook.begin_step()
+            hook.save_tensor("w", np.array([hook.step]))
+        hook.flush()
+    listed, hidden = Store.list, set()
+    monkeypatch.setattr(
+        Store, "list", lambda store, prefix: [p for p in listed(store, prefix) if p not in hidden]
+    )
+    index = "index/{:09d}/{:012d}_worker_1.json"
+    hidden.update(index.format(s // 1000, s) for s in (998, 999, 1000))  # worker_1 not there yet
+    trial = create_trial(out_dir)
+    assert trial.last_complete_step == 997
+    hidden.discard(
+        index.format(1, 1000)
+    )  # the first folder listed before its steps 998-999, the second after
+    trial.refresh()
+    hidden.clear()
+    trial.refresh()
+    assert trial.tensor("w").workers(999) == ["worker_0", "worker_1"]

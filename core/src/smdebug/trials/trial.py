@@ -132,6 +132,7 @@ class Trial:
         self._collection_files: set[str] = set()
         self._index_dirs: set[str] = set()  # folders of the index files loaded
         self._done_index_dirs: set[str] = set()  # index folders no worker writes into any more
+        self._past_index_dirs: set[str] = set()  # those every worker was past at the last refresh
         self._fetcher = RecordFetcher(self.store)
         self._reported: set[tuple[str, int]] = set()  # damaged records already warned about
         self._unreadable: set[tuple[str, str]] = set()  # damaged run files already warned about
@@ -249,11 +250,16 @@ class Trial:
         return found
 
     def _mark_done_index_dirs(self) -> None:
+        """An index folder every worker has written past is done once listed again after that was known
+        (each worker writes its steps in order; a listing from before may have missed a lagging one's)."""
         last = self.last_complete_step
+        past = set()
         for folder in self._index_dirs - self._done_index_dirs:
             folder_end = layout.last_step_of_index_dir(folder)
             if folder_end is not None and folder_end <= last:
-                self._done_index_dirs.add(folder)
+                past.add(folder)
+        self._done_index_dirs |= past & self._past_index_dirs
+        self._past_index_dirs = past
 
     def maybe_refresh(self, force: bool = False) -> None:
         """Re-read a live run (not one that has ended, nor while ``dynamic_refresh`` is off)."""
