@@ -385,3 +385,4 @@ def test_a_run_several_workers_write_ends_when_the_last_of_them_does(tmp_path):
     hooks[1].close()
     trial = create_trial(out_dir)
     assert trial.training_ended() and trial.workers() == ["worker_0", "worker_1"]
+    assert not (tmp_path / "run" / "ended").exists()  # (a finished run holds smdebug 1.0's files only)

@@ -15,7 +15,7 @@ An index file is JSON: ``{"meta": {"mode", "mode_step", "event_file_name"}, "ten
 
 The end-of-job file of a distributed run is written by the last of its writing workers (those with a
 collections file) to end: each writes its ``ended/`` note first, and the one that then finds every such
-worker's note writes it (of two ending together, the later note's writer finds both).
+worker's note writes it (of two ending together, the later note's writer finds both), and removes the notes.
 ``writers/``, ``ended/`` and ``unsaved_steps/`` are ours too: smdebug 1.0's reader only lists ``index/``,
 ``collections/000000000/`` and ``events/`` and looks for the end-of-job file, so it never sees them (their
 names must not start with "index": on S3 it lists the prefix ``<run>/index`` without a slash).

@@ -11,7 +11,9 @@ steps never looks complete.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import os
 import threading
 import time
 
@@ -503,24 +505,29 @@ class Outbox:
             try:
                 if self._abandoned:
                     return
+                ended, last = [], True
                 if relpath == END_OF_JOB_FILE and end_of_job > 1:
                     # the workers that write the run are those with a collections file (not every rank
-                    # may have a hook): one of them goes on
+                    # may have a hook): the last of them to end writes the marker
+                    ended = self.store.list(layout.ENDED_DIR)
                     writers = [
                         p for p in self.store.list(layout.COLLECTIONS_DIR) if layout.is_collections_file(p)
                     ]
-                    if len(self.store.list(layout.ENDED_DIR)) < len(writers):
-                        self._end_written = True
-                        if self._claim_token:
-                            release_worker(self.store, self.worker, self._claim_token)
-                        continue
-                self.store.write_bytes(relpath, data)
+                    last = len(ended) >= len(writers)
+                if last:
+                    self.store.write_bytes(relpath, data)
                 if relpath == END_OF_JOB_FILE:
                     self._end_written = True
-                    # a finished run is protected by its marker: the claim goes, and the run holds
-                    # exactly smdebug 1.0's files
+                    # a finished run is protected by its marker: the claim and the workers' notes go, and
+                    # the run holds exactly smdebug 1.0's files
                     if self._claim_token:
                         release_worker(self.store, self.worker, self._claim_token)
+                    if last and ended:
+                        for note in ended:
+                            self.store.remove(note)
+                        if self.store.is_local:
+                            with contextlib.suppress(OSError):
+                                os.rmdir(self.store.path(layout.ENDED_DIR))
             except Exception as exc:
                 failing = True  # without the record of unsaved steps, the run must not look complete
                 why = self._describe(exc)
