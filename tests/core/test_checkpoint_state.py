@@ -257,6 +257,20 @@ def test_a_folder_made_after_the_hook_started_is_watched(preemption, monkeypatch
     assert [s["latest-global-step-seen"] for s in states(folder)] == [3]
 
 
+def test_a_folder_made_at_the_first_checkpoint_records_its_step(preemption, tmp_path):
+    """The script makes the folder as it writes its first checkpoint: its parent's watch sees it made (it
+    was found by the scans of a missing folder, at most once a second, so at a later step)."""
+    folder = tmp_path / "later"
+    (tmp_path / "checkpointconfig.json").write_text(json.dumps({"LocalPath": str(folder)}))
+    hook = make_hook(str(tmp_path / "run"))
+    if hook.checkpoints._inotify is None:
+        pytest.skip("inotify is Linux's")
+    train(hook, 3, close=False)
+    folder.mkdir()
+    train(hook, 5, checkpoint_before=1, folder=folder)
+    assert [s["latest-global-step-seen"] for s in states(folder)] == [3]
+
+
 def test_no_watch_without_a_checkpoint_configuration_or_for_a_dry_run(preemption, monkeypatch, tmp_path):
     assert make_hook(str(tmp_path / "dry"), dry_run=True).checkpoints is None
     monkeypatch.delenv("CHECKPOINT_CONFIG_FILE_PATH")

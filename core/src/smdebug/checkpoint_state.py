@@ -428,6 +428,7 @@ class _Inotify:
 
     # IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
     MASK = 0x2 | 0x4 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200
+    CREATED = 0x80 | 0x100  # IN_MOVED_TO | IN_CREATE
 
     def __init__(self, libc, fd: int):
         self._libc = libc
@@ -451,14 +452,21 @@ class _Inotify:
             return None
         return cls(libc, fd) if fd >= 0 else None
 
-    def watch(self, path: str) -> bool:
+    def watch(self, path: str, mask: int = MASK) -> bool:
         """Watch a folder; at each scan again (the same folder keeps its watch, one made anew gets one)."""
-        return self._libc.inotify_add_watch(self.fd, os.fsencode(path), self.MASK) >= 0
+        return self._libc.inotify_add_watch(self.fd, os.fsencode(path), mask) >= 0
 
     def watch_root(self, path: str) -> None:
-        """Watch the checkpoint folder. Until that works (the folder is not there yet, the limit of watches
-        is reached) the folder is scanned at intervals instead."""
+        """Watch the checkpoint folder; while it is not there, the entries made in its nearest existing
+        parent (its creation is an event: a script that makes it at its first checkpoint). Until either
+        works (the limit of watches is reached) the folder is scanned at intervals instead."""
         self.watching = self.watch(path)
+        if self.watching or os.path.exists(path):
+            return
+        parent = os.path.dirname(os.path.abspath(path))
+        while parent != os.path.dirname(parent) and not os.path.isdir(parent):
+            parent = os.path.dirname(parent)
+        self.watching = self.watch(parent, self.CREATED)
 
     def pending(self) -> bool:
         return bool(self._poll.poll(0))
