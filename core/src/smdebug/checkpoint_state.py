@@ -145,9 +145,10 @@ class CheckpointWatcher:
         # what the earlier job recorded of its steps up to the checkpoint's (unsaved steps, health), which
         # this hook's own records go on from
         self.records_before: dict = {}
+        from smdebug.store import Store
+
         # a run saved inside the checkpoint folder is not the script's checkpoint
-        run = _run_location(hook.out_dir)
-        self._run = os.path.realpath(run) if os.path.isabs(run) else None
+        self._run = Store.place(hook.out_dir)
         self._inotify = _Inotify.open()
         self._files = self._scan()
         self._next_scan = 0.0

@@ -89,7 +89,7 @@ from smdebug.hook_reducing import HookReducing
 from smdebug.layout import DEFAULT_WORKER, END_OF_JOB_FILE
 from smdebug.modes import ModeKeys, to_mode
 from smdebug.stop_signal import StopSignal
-from smdebug.store import redact, strip_trailing_slashes
+from smdebug.store import Store, redact, strip_trailing_slashes
 from smdebug.writing import Writer
 from smdebug.writing.bounded import run_bounded
 
@@ -122,12 +122,9 @@ def _free_out_dir(out_dir: str) -> None:
     (SageMaker's LocalPath as the script's out_dir): that hook's claim on the folder goes."""
     from smdebug.activation import activated
 
-    def place(uri: str) -> str:
-        return uri if "://" in uri else os.path.realpath(os.path.expanduser(uri))
-
     for hook in activated().values():
         check = getattr(hook, "_out_dir_check", None)
-        if check is not None and hook._writer is None and place(hook.out_dir) == place(out_dir):
+        if check is not None and hook._writer is None and Store.place(hook.out_dir) == Store.place(out_dir):
             check.release_if_unused()
 
 

@@ -135,6 +135,12 @@ class Store:
         """Whether ``uri`` is a local folder that this class writes without fsspec."""
         return _is_plain_local(uri)
 
+    @staticmethod
+    def place(uri: str) -> str:
+        """Where a run at ``uri`` is, to compare two out_dirs: a local folder's real path, any other URI
+        as it is."""
+        return os.path.realpath(_local_root(uri)) if _is_plain_local(uri) else uri
+
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem (a local store makes it on first use)."""

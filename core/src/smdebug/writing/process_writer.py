@@ -38,7 +38,7 @@ from smdebug.writing.settings import (
     max_queue_bytes_from_env,
     record_bytes,
 )
-from smdebug.writing.thread_writer import PUBLISHED_KEPT, RunWriter, write_copy
+from smdebug.writing.thread_writer import RunWriter, write_copy
 from smdebug.writing.wire import (
     Compact,
     Gone,
@@ -139,7 +139,7 @@ class ProcessWriter(ChildLink):
             if self._failed_steps or self._failed_files:
                 self._send(request=["failed", self._failed_steps, self._failed_files])
             if self._written:  # (a late save into one of them, a health recorder's row, is added to it)
-                self._send(request=["before", self._written[-PUBLISHED_KEPT:]])
+                self._send(request=["before", self._written])
 
     def _request(self, kind: str, *args, wait: float) -> dict | None:
         """Send a request after everything queued; the child's answer, or None when it gave none."""
