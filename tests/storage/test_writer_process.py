@@ -17,6 +17,7 @@ import pytest
 
 import smdebug
 from smdebug.hook import BaseHook
+from smdebug.layout import index_file_path
 from smdebug.modes import ModeKeys
 from smdebug.trials import create_trial
 from smdebug.writing import ProcessWriter, RunWriter, process_writer, wire
@@ -358,6 +359,71 @@ def test_training_killed_leaves_the_child_to_publish_its_finished_steps(tmp_path
     for step in steps:
         np.testing.assert_array_equal(trial.tensor("w").value(step), np.full((1000,), step, np.float32))
     assert not Path(out_dir, "training_job_end.ts").exists()
+
+
+KILLED_AFTER_FAST_STEPS = """
+import os, signal, sys, time
+import numpy as np
+import smdebug
+from smdebug.hook import BaseHook
+from smdebug.writing import process_writer
+
+process_writer.DEFER_SECONDS = 60  # finished steps wait in the shared box: nothing announces them
+hook = BaseHook(out_dir=sys.argv[1], save_config=smdebug.SaveConfig(save_interval=1))
+step = 0
+while True:
+    hook.begin_step()
+    hook.save_tensor("w", np.full((3,), step, dtype=np.float32))
+    hook.save_scalar("loss", float(step))
+    hook.end_step()
+    if hook._writer._local is None and len(hook._writer._deferred) == 3:
+        print(step, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # three finished steps were never announced to the child
+    step += 1
+    time.sleep(0.01)
+"""
+
+
+def test_steps_waiting_to_be_announced_to_the_writer_process_are_written_when_training_is_killed(tmp_path):
+    """Finished steps wait a little in memory shared with the child to go to it together: they are the
+    child's as soon as they are finished, whatever happens to training."""
+    out_dir = str(tmp_path / "run")
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_FAST_STEPS, out_dir], timeout=120, stdout=subprocess.PIPE
+    )
+    assert proc.returncode == -signal.SIGKILL
+    last = int(proc.stdout)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the child writes what it has, then exits
+        trial = create_trial(out_dir)
+        if trial.steps()[-1:] == [last]:
+            break
+        time.sleep(0.05)
+    steps = trial.steps()
+    assert steps == list(range(last + 1))
+    assert not trial.training_ended()
+    for step in steps:
+        np.testing.assert_array_equal(trial.tensor("w").value(step), np.full((3,), step))
+        assert trial.tensor("scalar/loss").value(step) == step
+
+
+def test_a_finished_step_reaches_a_live_reader_while_training_pauses(tmp_path):
+    """A step deferred to go to the writer process with the next ones is sent anyway when no next one
+    comes (an evaluation without the hook, a pause before closing)."""
+    out_dir = str(tmp_path / "run")
+
+    def pause_after_the_last(hook, step):
+        wait_for_the_child(hook, step)
+        if step == STEPS - 1:
+            assert hook._writer._local is None
+            last = Path(out_dir, index_file_path(step, hook.worker_name()))  # (not a Trial: it flushes)
+            deadline = time.monotonic() + 30
+            while not last.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert last.exists()  # before close
+
+    train(out_dir, between=pause_after_the_last)
+    assert read(out_dir)["ended"]
 
 
 def test_a_run_several_workers_write_ends_when_the_last_of_them_does(tmp_path):

@@ -17,7 +17,7 @@ from array import array
 
 from smdebug.store import Store
 from smdebug.writing.thread_writer import RunWriter
-from smdebug.writing.wire import RING_READ, give, read_message
+from smdebug.writing.wire import RING_READ, Mailboxes, give, messages, read_message
 
 
 class _Replies:
@@ -88,30 +88,42 @@ def main() -> int:
     )
     # only told to the training process: 8 bytes a step, not a list of int objects (~36)
     writer.written_steps = array("q")
-    ring = None
+    ring = mail = None
     if options.get("ring"):
         fd, size = options["ring"]
         ring = mmap.mmap(fd, size)
         os.close(fd)
+    if options.get("mail"):
+        mail = Mailboxes(options["mail"][1], fd=options["mail"][0])
+        os.close(mail.fd)
     replies.send({"ready": True})
     names: dict[int, list[str]] = {}  # the lists of reduction names by their numbers
+
+    def items(header: list, payload) -> None:
+        if len(header) > 2 and header[2]:  # the rest of the arrays' bytes, in the ring: copied out
+            position, nbytes = header[2]
+            payload = bytearray(nbytes)
+            with memoryview(ring) as shared:
+                payload[:] = shared[position : position + nbytes]
+        give(writer, header[1], payload, names, ring)
+        if len(header) > 2:  # everything the training process put in the ring so far is read
+            RING_READ.pack_into(ring, 0, header[3])
+
     reported = [0]  # written steps the training process was told of
     while True:
         msg = read_message(0)
         if msg is None:  # the training process ended without closing: no end-of-job marker
+            for header, payload in messages(mail.left() if mail is not None else b""):
+                items(header, payload)  # the steps it finished and had not announced yet
             writer.close(end_of_job=False, finish_open_step=False)
             return 0
         header, payload = msg
         kind = header[0]
         if kind == "items":
-            if len(header) > 2 and header[2]:  # the rest of the arrays' bytes, in the ring: copied out
-                position, nbytes = header[2]
-                payload = bytearray(nbytes)
-                with memoryview(ring) as shared:
-                    payload[:] = shared[position : position + nbytes]
-            give(writer, header[1], payload, names, ring)
-            if len(header) > 2:  # everything the training process put in the ring so far is read
-                RING_READ.pack_into(ring, 0, header[3])
+            items(header, payload)
+        elif kind == "mail":  # finished steps' messages, in the shared boxes
+            for mailed, payload in messages(mail.take(*header[1:])):
+                items(mailed, payload)
         elif kind == "flush":
             done = writer.flush(header[2])
             replies.send({"id": header[1], "result": done, "state": _state(writer, True, reported)})

@@ -20,13 +20,14 @@ except ImportError:  # not a POSIX system: the writer stays on threads
 
 from smdebug.store import Store
 from smdebug.writing.settings import writer_process_allowed
-from smdebug.writing.wire import Ring, message, write_all
+from smdebug.writing.wire import Mailboxes, Ring, message, write_all
 
 logger = logging.getLogger("smdebug")
 
 REPLY_GRACE = 5.0  # seconds beyond a request's own timeout that the child may take to answer
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux's number, where fcntl does not name it
 _PIPE_BYTES = 1024 * 1024  # a step's items fit in the pipe: the training thread rarely waits on the child
+MAIL_BYTES = 256 * 1024  # a shared box of finished steps' messages (two of them), a few steps of reductions
 
 # this process's id, kept up to date in forked children without a system call per saved tensor
 _pid = [os.getpid()]
@@ -68,6 +69,7 @@ class ChildLink:
         self._pid = _pid[0]
         self._proc: subprocess.Popen | None = None
         self._ring: Ring | None = None
+        self._mail: Mailboxes | None = None
         self._ready = False  # the child said it is ready (set by the reply thread)
         self._gone: str | None = None  # why there is no child (then none is started again)
         self._replies: dict[int, dict] = {}
@@ -90,10 +92,12 @@ class ChildLink:
         code = (
             f"import sys; sys.path.append({root!r}); from smdebug.writing.child import main; sys.exit(main())"
         )
-        try:
+        try:  # (no shared memory: every byte goes down the pipe)
             self._ring = Ring(ring_bytes) if hasattr(os, "memfd_create") else None
-        except OSError:  # no shared memory: every byte goes down the pipe
-            self._ring = None
+            self._mail = Mailboxes(min(MAIL_BYTES, ring_bytes)) if self._ring is not None else None
+        except OSError:
+            self._ring = self._mail = None
+        shared = [some.fd for some in (self._ring, self._mail) if some is not None]
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", code],
@@ -101,11 +105,11 @@ class ChildLink:
                 stdout=subprocess.PIPE,
                 env=env,
                 start_new_session=True,  # a Ctrl-C meant for training must not stop the child mid-write
-                pass_fds=(self._ring.fd,) if self._ring is not None else (),
+                pass_fds=shared,
             )
         finally:
-            if self._ring is not None:
-                os.close(self._ring.fd)  # the child has its own; this process keeps the mapping
+            for fd in shared:
+                os.close(fd)  # the child has its own; this process keeps the mappings
         self._fd = self._proc.stdin.fileno()
         try:
             fcntl.fcntl(self._fd, _F_SETPIPE_SZ, _PIPE_BYTES)
@@ -123,6 +127,7 @@ class ChildLink:
             "claim_token": self._claim_token,  # the claim is this process's writer's, made already
             "log_level": logger.getEffectiveLevel(),
             "ring": [self._ring.fd, len(self._ring.map)] if self._ring is not None else None,
+            "mail": [self._mail.fd, self._mail.size] if self._mail is not None else None,
         }
         write_all(self._fd, message(["start", start]))
 

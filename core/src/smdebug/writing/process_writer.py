@@ -19,6 +19,7 @@ writer on threads.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -57,6 +58,9 @@ SPAWN_AFTER_STEPS = 4  # a run that saved this many steps gets a writer process 
 RECORD_SECONDS = 2.0  # what a takeover at close gets at least, for the record of the steps the child held
 RING_BYTES = 8 * 1024 * 1024  # shared with the child for the arrays' bytes: a few steps of a small model
 PIPED_BYTES = 4096  # a compact message's payload up to this size goes down the pipe (one copy either way)
+# A finished step waits up to this long to go down the pipe with the next ones: one write (and one wake of
+# the child) for a few fast steps instead of one each, and a reader sees a step this much later at most.
+DEFER_SECONDS = 0.02
 
 
 class ProcessWriter(ChildLink):
@@ -106,6 +110,13 @@ class ProcessWriter(ChildLink):
         self._step_has_data = False
         self._batch: list = []  # RunWriter batch items of the step, sent to the child at its end
         self._batch_bytes = 0
+        # finished steps waiting in a shared box to be announced to the child (DEFER_SECONDS): their items
+        # (for a writer here, should the child be gone) and steps
+        self._deferred: list[list] = []
+        self._deferred_steps: set[int] = set()
+        self._deferred_at = 0.0
+        self._sending = threading.RLock()  # the training thread's sends and the flusher's
+        self._flusher: threading.Thread | None = None  # sends deferred steps when training does not
         self._sent_steps = array("q")  # steps the child was given items of, in order (8 bytes each)
         self._names = Names(cache_bytes(self.max_queue_bytes))
         self._compact = Compact(self._names)
@@ -246,7 +257,7 @@ class ProcessWriter(ChildLink):
         if self._local is None:
             if wrote:
                 self._batch.append(("end", step))
-            self._send()
+            self._send(defer=True)
             return
         self._local.end_step(step)
         if wrote and self._proc is None and self._gone is None and not self._forked():
@@ -290,14 +301,14 @@ class ProcessWriter(ChildLink):
             reply = self._request("close", timeout, end_of_job, wait=timeout + REPLY_GRACE)
             if reply is not None:
                 self._stop_child()
-                self._ring = None  # unmapped here (a process that makes many hooks keeps none of them)
+                self._ring = self._mail = None  # unmapped here (a process making many hooks keeps none)
                 return self.failed_steps
             self._mark_gone(
                 f"it did not finish within the close timeout ({timeout:g} s); the hook stopped it"
             )
             self._take_over()  # gone or hung: this process finishes the run
         self._stop_child()  # started, not yet handed over: it has nothing
-        self._ring = None
+        self._ring = self._mail = None
         # past the deadline when the child hung: still the time to record the steps it held
         self._local.close(max(RECORD_SECONDS, deadline - time.monotonic()), end_of_job)
         return self.failed_steps
@@ -322,87 +333,137 @@ class ProcessWriter(ChildLink):
         return reply["state"] if reply is not None else {"pending_steps": [], "failing": False}
 
     # -- sending ------------------------------------------------------------------------------------
-    def _send(self, request: list | None = None) -> None:
-        """Send the step's batch (and a request after it) to the child."""
+    def _send(self, request: list | None = None, defer: bool = False) -> None:
+        """Send what waits (the deferred steps, the step's batch, then the request) to the child. A finished
+        step (``defer``) may wait for the next ones in a shared box, DEFER_SECONDS at most (the flusher
+        announces it then if training does not)."""
         if self._forked():
             self._batch, self._batch_bytes = [], 0
             return
-        items, self._batch, self._batch_bytes = self._batch, [], 0
-        if self._local is not None:
-            feed(self._local, items)
-            return
-        if self._gone is not None:
-            self._take_over(unsent=items)
-            return
+        with self._sending:
+            items, self._batch, self._batch_bytes = self._batch, [], 0
+            if self._local is not None:
+                feed(self._local, items)
+                return
+            if self._gone is not None:
+                self._take_over(unsent=items)
+                return
+            parts, steps = [], set()
+            if items:  # (a deferred step's payload goes in the box, not the ring: it is read later)
+                deferring = defer and self._mail is not None
+                steps = self._message(items, self._ring.used if deferring else None, parts)
+                if deferring and self._mail.put(parts, sum(memoryview(part).nbytes for part in parts)):
+                    now = time.monotonic()
+                    if not self._deferred:
+                        self._deferred_at = now
+                        if self._flusher is None:
+                            self._flusher = threading.Thread(target=self._flush_later, daemon=True)
+                            self._flusher.start()
+                    self._deferred.append(items)
+                    self._deferred_steps |= steps
+                    if now - self._deferred_at < DEFER_SECONDS:
+                        return
+                    parts, steps, items = [], set(), []
+            if not self._send_now(parts, steps, request):
+                self._take_over(unsent=items)
+
+    def _flush_later(self) -> None:
+        """The flusher thread: deferred steps go to the child within about DEFER_SECONDS also when training
+        makes no next step (a pause, an evaluation without the hook, a script that closes much later)."""
+        while True:
+            time.sleep(DEFER_SECONDS)
+            with self._sending:
+                if self._closed or self._gone is not None or self._local is not None or self._forked():
+                    return  # what waits goes with close's request, or to the writer that takes over
+                if self._deferred and time.monotonic() - self._deferred_at >= DEFER_SECONDS:
+                    self._send_now([], set(), None)  # (the child gone: training's next send takes over)
+
+    def _send_now(self, parts: list, steps: set[int], request: list | None) -> bool:
+        """Write the announcement of the deferred steps, then ``parts`` (a message of ``steps``) and the
+        request, in one go; False when the child is gone (the deferred steps stay for the takeover)."""
+        announce = self._mail.announce() if self._mail is not None else None
+        if announce is not None:
+            parts = [*message(announce), *parts]
+        if request is not None:
+            parts += message(request)
+        if not parts:
+            return True
         try:
-            if items:
-                ring = self._ring
-                fast = self._compact(items) if ring is not None else None  # a common step: a binary header
-                if fast is not None:  # a small payload goes down the pipe with it: no room taken in the ring
-                    head, buffers, nbytes, steps = fast
-                    shared = ring.put(buffers, nbytes) if nbytes > PIPED_BYTES else None
-                    parts = Compact.message(head, buffers, nbytes, shared, ring.used)
-                    write_all(self._fd, parts, len(head) + (0 if shared else nbytes))
-                else:
-                    header, buffers = encode(items, self._names)
-                    steps = steps_of(items)
-                    if ring is None:
-                        write_all(self._fd, message(["items", header], buffers))
-                    else:
-                        # the child gives back the ring up to all that was put in it so far, once it has read
-                        nbytes = sum(memoryview(b).nbytes for b in buffers)
-                        shared = ring.put(buffers, nbytes) if nbytes else None
-                        head = ["items", header, shared, ring.used]
-                        write_all(self._fd, message(head) if shared else message(head, buffers))
-                sent = self._sent_steps
-                for step in sorted(steps) if len(steps) > 1 else steps:
-                    if not sent or step != sent[-1]:
-                        sent.append(step)
-                items = []  # the child has them
-            if request is not None:
-                write_all(self._fd, message(request))
+            write_all(self._fd, parts, sum(memoryview(part).nbytes for part in parts))
         except Gone as exc:
             self._mark_gone(str(exc))
-            self._take_over(unsent=items)  # a message cut short is never read by the child
+            return False  # a message cut short is never read by the child
+        if self._deferred:
+            steps |= self._deferred_steps
+            self._deferred, self._deferred_steps = [], set()
+        sent = self._sent_steps
+        for step in sorted(steps) if len(steps) > 1 else steps:
+            if not sent or step != sent[-1]:
+                sent.append(step)
+        return True
+
+    def _message(self, items: list, used: int | None, parts: list) -> set[int]:
+        """Add the message of these items to ``parts``; their steps. ``used`` for deferred items: how much of
+        the ring was given out when they were deferred. Their payload then goes down the pipe, and the child
+        is told the ring was read up to there only: later steps' arrays may be in the ring already."""
+        ring = self._ring
+        fast = self._compact(items) if ring is not None else None  # a common step: a binary header
+        if fast is not None:  # a small payload goes down the pipe with it: no room taken in the ring
+            head, buffers, nbytes, steps = fast
+            shared = ring.put(buffers, nbytes) if used is None and nbytes > PIPED_BYTES else None
+            parts += Compact.message(head, buffers, nbytes, shared, ring.used if used is None else used)
+            return steps
+        header, buffers = encode(items, self._names)
+        if ring is None:
+            parts += message(["items", header], buffers)
+        else:
+            # the child gives back the ring up to all that was put in it so far, once it has read
+            nbytes = sum(memoryview(b).nbytes for b in buffers) if used is None else 0
+            shared = ring.put(buffers, nbytes) if nbytes else None
+            head = ["items", header, shared, ring.used if used is None else used]
+            parts += message(head) if shared else message(head, buffers)
+        return steps_of(items)
 
     # -- when the child is gone ---------------------------------------------------------------------
     def _take_over(self, unsent: list = ()) -> None:
         """Write in this process from now on: the items not yet given to the child go to a RunWriter
         here; steps the child had and did not write are reported unsaved."""
-        if self._local is not None:
-            return
-        self._stop_child(kill=True)
-        try:
-            store = self._store() if callable(self._store) else self._store
-        except Exception:  # the RunWriter reports why it cannot open it
-            store = None
-        lost = {}
-        for step in sorted(set(self._sent_steps)):
+        with self._sending:  # (not while the flusher sends)
+            if self._local is not None:
+                return
+            self._stop_child(kill=True)
             try:
-                written = store is not None and store.exists(index_file_path(step, self.worker))
-            except Exception:
-                written = False
-            if not written:
-                lost[step] = f"the writer process stopped before writing it ({self._gone})"
-        if self._sent_steps:
-            logger.warning(
-                "smdebug: the writer process of %s stopped (%s); writing in the training process from now on%s",
-                self.uri,
-                self._gone,
-                f"; {len(lost)} step(s) it had not written are lost" if lost else "",
+                store = self._store() if callable(self._store) else self._store
+            except Exception:  # the RunWriter reports why it cannot open it
+                store = None
+            lost = {}
+            for step in sorted(set(self._sent_steps)):
+                try:
+                    written = store is not None and store.exists(index_file_path(step, self.worker))
+                except Exception:
+                    written = False
+                if not written:
+                    lost[step] = f"the writer process stopped before writing it ({self._gone})"
+            if self._sent_steps or unsent or self._deferred or self._batch:  # (else it had nothing yet)
+                logger.warning(
+                    "smdebug: the writer process of %s stopped (%s); writing in the training process from now on%s",
+                    self.uri,
+                    self._gone,
+                    f"; {len(lost)} step(s) it had not written are lost" if lost else "",
+                )
+            self._local = RunWriter(
+                store if store is not None else self._store,
+                self.worker,
+                self.max_queue_bytes,
+                self._close_timeout,
+                uri=self._uri,
+                claim_token=self._claim_token,  # the name is claimed already, by this process's first writer
             )
-        self._local = RunWriter(
-            store if store is not None else self._store,
-            self.worker,
-            self.max_queue_bytes,
-            self._close_timeout,
-            uri=self._uri,
-            claim_token=self._claim_token,  # the name is claimed already, by this process's first writer
-        )
-        self._local.failed_steps.update({**self._failed_steps, **lost})
-        self._local.failed_files.update(self._failed_files)
-        self._local.written_steps.extend(self._written)
-        self._local.written_before(self._written)
-        items = [owned(item, self._ring) for item in [*unsent, *self._batch]]
-        self._batch = []
-        feed(self._local, [item for item in items if item[0] == "file" or item[1] not in lost])
+            self._local.failed_steps.update({**self._failed_steps, **lost})
+            self._local.failed_files.update(self._failed_files)
+            self._local.written_steps.extend(self._written)
+            self._local.written_before(self._written)
+            deferred = [item for some in self._deferred for item in some]
+            items = [owned(item, self._ring) for item in [*deferred, *unsent, *self._batch]]
+            self._batch, self._deferred = [], []
+            feed(self._local, [item for item in items if item[0] == "file" or item[1] not in lost])

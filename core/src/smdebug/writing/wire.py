@@ -99,6 +99,94 @@ class Ring:
         return InRing(position, array.dtype, array.shape, nbytes)
 
 
+class Mailboxes:
+    """Two boxes in memory shared with the child where finished steps' messages wait, whole, to be announced
+    down the pipe a few steps at a time (one write and one wake of the child for them, not one each). The
+    training process fills one box while the child may still be taking the other; a box the child has not
+    taken is not filled again. A box counts whole messages only, so when training dies the child still
+    writes the steps in the box being filled (``left``)."""
+
+    HEAD = struct.Struct("<QQQ")  # a box's generation, bytes of whole messages in it, generation taken
+
+    def __init__(self, size: int, fd: int | None = None):
+        """``size`` bytes a box; the child maps the training process's ``fd``."""
+        self.fd = os.memfd_create("smdebug-mail") if fd is None else fd
+        try:
+            if fd is None:
+                os.ftruncate(self.fd, 2 * size)
+            self.map = mmap.mmap(self.fd, 2 * size)
+        except OSError:
+            os.close(self.fd)
+            raise
+        self.size = size
+        self.box: int | None = None  # the box being filled
+        self.generation = 0  # the last box's (boxes are told apart from their earlier fillings by it)
+
+    def put(self, parts: list, nbytes: int) -> bool:
+        """Add one message's parts to the box being filled (a free one if none is): False when there is
+        no room, or no free box."""
+        box, head = self.box, self.HEAD
+        if box is None:
+            for box in (0, 1):
+                generation, _, taken = head.unpack_from(self.map, box * self.size)
+                if generation == taken:
+                    break
+            else:
+                return False
+            self.generation += 1
+            head.pack_into(self.map, box * self.size, self.generation, 0, generation)
+            self.box = box
+        start = box * self.size
+        used = head.unpack_from(self.map, start)[1]
+        at = start + head.size + used
+        if at + nbytes > start + self.size:
+            return False
+        for view in map(memoryview, parts):
+            if view.nbytes:
+                self.map[at : at + view.nbytes] = view.cast("B")
+                at += view.nbytes
+        struct.pack_into("<Q", self.map, start + 8, used + nbytes)  # after the bytes: whole messages only
+        return True
+
+    def announce(self) -> list | None:
+        """The message that gives the child the box being filled (None when it holds nothing)."""
+        box = self.box
+        if box is None:
+            return None
+        generation, used, _ = self.HEAD.unpack_from(self.map, box * self.size)
+        if not used:
+            return None
+        self.box = None
+        return ["mail", box, generation, used]
+
+    # -- the child's side --
+    def take(self, box: int, generation: int, used: int) -> bytes:
+        """The messages of an announced box, copied out; the box is free again."""
+        start = box * self.size + self.HEAD.size
+        data = self.map[start : start + used]
+        struct.pack_into("<Q", self.map, box * self.size + 16, generation)
+        return data
+
+    def left(self) -> bytes:
+        """The whole messages of a box training was filling when it died (it announced the others)."""
+        for box in (0, 1):
+            generation, used, taken = self.HEAD.unpack_from(self.map, box * self.size)
+            if generation != taken and used:
+                return self.take(box, generation, used)
+        return b""
+
+
+def messages(data: bytes):
+    """The messages (header, payload) one after another in ``data``."""
+    at, view = 0, memoryview(data)
+    while at < len(data):
+        head_len, size = FRAME.unpack_from(data, at)
+        head = data[at + FRAME.size : at + FRAME.size + head_len]
+        at += FRAME.size + head_len
+        yield (json.loads(head) if head[:1] == b"[" else expand(head)), view[at : at + size]
+        at += size
+
+
 class InRing:
     """An array copied into the ring, in a step's batch: where it is, its dtype and shape."""
 
