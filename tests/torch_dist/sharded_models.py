@@ -90,9 +90,26 @@ def train(model, hook_, data, steps=STEPS):
     hook_.close()
 
 
-def reference_run(kind, out_dir):
+def train_accumulating(model, hook_, data, steps=2 * STEPS):
+    """Gradient accumulation: two forward and backward passes (two hook steps) per optimizer step, the
+    gradients zeroed between the first pass's forward and backward."""
+    criterion = nn.CrossEntropyLoss()
+    hook_.register_loss(criterion)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        x, y = data(step)
+        loss = criterion(model(x), y)
+        if step % 2 == 0:
+            opt.zero_grad()
+        loss.backward()
+        if step % 2 == 1:
+            opt.step()
+    hook_.close()
+
+
+def reference_run(kind, out_dir, trainer=train):
     """The unsharded model trained on the global batches, in this process."""
     model = make(kind)
     h = hook(out_dir)
     h.register_module(model)
-    train(model, h, lambda step: global_batch(kind, step))
+    trainer(model, h, lambda step: global_batch(kind, step))

@@ -11,7 +11,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from sharded_models import STEPS, batch, hook, make, train
+from sharded_models import STEPS, batch, hook, make, train, train_accumulating
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -90,6 +90,33 @@ def fsdp_health_sharded_later(rank, out_dir):
     h.close()
 
 
+def fsdp_health_trigger(rank, out_dir):
+    """health=True under FSDP2, an inf in rank 1's shard of fc1's weight at step 2 (not a save step)."""
+    model = make("mlp")
+    h = smd.Hook(
+        out_dir=out_dir,
+        include_workers="all",
+        include_collections=["weights", "gradients", "losses"],
+        save_config=smd.SaveConfig(save_steps=[0]),
+        health=True,
+    )
+    h.register_module(model)
+    fully_shard(model.fc1)
+    fully_shard(model)
+    criterion = nn.CrossEntropyLoss()
+    h.register_loss(criterion)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        if step == 2 and rank == 1:
+            with torch.no_grad():
+                model.fc1.weight.to_local()[0, 0] = float("inf")
+        x, y = batch("mlp", rank, step)
+        opt.zero_grad()
+        criterion(model(x), y).backward()
+        opt.step()
+    h.close()
+
+
 def fsdp_block(rank, out_dir):
     model = make("block")
     fully_shard(model.attn)
@@ -100,13 +127,24 @@ def fsdp_block(rank, out_dir):
     train(model, h, lambda step: batch("block", rank, step))
 
 
-def tensor_parallel(rank, out_dir, **options):
+def tensor_parallel(rank, out_dir, trainer=train, **options):
     mesh = init_device_mesh("cpu", (2,))
     model = make("tp")
     h = hook(out_dir, **options)
     h.register_module(model)  # before parallelize_module, which replaces the parameters
     parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
-    train(model, h, lambda step: batch("tp", rank, step))
+    trainer(model, h, lambda step: batch("tp", rank, step))
+
+
+def fsdp_accumulating(rank, out_dir):
+    """Every pass syncs (no set_requires_gradient_sync(False)): FSDP2 adds each pass's gradient shard to
+    the one there, and each pass's own must be saved."""
+    model = make("mlp")
+    h = hook(out_dir, include_workers="all")
+    h.register_module(model)
+    fully_shard(model.fc1)
+    fully_shard(model)
+    train_accumulating(model, h, lambda step: batch("mlp", rank, step))
 
 
 def tp_dtensor_outputs(rank, out_dir):
@@ -331,7 +369,12 @@ SCENARIOS = {
     "fsdp_mlp_part": fsdp_mlp_part,
     "fsdp_block": lambda rank, d: fsdp_block(rank, d),
     "fsdp_health_sharded_later": fsdp_health_sharded_later,
+    "fsdp_health_trigger": fsdp_health_trigger,
     "tp_mlp": lambda rank, d: tensor_parallel(rank, d, include_workers="all"),
+    "fsdp_accumulating": fsdp_accumulating,
+    "tp_accumulating": lambda rank, d: tensor_parallel(
+        rank, d, trainer=train_accumulating, include_workers="all"
+    ),
     "tp_mlp_gathered": lambda rank, d: tensor_parallel(
         rank, d, include_workers="all", gather_full_tensors=True
     ),

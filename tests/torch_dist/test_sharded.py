@@ -11,7 +11,7 @@ import pytest
 import sharded_worker
 import torch
 import torch.multiprocessing as mp
-from sharded_models import ABS_REDUCTIONS, NORMS, REDUCTIONS, STEPS, reference_run
+from sharded_models import ABS_REDUCTIONS, NORMS, REDUCTIONS, STEPS, reference_run, train_accumulating
 from support import smdebug_cli
 
 import smdebug.pytorch as smd
@@ -34,6 +34,8 @@ def runs(tmp_path_factory):
     mp.spawn(sharded_worker.main, args=(_free_port(), base, list(sharded_worker.SCENARIOS)), nprocs=2)
     for kind in ("mlp", "block", "tp"):
         reference_run(kind, os.path.join(base, f"reference_{kind}"))
+    for kind in ("mlp", "tp"):
+        reference_run(kind, os.path.join(base, f"reference_{kind}_accumulating"), train_accumulating)
     return base
 
 
@@ -47,13 +49,13 @@ def _parameters(trial):
     return trial.tensor_names(regex="weight|bias")
 
 
-def _check_against_reference(trial, reference, rtol=1e-4, atol=1e-6):
+def _check_against_reference(trial, reference, rtol=1e-4, atol=1e-6, steps=STEPS):
     assert trial.tensor_names() == reference.tensor_names()  # the user's names, not FSDP<Name>
     names = _parameters(reference)
     assert any(n.startswith("gradient/") for n in names) and len(names) >= 8
     for name in names:
-        assert trial.tensor(name).steps() == list(range(STEPS)), name
-        for step in range(STEPS):
+        assert trial.tensor(name).steps() == list(range(steps)), name
+        for step in range(steps):
             full = trial.tensor(name).value(step)
             np.testing.assert_allclose(
                 full, reference.tensor(name).value(step), rtol=rtol, atol=atol, err_msg=f"{name} {step}"
@@ -74,6 +76,14 @@ def test_sharded_runs_equal_the_unsharded_run(runs, scenario, kind):
     trial, reference = _trials(runs, scenario, kind)
     assert trial.workers() == ["worker_0", "worker_1"]
     _check_against_reference(trial, reference)
+
+
+@pytest.mark.parametrize("scenario, kind", [("fsdp_accumulating", "mlp"), ("tp_accumulating", "tp")])
+def test_a_pass_of_gradient_accumulation_saves_its_own_sharded_gradient(runs, scenario, kind):
+    """As for an unsharded model: what each backward pass adds, not the sum in param.grad so far."""
+    trial = smd.create_trial(os.path.join(runs, scenario))
+    reference = smd.create_trial(os.path.join(runs, f"reference_{kind}_accumulating"))
+    _check_against_reference(trial, reference, steps=2 * STEPS)
 
 
 def test_smdebug_diff_of_a_sharded_run_and_the_unsharded_one_agrees(runs):
@@ -131,6 +141,18 @@ def test_health_on_a_model_sharded_after_its_first_step_keeps_saving_its_gradien
         assert trial.tensor(name).steps() == [0, 3], name
         assert trial.placements(name)["worker_1"]["local_shape"], name  # saved as shards at step 3
     assert trial.first_nonfinite() is None
+
+
+def test_a_health_trigger_records_the_sharded_tensors_it_does_not_save(runs):
+    """A trigger may fire on one rank alone, and a sharded tensor's capture needs every rank: those the
+    collections name are recorded as not saved at the trigger's step, not silently left out."""
+    trial = smd.create_trial(os.path.join(runs, "fsdp_health_trigger"))
+    assert trial.first_nonfinite()["step"] == 2  # (FSDP2 gathers the weight: both ranks see the inf)
+    for worker in ("worker_0", "worker_1"):
+        unsaved = trial.unsaved_tensors()[worker]
+        for name in ("MLP_fc1.weight", "gradient/MLP_fc1.weight"):
+            assert "health trigger" in unsaved[name]["reason"], unsaved
+            assert trial.tensor(name).steps() == [0]  # the save step's
 
 
 def test_tensor_parallel_shards_and_gathered_values(runs):

@@ -789,8 +789,17 @@ class TorchHealth:
             collections = [c.name for c in hook.collections_of(name)]
             if collections:
                 hook.save_tensor(name, tensor.detach(), collections)
+        # A sharded tensor's capture needs every rank in one collective, and a trigger may fire on one
+        # rank alone: recorded, not saved (a save step saves them as usual).
+        sharded = [n for m in hook._models.values() for n, _ in (*m.sharded, *m.sharded_grads)]
+        left = [name for name in sharded if not hook.is_due(name) and hook.collections_of(name)]
+        for name in left:
+            hook.record_unsaved_tensor(name, _SHARDED_AT_TRIGGER)
+        if left:
+            hook.warn_once("health:sharded", "smdebug: %s (%s...)", _SHARDED_AT_TRIGGER, left[0])
 
 
+_SHARDED_AT_TRIGGER = "a sharded tensor is not saved at a health trigger's step (it needs every rank)"
 _GRAD = operator.attrgetter("grad")
 _PARAMS = operator.attrgetter("params")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")

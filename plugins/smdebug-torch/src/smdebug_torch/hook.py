@@ -465,7 +465,7 @@ class Hook(BaseHook):
         if model.lazy:  # a lazy module's parameters exist once the first forward has run
             with self.guard("save the parameters"):
                 self._refresh(model)
-        if not self.any_due(model.grad_names):
+        if not (self.any_due(model.grad_names) or self.any_due(model.sharded_grad_names)):
             return
         with self.guard("watch the gradients"):
             watch = model.watch
@@ -495,6 +495,8 @@ class Hook(BaseHook):
         not saved, as in smdebug 1.0)."""
         if model in self._backward:
             return  # another of its outputs in the same pass
+        if model.sharded:
+            self._shards.note_before(model.sharded_grads)
         grads = list(map(_grad_of, model.grad_params))  # (per tensor in C: a model may have hundreds)
         # none yet (zero_grad(set_to_none=True)): whether each is new at the end says all (see _changed)
         versions = hooked = None
@@ -580,6 +582,8 @@ class Hook(BaseHook):
         if self._shards.in_flight is not None:
             with self.guard("save the sharded tensors"):
                 self._shards.resolve()  # the step's reductions, gathered since its backward pass
+        if self._shards.before:
+            self._shards.before.clear()  # (a pass that gave no sharded gradient: nothing to subtract from)
         super().end_step()
 
     def begin_step(self, step: int | None = None, mode_step: int | None = None) -> None:
@@ -607,6 +611,7 @@ class _Model:
         self.grad_names: tuple[str, ...] = ()
         self.sharded: list[tuple[str, torch.nn.Parameter]] = []  # DTensor parameters (FSDP2, tensor parallel)
         self.sharded_grads: list[tuple[str, torch.nn.Parameter]] = []
+        self.sharded_grad_names: tuple[str, ...] = ()
         self.refresh()
 
     def refresh(self) -> None:
@@ -616,6 +621,7 @@ class _Model:
         named = [(f"{self.name}_{path}", p) for path, p in sharded.named_parameters(self.module)]
         self.sharded = [(name, p) for name, p in named if sharded.is_sharded(p)]
         self.sharded_grads = [(GRADIENT_PREFIX + name, p) for name, p in self.sharded]
+        self.sharded_grad_names = tuple(name for name, _ in self.sharded_grads)
         self.params = [(name, p) for name, p in named if not sharded.is_sharded(p)]
         self.names = tuple(name for name, _ in self.params)
         self.values = [p for _, p in self.params]

@@ -464,6 +464,9 @@ class Shards:
         self.hook = hook
         self.pending: dict[str, _Item] = {}
         self.grads: list[tuple[str, Any]] = []  # (name, parameter) given a gradient: captured at the flush
+        # id(parameter) -> its gradient when the running backward pass began (accumulation): what the pass
+        # adds is saved, as for an unsharded parameter, not the sum so far
+        self.before: dict[int, Any] = {}
         self.flush_queued = False
         self.in_flight: _InFlight | None = None  # the last flush's all_gather, awaited by resolve()
         self.layout: _Layout | None = None  # the last flush's, reused while its tensors stay the same
@@ -478,6 +481,15 @@ class Shards:
             if self.key is None:
                 self._announce()
             self.pending[name] = _Item(name, value, plan[0], plan[1])
+
+    def note_before(self, grads: list[tuple[str, Any]]) -> None:
+        """At a backward pass's start: copies of the due gradients already there (a gradient accumulated
+        over several passes, or zeroed in place), so that each pass saves its own."""
+        is_due = self.hook.is_due
+        for name, param in grads:
+            grad = param.grad
+            if grad is not None and is_due(name):
+                self.before[id(param)] = grad.detach().clone()  # (a local copy of the shard)
 
     def save_now(self, name: str, value, pairs, raw: bool) -> None:
         """``hook.save_tensor`` of a sharded tensor: saved at once as a captured one is at a flush (every
@@ -530,8 +542,10 @@ class Shards:
         the same as no collective at all once awaited at the step's end)."""
         if self.grads:
             grads, self.grads = self.grads, []
+            before, self.before = self.before, {}
             for name, param in grads:
-                self.capture(name, param.grad)
+                grad, earlier = param.grad, before.get(id(param))
+                self.capture(name, grad if earlier is None or grad is None else grad.detach() - earlier)
         if not self.pending:
             return
         self.resolve()  # (a second flush in a step: a second backward pass)
