@@ -169,8 +169,9 @@ class _TwoWorkers(NumpyHook):
         return 2
 
 
-def _workers_run(out_dir, ranks):
-    """A run whose workers ``ranks`` each saved "x" = [0, 1, 2] * step at steps 0..2."""
+def _workers_run(out_dir, ranks, shift=None):
+    """A run whose workers ``ranks`` each saved "x" = [0, 1, 2] * step at steps 0..2 (plus ``shift[rank]``
+    from step 1 on) and "y" = -x."""
     plugins.reset()
     hooks = []
     for rank in ranks:
@@ -181,7 +182,9 @@ def _workers_run(out_dir, ranks):
     for step in range(3):
         for hook in hooks:
             hook.begin_step()
-            hook.save_tensor("x", np.arange(3.0) * step)
+            x = np.arange(3.0) * step + (shift or {}).get(hook.rank, 0.0) * (step >= 1)
+            hook.save_tensor("x", x)
+            hook.save_tensor("y", -x)
             hook.end_step()
     for hook in hooks:
         hook.close()
@@ -202,6 +205,32 @@ def test_a_worker_only_one_run_has_is_said_not_compared(tmp_path, cli):
     assert any("worker_1" in note and "only in a" in note for note in data["notes"]), data
     df = diff(two, one)
     assert set(df["workers"]) == {"worker_0"} and any("worker_1" in n for n in df.attrs["notes"])
+
+
+def test_runs_of_several_workers_name_the_worker_of_each_row_and_count_tensors(tmp_path, cli):
+    """Two 2-worker runs: the table has a worker column (its rows looked duplicated), the first divergence
+    names its worker, and the counts are of tensors (2), each on 2 worker pairs, not of their 4 pairs."""
+    two = _workers_run(tmp_path / "two", [0, 1])
+    same = _workers_run(tmp_path / "same", [0, 1])
+    changed = _workers_run(tmp_path / "changed", [0, 1], shift={1: 0.5})
+    result = cli("diff", two, same)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("2 tensor(s) compared, each on 2 worker pairs (worker_0, worker_1)"), lines
+    assert lines[-1].startswith("2 tensor(s) agree"), lines
+
+    result = cli("diff", two, changed, "--all")
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert "first differ at step 1" in lines[0] and lines[0].endswith("tensor x on worker_1"), lines
+    header = next(line for line in lines if line.startswith("TENSOR"))
+    assert header.split()[:3] == ["TENSOR", "WORKERS", "STATUS"], header
+    rows = {tuple(line.split()[:3]) for line in lines[lines.index(header) + 1 :] if line.strip()}
+    assert {("x", "worker_1", "differs"), ("x", "worker_0", "agrees"), ("y", "worker_0", "agrees")} <= rows
+    # one pair of workers (--workers): as for one-worker runs, no worker column
+    result = cli("diff", two, changed, "--workers", "worker_1", "worker_1")
+    assert result.stdout.splitlines()[0].endswith("tensor x"), result.stdout
+    assert "WORKERS" not in result.stdout
 
 
 def test_help_texts_are_plain_text(cli):

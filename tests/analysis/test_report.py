@@ -463,6 +463,31 @@ def test_an_output_that_is_a_folder_or_a_negative_timeout_is_a_clear_error(run_d
     assert result.returncode == 2 and "--timeout" in result.stderr and not (tmp_path / "x.html").exists()
 
 
+def test_an_output_that_is_a_symlink_or_a_fifo_stays_one(run_dir, tmp_path, cli):
+    """-o a symlink: its target gets the page and the link stays a link (it was replaced by a regular file);
+    -o a FIFO (or a device: /dev/null) is written into, not replaced by a regular file."""
+    target, link = tmp_path / "target.html", tmp_path / "link.html"
+    target.write_text("old")
+    link.symlink_to(target.name)
+    assert cli("report", run_dir, "-o", link, "--no-rules").returncode == 0
+    assert link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.html", "target.html"]  # no temporary left
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert cli("report", run_dir, "-o", fifo, "--no-rules").returncode == 0
+    reader.join(timeout=60)
+    assert read and read[0].startswith("<!DOCTYPE html>") and read[0].rstrip().endswith("</html>")
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "fifo",
+        "link.html",
+        "target.html",
+    ]
+
+
 def test_the_number_of_curves_is_bounded_and_said(tmp_path, cli):
     """A run saving many scalars (one per layer, say): the page draws at most --max-curves of them, losses
     first, and says how many it left out, so its size stays bounded."""
@@ -712,3 +737,53 @@ def test_a_live_page_shows_a_step_once_its_last_worker_wrote_it(tmp_path):
         if watcher.poll() is None:
             watcher.kill()
     assert watcher.returncode == 0
+
+
+def test_the_charts_of_a_multi_worker_run_show_only_the_named_worker(tmp_path, cli):
+    """A 2-worker run where worker_0 saves every other step and worker_1 every step (another model): the
+    header says "charts: worker_0", and the loss curve and both heatmaps hold worker_0's values at the
+    steps it saved only (they took worker_1's value at the steps worker_0 did not save)."""
+    from smdebug.trials import create_trial
+
+    out = tmp_path / "two_workers"
+    plugins.reset()
+    ranks = []
+    for rank, interval in ((0, 2), (1, 1)):
+        hook = type(f"Rank{rank}", (_Rank,), {"rank": rank})(
+            out_dir=str(out),
+            save_config=smdebug.SaveConfig(save_interval=interval),
+            include_collections=["weights", "biases", "gradients", "losses"],
+            include_workers="all",
+        )
+        hook.set_mode(smdebug.modes.TRAIN)
+        ranks.append((hook, Net(seed=rank), SGD(0.1 * (rank + 1)), np.random.default_rng(rank)))
+    for _ in range(6):
+        for hook, model, opt, rng in ranks:
+            train_step(hook, model, *batch(rng), CrossEntropyLoss(), opt)
+    for hook, *_ in ranks:
+        hook.close()
+    plugins.reset()
+    page = tmp_path / "two_workers.html"
+    assert cli("report", out, "-o", page, "--no-rules").returncode == 0
+    html = page.read_text()
+    assert "(charts: worker_0)" in html
+    data = json.loads(re.search(r'id="smdebug-data">(.*?)</script>', html, re.S).group(1))
+    trial = create_trial(str(out))
+    (series,) = _curve(html, LOSS)["series"]
+    assert series["x"] == [0, 2, 4], series
+    assert series["y"] == [
+        pytest.approx(float(trial.tensor(LOSS).value(s, worker="worker_0"))) for s in (0, 2, 4)
+    ]
+    for key, first in (("gradients", 0), ("update_ratio", 2)):
+        heatmap = data[key]
+        assert heatmap["steps"] == [0, 2, 4], (key, heatmap["steps"])
+        codes = np.frombuffer(__import__("base64").b64decode(heatmap["codes"]), "<u2").reshape(4, 3)
+        assert (codes[:, first // 2 :] <= 65533).all(), (key, codes)  # every cell of worker_0 drawn
+    # worker_0's gradient norms: the heatmap's scale spans them, not worker_1's
+    norms = [
+        np.linalg.norm(trial.tensor("gradient/" + layer).value(s, worker="worker_0"))
+        for layer in LAYERS
+        for s in (0, 2, 4)
+    ]
+    lo, hi = np.log10(min(norms)), np.log10(max(norms))
+    assert (data["gradients"]["lo"], data["gradients"]["hi"]) == (pytest.approx(lo), pytest.approx(hi))

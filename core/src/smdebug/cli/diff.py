@@ -66,12 +66,23 @@ def run(args) -> int:
         f" (workers {args.workers[0]} vs {args.workers[1]})" if args.workers else ""
     )
     first = result.first
-    agreed = sum(r.status == AGREES for r in result.rows)
+    # one row per tensor and pair of workers: with several pairs, rows name theirs and counts are of tensors
+    pairs = list(dict.fromkeys(r.workers for r in result.rows if r.workers))
+    several = len(pairs) > 1
+
+    def on(r) -> str:
+        return f" ({r.workers})" if several and r.workers else ""
+
+    agreed = len({r.tensor for r in result.rows if r.status == AGREES})
+    on_pairs = f", each on {len(pairs)} worker pairs ({', '.join(pairs)})" if several else ""
     if first is None:
-        print(f"{sides}: agree (rtol={args.rtol:g}, atol={args.atol:g}): {agreed} tensor(s) compared")
+        print(
+            f"{sides}: agree (rtol={args.rtol:g}, atol={args.atol:g}): {agreed} tensor(s) compared{on_pairs}"
+        )
     else:
         mode = f" ({first.mode} step {first.mode_step})" if first.mode not in (None, "GLOBAL") else ""
-        print(f"{sides}: first differ at step {first.step}{mode}, tensor {first.tensor}")
+        where = f" on {first.workers}" if several else ""
+        print(f"{sides}: first differ at step {first.step}{mode}, tensor {first.tensor}{where}")
         print(
             f"  {first.compared}: a={_text(first.a)} b={_text(first.b)} max |a-b|={_text(first.max_abs_diff)}"
         )
@@ -82,6 +93,7 @@ def run(args) -> int:
         rows = [
             [
                 r.tensor,
+                *([r.workers or "-"] if several else []),
                 r.status,
                 "-" if r.step is None else str(r.step),
                 r.mode or "-",
@@ -92,18 +104,20 @@ def run(args) -> int:
             for r in sorted(shown, key=lambda r: (r.step is None, r.step or 0))
         ]
         print()
-        print(table(rows, ["TENSOR", "STATUS", "FIRST STEP", "MODE", "COMPARED", "MAX |A-B|", "STEPS"]))
+        headers = ["TENSOR", *(["WORKERS"] if several else []), "STATUS", "FIRST STEP", "MODE", "COMPARED"]
+        print(table(rows, [*headers, "MAX |A-B|", "STEPS"]))
     not_compared = [r for r in result.rows if r.status not in (AGREES, DIFFERS)]
     partly = [r for r in result.rows if r.status in (AGREES, DIFFERS) and r.not_compared]
     if not_compared or partly:
         print()
-        print(f"Not compared ({len(not_compared)} tensor(s)), or compared in part ({len(partly)}):")
+        counts = len({r.tensor for r in not_compared}), len({r.tensor for r in partly})
+        print(f"Not compared ({counts[0]} tensor(s)), or compared in part ({counts[1]}):")
         for r in [*not_compared, *partly]:
-            print(f"  {r.tensor}: {r.status}: {r.not_compared}")
+            print(f"  {r.tensor}{on(r)}: {r.status}: {r.not_compared}")
     for note in result.notes:
         print(note)
     if first is None and not args.all:
-        print(f"{agreed} tensor(s) agree; --all lists them")
+        print(f"{agreed} tensor(s) agree{on_pairs}; --all lists them")
     return EXIT_DIFFER if result.differs else 0
 
 

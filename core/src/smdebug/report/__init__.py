@@ -68,18 +68,26 @@ def write_report(trial, output: str, **kwargs) -> str:
 
 
 def write_page(page: str, output: str) -> str:
-    """Write an HTML page to the local file or fsspec URI ``output`` (checked), replaced whole."""
+    """Write an HTML page to the local file or fsspec URI ``output`` (checked), replaced whole (a symlink's
+    target; a device or FIFO is written into)."""
     from smdebug.store import Store
 
     if not Store.is_plain_local(output):  # a URI: written whole through fsspec, as the runs are read
         folder, _, name = output.rpartition("/")
         Store(folder).write_bytes(name, page.encode("utf-8"))
         return output
-    tmp = f"{output}.tmp-{os.getpid()}"
+    # a device or FIFO (-o /dev/null, -o /dev/stdout), or a link to one: written into as it is, since
+    # replacing it would put a regular file in its place (as root, over /dev/null)
+    if os.path.exists(output) and not os.path.isfile(output):
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(page)
+        return output
+    target = os.path.realpath(output)  # a symlink: its target is replaced whole, the link stays
+    tmp = f"{target}.tmp-{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(page)
-        os.replace(tmp, output)
+        os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

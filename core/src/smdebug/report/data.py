@@ -81,10 +81,12 @@ def collect(trial, *, reduction: str | None = None, rules: bool = True, limits: 
     provenance = data["provenance"]
     if provenance and isinstance(provenance.get("step"), int):
         marks.append({"step": provenance["step"], "label": "first non-finite value"})
-    data["curves"] = _curves(trial, limits, notes, marks)
-    data["gradients"] = _gradient_heatmap(trial, reduction, limits, notes)
+    # the charts show one worker's values (the header names it): the others' would fill its missing steps
+    worker = info["workers"][0] if info["workers"] else None
+    data["curves"] = _curves(trial, limits, notes, marks, worker)
+    data["gradients"] = _gradient_heatmap(trial, reduction, limits, notes, worker)
     data["unavailable"] = {}  # why a heatmap is missing although the run saved what it is made of
-    data["update_ratio"] = _update_ratio_heatmap(trial, limits, notes, data["unavailable"])
+    data["update_ratio"] = _update_ratio_heatmap(trial, limits, notes, data["unavailable"], worker)
     # damaged steps, as `smdebug ls` lists them: a malformed index file, or a record found damaged while
     # the page read it (so this comes last)
     data["damaged"] = {w: {str(s): why for s, why in steps.items()} for w, steps in trial.corrupt().items()}
@@ -133,7 +135,7 @@ def _provenance(trial) -> dict | None:
 
 
 # -- curves ---------------------------------------------------------------------------------------------
-def _curves(trial, limits: Limits, notes: list[str], marks: list[dict]) -> list[dict]:
+def _curves(trial, limits: Limits, notes: list[str], marks: list[dict], worker: str | None) -> list[dict]:
     names: list[str] = []
     for collection in SCALAR_COLLECTIONS:
         names += [n for n in trial.tensor_names(collection=collection) if n not in names]
@@ -144,14 +146,15 @@ def _curves(trial, limits: Limits, notes: list[str], marks: list[dict]) -> list[
     curves = []
     for name in names:
         tensor = trial.tensor(name)
-        steps = tensor.steps()
+        shown = _shown_worker(tensor, worker)
+        steps = _saved_steps(tensor, shown)
         chosen = _evenly(steps, limits.max_points)
         if len(chosen) < len(steps):
             notes.append(f"curve {name}: {len(chosen)} of {len(steps)} saved steps, evenly spaced")
         series: dict[str, dict] = {}
         summaries: set[str] = set()
         for step in chosen:
-            value, summary = _scalar_value(tensor, step)
+            value, summary = _scalar_value(tensor, step, shown)
             if value is None:
                 continue
             if summary:
@@ -172,15 +175,15 @@ def _curves(trial, limits: Limits, notes: list[str], marks: list[dict]) -> list[
     return curves
 
 
-def _scalar_value(tensor, step: int) -> tuple:
+def _scalar_value(tensor, step: int, worker: str | None = None) -> tuple:
     """(the step's value as one number, or None; how it was made one number: "" for a single value). A
     per-sample loss (Gluon's, torch's reduction="none") is its mean; a tensor saved as reductions only,
     its mean reduction."""
     try:
-        value = tensor.value(step)
+        value = tensor.value(step, worker=worker)
     except SMDebugError:
         try:
-            return _finite(_one(tensor.reduction_value(step, "mean"))), "saved as its mean"
+            return _finite(_one(tensor.reduction_value(step, "mean", worker=worker))), "saved as its mean"
         except SMDebugError:
             return None, ""
     if value.dtype.kind not in "biuf" or value.size == 0:
@@ -216,8 +219,17 @@ def _module(name: str) -> str:
     return name.rsplit(".", 1)[0]
 
 
-def _grid(trial, tensors: list[str], limits: Limits, notes: list[str], what: str, keep=None) -> list[int]:
-    steps = sorted({s for n in tensors for s in trial.tensor(n).steps() if keep is None or keep(s)})
+def _grid(
+    trial, tensors: list[str], limits: Limits, notes: list[str], what: str, worker: str | None, keep=None
+) -> list[int]:
+    steps = sorted(
+        {
+            s
+            for n in tensors
+            for s in _saved_steps(trial.tensor(n), _shown_worker(trial.tensor(n), worker))
+            if keep is None or keep(s)
+        }
+    )
     columns = max(1, min(limits.max_steps, limits.max_cells // max(1, len(tensors))))
     chosen = _evenly(steps, columns)
     if len(chosen) < len(steps):
@@ -228,33 +240,38 @@ def _grid(trial, tensors: list[str], limits: Limits, notes: list[str], what: str
     return chosen
 
 
-def _gradient_heatmap(trial, reduction: str | None, limits: Limits, notes: list[str]) -> dict | None:
+def _gradient_heatmap(
+    trial, reduction: str | None, limits: Limits, notes: list[str], worker: str | None
+) -> dict | None:
     names = trial.tensor_names(collection="gradients") or trial.tensor_names(regex="^gradient/")
     if not names:
         return None
     layers = _layers(trial, names, "gradient/")
-    key = _reduction_key(trial, [n for _, n in layers], reduction)
+    key = _reduction_key(trial, [n for _, n in layers], reduction, worker)
     if key is None:
         return None
     name, absolute = key
-    steps = _grid(trial, [n for _, n in layers], limits, notes, "gradient heatmap")
+    steps = _grid(trial, [n for _, n in layers], limits, notes, "gradient heatmap", worker)
     grid = np.full((len(layers), len(steps)), np.nan)
     present = np.zeros(grid.shape, dtype=bool)
     for i, (_, tname) in enumerate(layers):
         tensor = trial.tensor(tname)
-        saved = set(tensor.steps())
+        shown = _shown_worker(tensor, worker)
+        saved = set(_saved_steps(tensor, shown))
         for j, step in enumerate(steps):
             if step in saved:
                 try:
                     grid[i, j] = float(
-                        np.asarray(tensor.reduction_value(step, name, abs=absolute)).reshape(-1)[0]
+                        np.asarray(tensor.reduction_value(step, name, worker=shown, abs=absolute)).reshape(
+                            -1
+                        )[0]
                     )
                     present[i, j] = True
                 except SMDebugError:
                     pass
     label = f"abs_{name}" if absolute else name
     if reduction and not present.any() and steps:  # asked for a reduction the gradients do not hold
-        found = _reduction_key(trial, [n for _, n in layers], None)
+        found = _reduction_key(trial, [n for _, n in layers], None, worker)
         held = "nothing readable" if found is None else f"{'abs_' if found[1] else ''}{found[0]}"
         raise SMDebugValueError(
             f"reduction {label!r}: no gradient holds it (they were saved as {held}; --reduction chooses one)"
@@ -263,14 +280,16 @@ def _gradient_heatmap(trial, reduction: str | None, limits: Limits, notes: list[
     return _heatmap(title, [lbl for lbl, _ in layers], steps, grid, present)
 
 
-def _update_ratio_heatmap(trial, limits: Limits, notes: list[str], why: dict) -> dict | None:
+def _update_ratio_heatmap(
+    trial, limits: Limits, notes: list[str], why: dict, worker: str | None
+) -> dict | None:
     """||w_t - w_prev|| / ||w_prev|| between consecutive saved steps of each weight saved as a value;
     None, with the reason in ``why["update_ratio"]`` when weights were saved as values, if no ratio is."""
     names = [
         n
         for c in ("weights", "biases")
         for n in trial.tensor_names(collection=c)
-        if _has_values(trial.tensor(n))
+        if _has_values(trial.tensor(n), worker)
     ]
     if not names:
         return None
@@ -278,13 +297,14 @@ def _update_ratio_heatmap(trial, limits: Limits, notes: list[str], why: dict) ->
     # training steps only, when the run has them: weights do not move while a model is evaluated
     training = {ModeKeys.TRAIN, ModeKeys.GLOBAL}
     keep = (lambda s: trial.mode(s) in training) if ModeKeys.TRAIN in trial.modes() else None
-    steps = _grid(trial, names, limits, notes, "weight-update ratio heatmap", keep)
+    steps = _grid(trial, names, limits, notes, "weight-update ratio heatmap", worker, keep)
     grid = np.full((len(layers), len(steps)), np.nan)
     present = np.zeros(grid.shape, dtype=bool)
     most = 0  # the most training steps a weight was saved at
     for i, (_, tname) in enumerate(layers):
         tensor = trial.tensor(tname)
-        saved = [s for s in tensor.steps() if keep is None or keep(s)]
+        shown = _shown_worker(tensor, worker)
+        saved = [s for s in _saved_steps(tensor, shown) if keep is None or keep(s)]
         most = max(most, len(saved))
         index = {s: k for k, s in enumerate(saved)}
         for j, step in enumerate(steps):
@@ -292,8 +312,8 @@ def _update_ratio_heatmap(trial, limits: Limits, notes: list[str], why: dict) ->
             if not k:  # not saved here, or its first step (no update before it)
                 continue
             try:
-                now = np.asarray(tensor.value(step), dtype=np.float64)
-                before = np.asarray(tensor.value(saved[k - 1]), dtype=np.float64)
+                now = np.asarray(tensor.value(step, worker=shown), dtype=np.float64)
+                before = np.asarray(tensor.value(saved[k - 1], worker=shown), dtype=np.float64)
             except SMDebugError:
                 continue
             base = np.linalg.norm(before)
@@ -317,12 +337,29 @@ def _update_ratio_heatmap(trial, limits: Limits, notes: list[str], why: dict) ->
     return heatmap
 
 
-def _has_values(tensor) -> bool:
+def _shown_worker(tensor, worker: str | None) -> str | None:
+    """The worker whose values a chart takes of ``tensor``: ``worker``; None (the full tensor assembled
+    from every worker's shard) for a sharded tensor."""
+    return None if worker is None or tensor.trial.placements(tensor.name) else worker
+
+
+def _saved_steps(tensor, worker: str | None) -> list[int]:
+    """The steps ``worker`` saved ``tensor`` at (any worker's, for None)."""
     steps = tensor.steps()
-    return bool(steps) and tensor._worker_data(steps[-1], ModeKeys.GLOBAL, None).location is not None
+    if worker is None or len(tensor.trial.workers()) == 1:
+        return steps
+    return [s for s in steps if worker in tensor.workers(s)]
 
 
-def _reduction_key(trial, names: list[str], wanted: str | None) -> tuple[str, bool] | None:
+def _has_values(tensor, worker: str | None) -> bool:
+    worker = _shown_worker(tensor, worker)
+    steps = _saved_steps(tensor, worker)
+    return bool(steps) and tensor._worker_data(steps[-1], ModeKeys.GLOBAL, worker).location is not None
+
+
+def _reduction_key(
+    trial, names: list[str], wanted: str | None, worker: str | None
+) -> tuple[str, bool] | None:
     """The reduction a heatmap shows: ``wanted`` ("l2", "abs_max", ...), else l2 where values or l2 norms
     were saved, else the reduction saved most often."""
     if wanted:
@@ -330,10 +367,11 @@ def _reduction_key(trial, names: list[str], wanted: str | None) -> tuple[str, bo
     counts: dict[tuple[str, bool], int] = {}
     for n in names:
         tensor = trial.tensor(n)
-        steps = tensor.steps()
+        shown = _shown_worker(tensor, worker)
+        steps = _saved_steps(tensor, shown)
         if not steps:
             continue
-        data = tensor._worker_data(steps[-1], ModeKeys.GLOBAL, None)
+        data = tensor._worker_data(steps[-1], ModeKeys.GLOBAL, shown)
         if data.location is not None:
             return ("l2", False)
         for key in data.reductions:
