@@ -431,6 +431,8 @@ class ProcessWriter(ChildLink):
         with self._sending:  # (not while the flusher sends)
             if self._local is not None:
                 return
+            if self._mail is not None:
+                self._mail.drop()  # its steps are written here (self._deferred)
             self._stop_child(kill=True)
             try:
                 store = self._store() if callable(self._store) else self._store

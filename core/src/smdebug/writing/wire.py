@@ -159,6 +159,14 @@ class Mailboxes:
         self.box = None
         return ["mail", box, generation, used]
 
+    def drop(self) -> None:
+        """Empty the box being filled: its steps are written in this process (a child that is stopping
+        must not write them too from its end of file)."""
+        if self.box is not None:
+            start = self.box * self.size
+            struct.pack_into("<Q", self.map, start + 16, self.HEAD.unpack_from(self.map, start)[0])
+            self.box = None
+
     # -- the child's side --
     def take(self, box: int, generation: int, used: int) -> bytes:
         """The messages of an announced box, copied out; the box is free again."""
