@@ -431,3 +431,64 @@ def test_the_median_in_a_graph_is_numpys_for_odd_and_even_counts(tmp_path):
     for step, batch in enumerate(([5, 1, 3], [9, -7, 5, 3, 1], [1, 2, 3, 4], [4])):
         assert tensor.reduction_value(step, "median") == np.median(batch), step
         assert tensor.reduction_value(step, "median", abs=True) == np.median(np.abs(batch)), step
+
+
+SECOND_SESSION = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    import smdebug.tensorflow as smd
+
+    hook = smd.SessionHook(
+        out_dir=sys.argv[1], save_config=smd.SaveConfig(save_interval=1), include_regex=["^later_regex"],
+        include_collections=["weights", "gradients", "custom", "losses"],
+    )
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    emb = tf.compat.v1.get_variable("emb", [4, 2], initializer=tf.compat.v1.initializers.constant(0.5))
+    looked_up = tf.nn.embedding_lookup(emb, ids)
+    loss = tf.compat.v1.losses.mean_squared_error(tf.zeros_like(looked_up), looked_up)
+    feed = {ids: np.array([0, 2, 2], np.int64)}
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:  # steps 0, 1: no training
+        for _ in range(2):
+            sess.run(loss, feed_dict=feed)
+    # the same graph, still open: what the script adds now is seen by the next session's begin
+    hook.get_collection("custom").add(tf.reduce_max(looked_up, name="later_added"))
+    tf.reduce_min(looked_up, name="later_regex")
+    optimizer = hook.wrap_optimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    (grad, _), = optimizer.compute_gradients(loss)  # a tf.IndexedSlices: the lookup's rows
+    train_op = optimizer.apply_gradients([(grad, emb)])
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:  # steps 2, 3
+        for _ in range(2):
+            sess.run(train_op, feed_dict=feed)
+    hook.close()
+    print(json.dumps({"sparse": type(grad).__name__, "values": grad.values.name}))
+    """
+)
+
+
+def test_a_second_session_on_the_same_graph_and_a_sparse_gradients_name(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SECOND_SESSION)
+    out = str(tmp_path / "run")
+    printed = json.loads(_run([sys.executable, str(script), out]).stdout.strip().splitlines()[-1])
+    trial = create_trial(out)
+    assert trial.steps() == [0, 1, 2, 3]
+    # added to the graph (and to a collection) between the two sessions: saved by the second
+    assert trial.tensor("later_added:0").steps() == [2, 3]
+    assert trial.tensor("later_regex:0").steps() == [2, 3]
+    # the sparse gradient by the name TensorFlow gives it (its values'), dense: the variable's shape
+    assert printed["sparse"] == "IndexedSlices"
+    assert trial.tensor_names(collection="gradients") == [printed["values"]]
+    grad = trial.tensor(printed["values"])
+    assert grad.steps() == [2, 3]
+    for step in (2, 3):
+        emb = trial.tensor("emb:0").value(step).astype(np.float64)
+        rows = emb[[0, 2, 2]]  # the loss is the mean of their squares
+        expected = np.zeros_like(emb)
+        np.add.at(expected, [0, 2, 2], 2 * rows / rows.size)
+        np.testing.assert_allclose(grad.value(step), expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        trial.tensor("emb:0").value(3), trial.tensor("emb:0").value(2) - 0.1 * grad.value(2), rtol=1e-6
+    )

@@ -127,3 +127,67 @@ def test_save_all_does_not_change_training_nor_save_a_variable_twice(legacy_run)
     assert "w/read:0" not in names and "w/Adam/read:0" not in names
     assert "w/Assign:0" not in names and "global_step/Assign:0" not in names  # the initializers
     assert "Adam/Assign:0" in names  # an update the step runs anyway (beta1_power's)
+
+
+CONTROL_FLOW = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    tf.compat.v1.disable_v2_behavior()  # tf.cond and tf.while_loop build TF 1.x control flow (Switch, Enter)
+    import smdebug.tensorflow as smd
+
+    def losses(out_dir, **kwargs):  # 4 steps taking each branch in turn, unhooked (no out_dir) or hooked
+        hook = out_dir and smd.SessionHook(out_dir=out_dir, save_config=smd.SaveConfig(save_interval=1), **kwargs)
+        with tf.Graph().as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+            y = tf.compat.v1.placeholder(tf.float32, [None, 1], name="y")
+            flag = tf.compat.v1.placeholder(tf.bool, [], name="flag")
+            w = tf.compat.v1.get_variable("w", [3, 1], initializer=tf.compat.v1.initializers.constant(0.5))
+            _, h = tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * 1.1), [0, tf.matmul(x, w)])
+            loss = tf.cond(  # a tf.compat.v1.losses loss in each branch: the losses collection has both
+                flag,
+                lambda: tf.compat.v1.losses.mean_squared_error(y, tf.multiply(h, 2.0, name="doubled")),
+                lambda: tf.compat.v1.losses.absolute_difference(y, h),
+            )
+            train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+            feed = {x: np.ones((2, 3), np.float32), y: np.zeros((2, 1), np.float32)}
+            with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook] if hook else []) as sess:
+                seen = [float(sess.run([train_op, loss], {**feed, flag: i % 2 == 0})[1]) for i in range(4)]
+        if hook:
+            hook.close()
+        return seen
+
+    out = sys.argv[1]
+    print(json.dumps({
+        "unhooked": losses(None),
+        "default": losses(out + "-default"),
+        "regex": losses(out + "-regex", include_regex=["doubled", "^gradients/", "^while/"]),
+        "save_all": losses(out + "-all", save_all=True),
+    }))
+    """
+)
+
+
+def test_tf1_cond_and_while_loop_tensors_are_left_out_and_training_goes_on(tmp_path):
+    # a tensor in a tf.cond branch has no value in a step taking the other branch, nor has a cond's
+    # gradient before its Merge; one in a tf.while_loop's frame cannot be fetched at all: fetching them
+    # made the script's own run call fail
+    script = tmp_path / "train.py"
+    script.write_text(CONTROL_FLOW)
+    out = str(tmp_path / "run")
+    proc = _run([sys.executable, str(script), out])
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert printed["default"] == printed["regex"] == printed["save_all"] == printed["unhooked"]
+    assert "are not saved: a run call cannot always fetch them (inside a tf.cond" in proc.stderr
+    assert "cond/mean_squared_error/value:0" in proc.stderr  # named
+    assert create_trial(out + "-default").tensor_names() == []  # the losses, saved by default, are not
+    names = create_trial(out + "-regex").tensor_names()
+    assert "while/Exit_1:0" in names  # the loop's result
+    # in a branch, a cond's gradient before its Merge, in the loop, in the gradient's loop
+    assert not {"cond/doubled:0", "gradients/cond/doubled_grad/Mul:0"} & set(names)
+    assert not {"while/mul:0", "gradients/while/mul_grad/Mul:0"} & set(names)
+    assert "gradients/MatMul_grad/MatMul_1:0" in names  # after the loop and the cond's Merge
+    everything = create_trial(out + "-all")
+    assert {"w:0", "cond/Merge:0", "while/Exit_1:0", "x:0"} <= set(everything.tensor_names())
+    assert everything.tensor("cond/Merge:0").steps() == [0, 1, 2, 3]

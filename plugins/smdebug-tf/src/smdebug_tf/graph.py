@@ -21,15 +21,19 @@ _READS = frozenset(
     {"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "VarIsInitializedOp", "IsVariableInitialized"}
 )
 _PLACEHOLDERS = frozenset({"Placeholder", "PlaceholderV2"})
+_SWITCHES = frozenset({"Switch", "RefSwitch"})  # TF 1.x control flow: one of the two outputs is dead
+_MERGES = frozenset({"Merge", "RefMerge"})  # has a value when any input has one
+_EXITS = frozenset({"Exit", "RefExit"})
 
 
 class Applied(NamedTuple):
-    """One call of a wrapped ``apply_gradients``: (gradient, variable) pairs, the variables' values read
-    before the update, the optimizer's variables read after it."""
+    """One call of a wrapped ``apply_gradients``: (gradient, variable) pairs and the gradients' names, the
+    variables' values read before the update, the optimizer's variables read after it."""
 
     gradients: list
     weights: dict  # variable -> its read before the update
     optimizer_variables: list  # (variable, its read after the update)
+    names: list  # of the gradients: a sparse one's (made dense) is its IndexedSlices' name
 
 
 _applied: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> [Applied]
@@ -87,6 +91,7 @@ def record_apply(optimizer, apply, grads_and_vars, global_step=None, name=None):
     graph = tf.compat.v1.get_default_graph()
     reads: dict = {}
     grads: list = []
+    names: list = []
     try:
         with tf.compat.v1.name_scope(f"{SCOPE}/weights"):
             for grad, variable in pairs:
@@ -94,11 +99,14 @@ def record_apply(optimizer, apply, grads_and_vars, global_step=None, name=None):
                     continue
                 if variable.ref() not in reads:
                     reads[variable.ref()] = (variable, read(variable))
+                # a sparse gradient (tf.nn.embedding_lookup's) is saved dense, by the name TensorFlow gives
+                # it (its values'), not by its conversion's (an op of the hook's scope)
+                names.append(grad.name)
                 grads.append(
                     (tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad, variable)
                 )
     except Exception:  # an optimizer of a kind not foreseen: train as if the hook were not there
-        reads, grads = {}, []
+        reads, grads, names = {}, [], []
     _local.busy = True
     try:
         with tf.control_dependencies([r for _, r in reads.values()]):
@@ -111,7 +119,7 @@ def record_apply(optimizer, apply, grads_and_vars, global_step=None, name=None):
     except Exception:
         after = []
     weights = {variable.ref(): read for variable, read in reads.values()}
-    _applied.setdefault(graph, []).append(Applied(grads, weights, after))
+    _applied.setdefault(graph, []).append(Applied(grads, weights, after, names))
     return op
 
 
@@ -148,6 +156,29 @@ def changes_state(op) -> bool:
     """Stateful, or writing to a reference variable it takes as input (TF 1.x's ``Assign``, ``ApplyAdam``:
     TensorFlow does not mark these stateful; fetching an initializer's ``Assign`` would reset a weight)."""
     return op.op_def.is_stateful or any(arg.is_ref for arg in op.op_def.input_arg)
+
+
+def unfetchable(graph) -> set:
+    """The ops of a TF 1.x graph whose outputs a run call may not have, which fetching would make it fail:
+    those inside a ``tf.cond`` or ``tf.while_loop`` (a branch not taken has no value; a loop's ops run
+    in a frame of their own, once per iteration), those after a ``Switch`` and before a ``Merge`` (a
+    cond's gradients), those TensorFlow marks unfetchable. A top-level loop's ``Exit`` (its result) is
+    fine. (TF 2 control flow, functional ``If``/``While`` ops, hides its ops in functions.)"""
+    dead: set = set()  # may have no value in a run call, and so may what uses them
+    for op in graph.get_operations():  # in creation order: an op's inputs come first (but a loop's)
+        context = getattr(op, "_control_flow_context", None)
+        if op.type in _EXITS and context is not None and context.outer_context is None:
+            continue
+        if (
+            context is not None
+            or op.type in _SWITCHES
+            or (
+                op.type not in _MERGES
+                and any(p in dead for p in [t.op for t in op.inputs] + list(op.control_inputs))
+            )
+        ):
+            dead.add(op)
+    return dead | {op for op in graph.get_operations() if not graph.is_fetchable(op)}
 
 
 class Reach:

@@ -24,10 +24,11 @@ _HEALTH = "smdebug/health"  # the health vector's key among a step's fetches (no
 class Fetchable:
     """A tensor the hook may fetch: its value (``raw``) and the ops of its reductions (``vector``)."""
 
-    __slots__ = ("tensor", "raw", "vector", "pairs", "sized", "empty", "host")
+    __slots__ = ("tensor", "raw", "vector", "pairs", "sized", "empty", "host", "asked")
 
     def __init__(self, tensor, pairs: tuple):
         self.tensor = tensor
+        self.asked = pairs
         self.host = not reducible_in_graph(tensor)  # complex, text: the core reduces the value
         self.raw = tensor if self.host else raw_value(tensor)
         self.pairs = () if self.host else pairs
@@ -80,7 +81,7 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
             return
         with self.guard("find the graph's tensors"):
             graph = tf.compat.v1.get_default_graph()
-            if graph is not self.graph_state.graph and not graph.finalized:
+            if not graph.finalized:  # (again for a graph seen before: the script may have added to it)
                 self.find_tensors(graph)
 
     def before_run(self, run_context):
@@ -149,15 +150,20 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
         found: dict = {}  # name -> tensor
         records = tfgraph.applied(graph)
         before = {k: r for a in records for k, r in a.weights.items()}
+        # a graph seen before (a second session): its ops the hook added serve again
+        previous = state.tensors if state.graph is graph else {}
+
+        def read_variable(v):
+            return previous[v.name].tensor if v.name in previous else tfgraph.read(v)
+
         with graph.as_default():
             variables = tf.compat.v1.trainable_variables()
             self.include_variables(variables, name_of=lambda v: v.name)
             with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/weights"):
                 for v in variables:
-                    read = before.get(v.ref())
-                    found[v.name] = read if read is not None else tfgraph.read(v)
+                    found[v.name] = before[v.ref()] if v.ref() in before else read_variable(v)
             for a in records:
-                grads = [(g.name, g) for g, _ in a.gradients]
+                grads = [(name, g) for name, (g, _) in zip(a.names, a.gradients)]
                 self.include_names(CollectionKeys.GRADIENTS, [n for n, _ in grads])
                 found.update(grads)
                 opt = [(v.name, read) for v, read in a.optimizer_variables]
@@ -171,25 +177,40 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
                 for coll in self.get_collections().values():
                     for name, obj in getattr(coll, "graph_objects", {}).items():
                         if name not in found and getattr(obj, "graph", graph) is graph:
-                            found[name] = tfgraph.read(obj) if isinstance(obj, tf.Variable) else obj
+                            found[name] = read_variable(obj) if isinstance(obj, tf.Variable) else obj
             variables_found = set(found)  # a read of these is the variable (smdebug 1.0 names it so)
             for op in graph.get_operations():  # what the collections' patterns match (include_regex)
                 skip = op.name.startswith(tfgraph.SCOPE + "/") or tfgraph.read_of(op) in variables_found
-                if skip or not graph.is_fetchable(op):
+                if skip:
                     continue
                 for t in op.outputs:
                     if t.name not in found and t.dtype not in (tf.resource, tf.variant):
                         if self.collections_of(t.name):
                             found[t.name] = t
+            # fetching a tensor a run call may not have (in a TF 1.x tf.cond or tf.while_loop) would make
+            # the script's own run call fail: left out, as those TensorFlow marks unfetchable
+            unfetchable = tfgraph.unfetchable(graph)
+            left_out = [n for n, t in found.items() if t.op in unfetchable and self.collections_of(n)]
+            if left_out:
+                self.warn_once(
+                    "control flow",
+                    "smdebug: %d tensors, such as %s, are not saved: a run call cannot always fetch them "
+                    "(inside a tf.cond or tf.while_loop of a TF 1.x graph, or marked unfetchable)",
+                    len(left_out),
+                    ", ".join(left_out[:3]),
+                )
+            found = {n: t for n, t in found.items() if t.op not in unfetchable}
+            tensors = {}
             with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/reductions"):
-                state.tensors = {
-                    name: Fetchable(t, self.reduction_pairs(name))
-                    for name, t in found.items()
-                    if self.collections_of(name)
-                }
+                for name, t in found.items():
+                    if self.collections_of(name):
+                        pairs, old = self.reduction_pairs(name), previous.get(name)
+                        reuse = old is not None and old.tensor is t and old.asked == pairs
+                        tensors[name] = old if reuse else Fetchable(t, pairs)
+            state.tensors = tensors
             if self.health is not None:
                 with self.guard("prepare the health statistics"):
-                    self.health_tensors(variables, found, records, losses)
+                    self.health_tensors(variables, found, records, losses, unfetchable)
         state.graph = graph
         state.reach = tfgraph.Reach(graph)
 
@@ -215,15 +236,19 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
         self.graph_state.summaries = {n for n, _ in summaries}
         return summaries
 
-    def health_tensors(self, variables, found: dict, records, losses) -> None:
+    def health_tensors(self, variables, found: dict, records, losses, unfetchable: set) -> None:
         """With health: the ops computing every step's statistics of the trainable variables (before a
-        wrapped optimizer's update), their gradients and the graph's first loss (smdebug_tf.health)."""
+        wrapped optimizer's update), their gradients and the graph's first loss (smdebug_tf.health);
+        not those a run call may not have (TF 1.x control flow)."""
         from smdebug_tf.health import statistics
 
-        pairs = [(g, v) for a in records for g, v in a.gradients]
-        names = [v.name for v in variables] + [g.name for g, _ in pairs] + [t.name for t in losses[:1]]
+        variables = [v for v in variables if v.name in found]
+        pairs = [(n, tf.convert_to_tensor(g), v) for a in records for n, (g, v) in zip(a.names, a.gradients)]
+        pairs = [(n, g, v) for n, g, v in pairs if g.op not in unfetchable]
+        losses = [t for t in losses if t.op not in unfetchable]
+        names = [v.name for v in variables] + [name for name, _, _ in pairs] + [t.name for t in losses[:1]]
         weights = [found[v.name] for v in variables]
-        grads = [tf.convert_to_tensor(g) for g, _ in pairs]
+        grads = [g for _, g, _ in pairs]
         with tf.compat.v1.name_scope(f"{tfgraph.SCOPE}/health"):
             train = statistics(weights + grads + list(losses[:1]), [])
             other = statistics(weights + [None] * len(grads) + list(losses[:1]), [])
@@ -233,7 +258,7 @@ class SessionHook(TFHook, tf.compat.v1.train.SessionRunHook):
         def scope(v):  # the module of a weight or gradient: its variable's scope (dense/kernel:0 -> dense)
             return v.name.split(":")[0].rsplit("/", 1)[0]
 
-        health.owners = {g.name: scope(v) for g, v in pairs}
+        health.owners = {name: scope(v) for name, _, v in pairs}
         health.owners.update({v.name: scope(v) for v in variables})
         if losses:
             health.loss_name = losses[0].name
