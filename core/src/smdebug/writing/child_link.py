@@ -92,11 +92,11 @@ class ChildLink:
         code = (
             f"import sys; sys.path.append({root!r}); from smdebug.writing.child import main; sys.exit(main())"
         )
-        try:  # (no shared memory: every byte goes down the pipe)
+        try:
             self._ring = Ring(ring_bytes) if hasattr(os, "memfd_create") else None
             self._mail = Mailboxes(min(MAIL_BYTES, ring_bytes)) if self._ring is not None else None
-        except OSError:
-            self._ring = self._mail = None
+        except OSError:  # no shared memory (or only the ring): those bytes go down the pipe
+            self._mail = None
         shared = [some.fd for some in (self._ring, self._mail) if some is not None]
         try:
             self._proc = subprocess.Popen(

@@ -4,10 +4,12 @@ RunWriter's encoding and file publishing is Python. In the training process it h
 training thread waits for it each time it comes back from a kernel or a system call: on a fast step that
 wait costs more than the work itself. Here a child process (smdebug.writing.child) runs the RunWriter on
 another core. The training thread copies each array it is given into memory shared with the child
-(write_view: straight from a tensor's own memory, the only copy made), and sends the step's items down a
-pipe at the step's end (smdebug.writing.wire). The child answers flush, close and status requests and
-forwards its log records on a second pipe, read by a thread that sleeps until it speaks (starting,
-hearing and stopping the child: smdebug.writing.child_link).
+(write_view: straight from a tensor's own memory, the only copy made). At the step's end its items go,
+as one message, into a box of memory shared with the child; the boxed steps are announced down a pipe a
+few at a time (smdebug.writing.wire: one write and one wake of the child for them, not one each), and
+the child still takes a box that training died before announcing. The child answers flush, close and
+status requests and forwards its log records on a second pipe, read by a thread that sleeps until it
+speaks (starting, hearing and stopping the child: smdebug.writing.child_link).
 
 A run starts on a RunWriter in this process, so its first steps are written at once and a short run never
 starts a child; the child takes over once it is ready. Nothing is lost when it cannot start or dies: a
