@@ -14,8 +14,10 @@ from conftest import ACCESS_KEY, SECRET_KEY
 import smdebug
 from smdebug.exceptions import CorruptRunError
 from smdebug.hook import BaseHook
+from smdebug.modes import ModeKeys
 from smdebug.store import Store
 from smdebug.trials import create_trial
+from smdebug.writing import RunWriter
 
 
 def value(step):
@@ -192,3 +194,85 @@ def test_a_long_outage_holds_no_file_descriptor_per_waiting_step(s3_server, s3_u
     hook.close()
     assert hook.failed_steps == {}
     assert create_trial(s3_uri).steps() == list(range(steps))
+
+
+@pytest.mark.parametrize("attempt", [0, 6], ids=["quick", "retried-by-the-client"])
+def test_a_store_refusing_one_object_still_gets_the_record_and_the_end(
+    s3_server, s3_uri, monkeypatch, attempt
+):
+    """The store answers everything but step 4's event file (503 SlowDown forever): steps 4-7 wait
+    behind it and are lost at close. The record of them and the end-of-job marker were skipped because
+    the store was "failing", though they would have been written: the run read as interrupted. An
+    attempt may last past close's drain (the client retries a 503 itself, for seconds): close then
+    writes them beside it."""
+    from smdebug.store import StagedFile
+
+    commit = StagedFile.commit
+
+    def refuse_step_4(self):
+        if self.relpath.startswith("events/000000000004/"):
+            time.sleep(attempt)
+            raise OSError("SlowDown: Please reduce your request rate (503)")
+        commit(self)
+
+    monkeypatch.setattr(StagedFile, "commit", refuse_step_4)
+    monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "4")
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1))
+    train(hook, range(8))
+    began = time.monotonic()
+    hook.close()
+    assert time.monotonic() - began < 4 + 1
+    assert sorted(hook._writer.failed_steps) == [4, 5, 6, 7]
+    trial = create_trial(s3_uri)
+    assert trial.steps() == [0, 1, 2, 3]
+    assert trial.unsaved_steps == [4, 5, 6, 7]
+    assert trial.training_ended()
+
+
+class _UnreachableStore(Store):
+    """A worker's view of the store while its endpoint is down (another worker's is up)."""
+
+    down = True
+
+    @property
+    def fs(self):
+        if self.down:
+            raise OSError("Could not connect to the endpoint URL")
+        return super().fs
+
+
+def test_two_workers_both_deciding_they_are_last_both_end_well(tmp_path):
+    """Two workers closing at the same moment may both see every note and both write the marker, then
+    remove the notes: the second's write finds the marker there, its removal finds the notes gone (a
+    filesystem that says so: fsspec's memory one, or a store refusing to write over an object). A
+    finished run's marker already there is success for it, not a file it could not save."""
+    from smdebug.layout import END_OF_JOB_FILE, collections_file_path
+
+    class Late(Store):  # its listing was made before its peer removed the notes
+        def list(self, relprefix):
+            if relprefix == "ended":
+                return ["ended/worker_0.json", "ended/worker_1.json"]
+            return super().list(relprefix)
+
+        def write_bytes(self, relpath, data):
+            if relpath == END_OF_JOB_FILE and self.exists(relpath):
+                raise FileExistsError(relpath)
+            super().write_bytes(relpath, data)
+
+    uri = f"memory://{tmp_path.name}/run"
+    first, late = Store(uri), Late(uri)
+    writers = [RunWriter(first, "worker_0"), RunWriter(late, "worker_1")]
+    for writer in writers:
+        writer.write_file(
+            collections_file_path(writer.worker), b'{"collections": {}, "_meta": {"num_workers": 2}}'
+        )
+        writer.write_tensor(0, ModeKeys.GLOBAL, 0, "w", value(0))
+        writer.end_step(0)
+        assert writer.flush(10)
+    writers[1].write_file("ended/worker_1.json", b"{}")  # (its note was there when worker_0 listed)
+    assert writers[1].flush(10)
+    assert writers[0].close(timeout=10, end_of_job=2) == {}
+    assert first.exists(END_OF_JOB_FILE)
+    assert writers[1].close(timeout=10, end_of_job=2) == {}
+    assert writers[0].failed_files == {} and writers[1].failed_files == {}
+    assert first.list("ended") == []

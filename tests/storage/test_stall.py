@@ -4,6 +4,7 @@ SMDEBUG_CLOSE_TIMEOUT, what was saved before the outage stays, and the unsaved s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -261,3 +262,51 @@ def test_a_trial_on_a_stopped_endpoint_is_one_clear_error(s3_server, s3_uri):
     s3_server.stop()
     with pytest.raises(SMDebugValueError, match="cannot read the run: EndpointConnectionError"):
         create_trial(s3_uri)
+
+
+def test_a_hanging_upload_does_not_block_training_at_the_bound(s3_server, s3_uri, monkeypatch, caplog):
+    """The endpoint takes the requests from step 3 on and never answers: the upload in flight never
+    fails, so the store never counted as failing, and training waited at the queue bound for good (step
+    7 of 64 KiB steps with a 1 MiB bound). Past SMDEBUG_CHECK_TIMEOUT the hung upload counts as a
+    failing store: the steps after it wait on local disk, and land in order once it returns."""
+    from s3server import StallingProxy
+
+    proxy = StallingProxy(s3_server.port)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("SMDEBUG_CHECK_TIMEOUT", "1")
+    monkeypatch.setenv("SMDEBUG_CLOSE_TIMEOUT", "60")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    hook = BaseHook(out_dir=s3_uri, save_config=smdebug.SaveConfig(save_interval=1), max_queue_bytes=1 << 20)
+    try:
+        times = []
+        began = time.monotonic()
+        for step in range(30):
+            if step == 3:
+                proxy.stall()
+            t = time.perf_counter()
+            hook.begin_step()
+            hook.save_tensor("w", np.full(16384, step, np.float32))  # 64 KiB
+            times.append(time.perf_counter() - t)
+            time.sleep(0.02)
+        # one step waits for the hang to be noticed (the check timeout), none for it to end
+        assert time.monotonic() - began < 30 * 0.02 + 1 + 10, times
+        assert sorted(times)[-2] < STEP_BOUND, times
+        assert any("has not answered" in r.getMessage() for r in caplog.records)
+        # the hung request fails (its connection dropped), its retry goes through: everything lands
+        proxy.release()
+        for conn in list(proxy._sockets):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        hook.close()
+        assert hook._writer.failed_steps == {}
+        assert hook._writer.written_steps == list(range(30))  # in order
+    finally:
+        proxy.close()
+    s3fs.S3FileSystem.clear_instance_cache()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    trial = create_trial(s3_uri)
+    assert trial.steps() == list(range(30)) and trial.training_ended()
+    for step in (0, 3, 29):
+        assert trial.tensor("w").value(step)[0] == step

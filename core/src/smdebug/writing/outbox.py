@@ -22,7 +22,7 @@ from smdebug.exceptions import OutDirExistsError
 from smdebug.layout import END_OF_JOB_FILE, event_file_path, index_file_path
 from smdebug.store import SINGLE_PUT_BYTES, Store
 from smdebug.writing.ownership import ClaimPublication, release_worker
-from smdebug.writing.settings import CLOSE_RETRY_MAX, RETRY_FIRST, RETRY_MAX
+from smdebug.writing.settings import CLOSE_RETRY_MAX, RETRY_FIRST, RETRY_MAX, check_timeout_from_env
 
 logger = logging.getLogger("smdebug")
 
@@ -32,6 +32,9 @@ PUBLICATION_BYTES = 1536
 # An upload holds a file's bytes twice: the bytes handed to the store's client, and the copy the client
 # makes to send them (measured with s3fs: +8.6 MiB for an 8 MiB PUT). Larger files are streamed in parts.
 UPLOAD_COPIES = 2
+# A remote publication in flight longer than SMDEBUG_CHECK_TIMEOUT plus this many seconds a MiB it sends
+# (a store slower than 1 MiB/s) counts as a failing store: a request that hangs never fails.
+HUNG_SECONDS_PER_MIB = 1.0
 _WAITING_FULL = (
     "not kept: the store was failing and the steps waiting for it filled their share of the writer's memory "
     "bound (max_queue_bytes)"
@@ -77,7 +80,7 @@ class Publication:
         self.parts = parts  # a staged file (the store's: any StagedFile protocol object), or (relpath, bytes)
         self.file = None if step is not None else parts[0][0]
         self.memory = 0  # what it counted for in the outbox's memory budget
-        self.cancelled = False  # close() gave up on it: a request outlived the close timeout
+        self.cancelled = False  # close() gave up on it: a request outlived the drain or the close timeout
 
     @property
     def what(self) -> str:
@@ -130,12 +133,23 @@ class Outbox:
     ``_limit``. Waiting steps and uploads in flight count in ``_held`` too."""
 
     _end_written = False
+    _finisher: threading.Thread | None = None  # the thread writing close's own files (the publisher, or
+    # one close started beside it)
+    _final_left: list = []  # close's own files (record, note, marker) still to write
+    _close_deadline = float("inf")
 
     def _start_outbox(self, claim: tuple[str, str | None] | None, claim_token: str | None) -> None:
         # the publisher's state, guarded by _lock
         self._outbox: collections.deque = collections.deque()
         self._outbox_memory = 0
         self._publishing = None  # the publication being sent right now
+        self._flight = 0  # what its upload holds beyond what it counts itself (the client's copies)
+        # when the publication being sent counts as hung (a remote store's request that does not
+        # return), and the one whose hang was warned of
+        self._hung_at = float("inf")
+        self._hung_warned = None
+        self._hung_after = check_timeout_from_env()
+        self._sent_at = 0.0
         self._room_waiters = 0  # threads waiting for what the writer holds to go down
         self._send_waiters = 0  # threads waiting for a publication to be sent (flush, a step reopened)
         self._failing = False  # the last attempt failed: the outbox waits for a retry
@@ -172,11 +186,16 @@ class Outbox:
     def _wait_published(self, deadline: float) -> bool:
         """Wait until the outbox is empty, or waits for a failing store to come back (flush's second half)."""
         with self._lock:
-            while self._outbox and not (self._failing and self._publishing is None) and not self.refused:
+            while (
+                self._outbox
+                and not (self._failing and self._publishing is None)
+                and not self._hung()
+                and not self.refused
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._publisher.is_alive():
                     return False
-                self._wait_for_sending(remaining)
+                self._wait_for_sending(min(remaining, self._until_hung() or remaining))
         return True
 
     def _wait_for_sending(self, timeout: float) -> None:
@@ -194,6 +213,7 @@ class Outbox:
         with self._lock:
             # a short reserve at the end for the record of unsaved steps and the end-of-job marker
             self._drain_deadline = deadline - min(1.0, timeout / 4)
+            self._close_deadline = deadline
             self._end_of_job = end_of_job
             self._lock.notify_all()
 
@@ -217,6 +237,8 @@ class Outbox:
                 pub.cancelled = True
                 if pub is not self._publishing:  # its temp files go now, not at interpreter exit
                     pub.discard()
+            for relpath in list(self._final_left):  # close's own files not written yet
+                self.failed_files.setdefault(relpath, why)
             if self._end_of_job and not self._end_written:
                 self.failed_files.setdefault(END_OF_JOB_FILE, why)
             self._lock.notify_all()
@@ -237,17 +259,23 @@ class Outbox:
             while (
                 self._outbox
                 and self._held + extra > self._limit
-                and not (self._failing or self._abandoned or self._draining_over())
+                and not (self._failing or self._hung() or self._abandoned or self._draining_over())
                 and self._publisher.is_alive()
             ):
                 self._wait_for_room(0.5)
-            failing = self._failing
+            failing = self._failing or self._hung()
+            if failing and not self._failing:
+                self._note_hung()
         keep = counted  # what its staged file counts: none once on disk
         if failing:  # waiting steps go to local disk (before the publisher can see them)
             pub.spill()
             keep = 0
         with self._lock:
-            if self._failing and self._outbox and self._outbox_memory + extra > self._limit // 2:
+            if (
+                (self._failing or self._hung())
+                and self._outbox
+                and self._outbox_memory + extra > self._limit // 2
+            ):
                 # a long outage: what the waiting steps hold in memory (their objects, their index) has
                 # reached its share of the bound; the next steps are recorded unsaved, training goes on
                 self._held -= counted
@@ -264,7 +292,7 @@ class Outbox:
             inline = self.store.is_local and self._outbox[0] is pub and self._publishing is None
             inline = inline and not self._failing and self._drain_deadline is None
             if inline:
-                self._publishing = pub
+                self._publishing = pub  # (a local store: never counted as hung)
             else:
                 self._lock.notify_all()
         if inline:
@@ -280,8 +308,38 @@ class Outbox:
             self._room_waiters -= 1
 
     def _parked(self) -> int:
-        """What steps waiting for a failing store hold (their objects): training never waits on it."""
-        return self._outbox_memory if self._failing else 0
+        """What steps waiting for a failing store hold (their objects, and the upload of the one being
+        retried): training never waits on it."""
+        return self._outbox_memory + self._flight if self._failing or self._hung() else 0
+
+    def _hung(self) -> bool:
+        """Whether the publication being sent is hung (under _lock): a remote store's request that has not
+        returned for long is a failing store for training, though it never fails."""
+        return self._publishing is not None and time.monotonic() >= self._hung_at
+
+    def _until_hung(self) -> float | None:
+        """Seconds until the publication being sent counts as hung (a waiter must look again then);
+        None when there is none to wait for."""
+        if self._publishing is None or self._hung_at == float("inf"):
+            return None
+        left = self._hung_at - time.monotonic()
+        return left + 0.01 if left > 0 else None
+
+    def _note_hung(self) -> None:
+        """The publication being sent is hung (under _lock): warned of once, and the steps waiting after
+        it go to local disk, as for a failing store. Publishing resumes in order once it returns."""
+        pub = self._publishing
+        if pub is None or self._hung_warned is pub:
+            return
+        self._hung_warned = pub
+        logger.warning(
+            "smdebug: %s has not answered for %.0f s (writing %s); the steps after it wait on local disk "
+            "while training goes on",
+            self.uri,
+            time.monotonic() - self._sent_at,
+            pub.what,
+        )
+        self._spill_waiting()
 
     def _count(self, nbytes: int) -> None:
         """Count nbytes more (fewer when negative) in what the writer holds."""
@@ -295,6 +353,8 @@ class Outbox:
         """The store fails: the steps waiting for it go to local disk, keeping only their objects in
         memory (called by the publisher, under _lock, so never while it reads them)."""
         for pub in self._outbox:
+            if pub is self._publishing:  # (being read: a hung one is sent from memory)
+                continue
             if isinstance(pub, Publication) and pub.memory > pub.objects():
                 pub.spill()
                 self._held -= pub.memory - pub.objects()
@@ -326,15 +386,20 @@ class Outbox:
         flight = 0
         if not self.store.is_local and isinstance(pub, Publication):
             flight = max(0, pub.sending() - pub.memory)
+        self._flight = flight
         self._count(flight)
         try:
             pub.publish(self.store)
         except Exception as exc:
+            self._flight = 0
             self._count(-flight)
             self._attempt_failed(pub, exc)
         else:
+            self._flight = 0
             self._count(-flight)
             self._attempt_succeeded(pub)
+        if getattr(pub, "cancelled", False):  # close() gave up on it while it was sent: its files go now
+            pub.discard()
 
     def _next(self):
         """The publication to send now (waiting out the backoff of a failing store); None to stop."""
@@ -351,8 +416,12 @@ class Outbox:
                 # (a step the encoder thread is sending itself is _publishing: waited for)
                 waiting = self._outbox and self._publishing is None
                 if waiting and (not self._failing or now >= self._retry_at):
-                    self._publishing = self._outbox[0]
-                    return self._publishing
+                    self._publishing = pub = self._outbox[0]
+                    if not self.store.is_local:
+                        sent = pub.sending() if isinstance(pub, Publication) else 0
+                        self._sent_at = now
+                        self._hung_at = now + self._hung_after + HUNG_SECONDS_PER_MIB * sent / 2**20
+                    return pub
                 timeout = self._retry_at - now if waiting else None
                 if self._drain_deadline is not None:
                     left = self._drain_deadline - now
@@ -408,7 +477,7 @@ class Outbox:
     def _attempt_succeeded(self, pub) -> None:
         with self._lock:
             self._publishing = None
-            if self._abandoned and pub.step is not None and pub.step in self.failed_steps:
+            if pub.step is not None and pub.cancelled and pub.step in self.failed_steps:
                 # close() already reported this step unsaved (the request outlived its timeout): take it
                 # out of the run again, so that the run and the report agree
                 undo = True
@@ -430,6 +499,11 @@ class Outbox:
                     self._unsaved_reason = None
             waiters = self._room_waiters or self._send_waiters
             wake = self._outbox or waiters or self._drain_deadline is not None
+            if self._hung_warned is pub:
+                self._hung_warned = None
+                logger.warning(
+                    "smdebug: %s answered again; writing %d waiting item(s)", self.uri, len(self._outbox)
+                )
             if self._failing:
                 wake = True
                 self._failing = False
@@ -477,17 +551,42 @@ class Outbox:
             self.failed_files[pub.file] = reason
         pub.discard()
 
+    def _finish_beside(self) -> bool:
+        """close(), past the drain, with the publisher still in a request (one the store keeps failing,
+        retried inside its client, or that hangs): that step and what waits behind it are unsaved, and
+        close writes the record and the marker itself (on a thread of its own: close waits for it only
+        until its deadline). False when the publisher is not in a request (it finishes the close)."""
+        with self._lock:
+            pub = self._publishing
+            if pub is None or self._abandoned or self._finisher is not None:
+                return False
+            why = self._last_error or "not written before the close timeout"
+            if pub.step is not None:
+                self.failed_steps.setdefault(pub.step, why)
+            elif pub.file is not None:
+                self.failed_files.setdefault(pub.file, why)
+            pub.cancelled = True  # (its index is not sent after it; a step it lands is taken out again)
+            if self._outbox and self._outbox[0] is pub:
+                self._outbox.popleft()
+        self._closer = threading.Thread(
+            target=self._finish_close, name=f"smdebug-close-{self.worker}", daemon=True
+        )
+        self._closer.start()
+        return True
+
     def _finish_close(self) -> None:
         """At close, past the drain: what is still waiting is unsaved; then the record of the unsaved
-        steps and the end-of-job marker, in that order, unless the store is still failing."""
+        steps and the end-of-job marker, in that order, the marker only once the record is written."""
         with self._lock:
-            if self._abandoned:
+            if self._abandoned or self._finisher is not None:
                 return
+            self._finisher = threading.current_thread()
             why = self._last_error or "not written before the close timeout"
             while self._outbox:
                 self._given_up(self._outbox.popleft(), why, quiet=True)
             self._forget_outbox()
-            end_of_job, failing, refused = self._end_of_job, self._failing, self.refused
+            end_of_job, refused = self._end_of_job, self.refused
+        failing = False
         if refused or self.store is None:
             return
         final = []
@@ -498,8 +597,12 @@ class Outbox:
             final.append((layout.ended_note_path(self.worker), b"{}"))
         if end_of_job:
             final.append((END_OF_JOB_FILE, b""))
+        self._final_left = [relpath for relpath, _ in final]
         for relpath, data in final:
-            if failing:  # the store did not come back: no point waiting on it again
+            # A store that failed until now (one object it refuses, an outage that just ended) is tried
+            # once more with what is left of close's time (close() stops waiting at its deadline): only
+            # a failed attempt leaves the run without its record, so never looking complete
+            if failing or time.monotonic() >= self._close_deadline:
                 self.failed_files[relpath] = why
                 continue
             try:
@@ -508,14 +611,15 @@ class Outbox:
                 ended, last = [], True
                 if relpath == END_OF_JOB_FILE and end_of_job > 1:
                     # the workers that write the run are those with a collections file (not every rank
-                    # may have a hook): the last of them to end writes the marker
+                    # may have a hook: a script's `if rank == 0` hook counts the job's ranks all the same):
+                    # the last of them to end writes the marker
                     ended = self.store.list(layout.ENDED_DIR)
                     writers = [
                         p for p in self.store.list(layout.COLLECTIONS_DIR) if layout.is_collections_file(p)
                     ]
                     last = len(ended) >= len(writers)
                 if last:
-                    self.store.write_bytes(relpath, data)
+                    self._write_final(relpath, data)
                 if relpath == END_OF_JOB_FILE:
                     self._end_written = True
                     # a finished run is protected by its marker: the claim and the workers' notes go, and
@@ -524,11 +628,23 @@ class Outbox:
                         release_worker(self.store, self.worker, self._claim_token)
                     if last and ended:
                         for note in ended:
-                            self.store.remove(note)
+                            # (a peer that decided it was last at the same moment removes them too)
+                            with contextlib.suppress(FileNotFoundError):
+                                self.store.remove(note)
                         if self.store.is_local:
                             with contextlib.suppress(OSError):
                                 os.rmdir(self.store.path(layout.ENDED_DIR))
+                self._final_left.remove(relpath)
             except Exception as exc:
                 failing = True  # without the record of unsaved steps, the run must not look complete
                 why = self._describe(exc)
                 self.failed_files[relpath] = why
+
+    def _write_final(self, relpath: str, data: bytes) -> None:
+        """Write a file of close (the record of unsaved steps, a note, the marker). A marker already
+        there is no failure: a peer that decided it was last at the same moment wrote it."""
+        try:
+            self.store.write_bytes(relpath, data)
+        except Exception:
+            if relpath != END_OF_JOB_FILE or not self.store.exists(END_OF_JOB_FILE):
+                raise

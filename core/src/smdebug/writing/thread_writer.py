@@ -166,7 +166,7 @@ class RunWriter(Outbox):
             while self._held > self._parked() and self._held + nbytes > self._limit:
                 if self._batch:
                     self._send_batch()  # the encoder frees room only for what it has been given
-                self._wait_for_room()
+                self._wait_for_room(self._until_hung())  # (a hung upload frees none: looked at again)
             self._held += nbytes
 
     def _send_batch(self) -> None:
@@ -249,8 +249,16 @@ class RunWriter(Outbox):
         self._send_batch()
         self._queue.put(("stop", finish_open_step))
         self._thread.join(max(0.0, deadline - time.monotonic()))
-        self._publisher.join(max(0.0, deadline - time.monotonic()))
-        if self._thread.is_alive() or self._publisher.is_alive():
+        self._publisher.join(max(0.0, self._drain_deadline - time.monotonic()))
+        finisher = self._publisher
+        if finisher.is_alive() and self._finish_beside():
+            # the publisher is still in a request at the drain's end: the record of unsaved steps and the
+            # marker are written beside it, with what is left of the timeout
+            finisher = self._closer
+        finisher.join(max(0.0, deadline - time.monotonic()))
+        finisher = self._finisher or finisher  # (the publisher, its request done, may have taken them)
+        finisher.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive() or finisher.is_alive():
             self._abandon(timeout)  # a request that hangs: stop waiting for it
         return self.failed_steps
 
