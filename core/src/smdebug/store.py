@@ -10,6 +10,7 @@ S3 goes through s3fs, configured the standard ways: the AWS environment (``AWS_E
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -238,19 +239,37 @@ class Store:
 
     # -- reading ------------------------------------------------------------------------------------
     def _read(self, call, *args, nbytes: int = 0, **kwargs):
-        """A read of the remote filesystem, given up after read_timeout(nbytes) seconds (TimeoutError
-        naming the store) when its filesystem takes a deadline."""
-        if not self._bounded:
-            return call(*args, **kwargs)
-        from fsspec.exceptions import FSTimeoutError
-
-        timeout = read_timeout(nbytes)
+        """A read of the remote filesystem, given up after read_timeout(nbytes) seconds (StoreTimeoutError
+        naming the store) when its filesystem takes a deadline. A store that does not answer, or answers
+        with a failure, raises StoreUnavailableError (an OSError) naming it and the cause; "not found"
+        stays a FileNotFoundError."""
+        timeout = read_timeout(nbytes) if self._bounded else None
         try:
-            return call(*args, timeout=timeout, **kwargs)
-        except FSTimeoutError as exc:
-            raise TimeoutError(
-                f"{self.uri} did not answer within {timeout:g} s ({READ_TIMEOUT_ENV})"
-            ) from exc
+            return call(*args, **kwargs) if timeout is None else call(*args, timeout=timeout, **kwargs)
+        except Exception as exc:
+            failure = self._failure(exc, timeout)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def _failure(self, exc: Exception, timeout: float | None) -> Exception | None:
+        """What a remote read's error becomes for smdebug's callers (None: raised as it is). The storage
+        clients' own errors (botocore's, aiohttp's) are no OSError: a caller handling an outage would miss
+        them."""
+        if self.is_local or isinstance(exc, (StoreUnavailableError, *_AS_RAISED)):
+            return None
+        if timeout is not None:
+            from fsspec.exceptions import FSTimeoutError
+
+            if isinstance(exc, FSTimeoutError):
+                return StoreTimeoutError(
+                    f"{self.uri} did not answer within {timeout:g} s ({READ_TIMEOUT_ENV})"
+                )
+        if _not_found(exc):
+            return FileNotFoundError(f"{self.uri}: {self.describe(exc)}")
+        if isinstance(exc, (OSError, *_client_errors())):
+            return StoreUnavailableError(f"{self.uri} did not answer: {self.describe(exc)}")
+        return None
 
     def ask(self, call, *args, **kwargs):
         """``call(*args)`` of the store's filesystem (``fs.exists``, ``fs.glob``, ...), given up after the
@@ -284,27 +303,41 @@ class Store:
         out: dict[str, bytes] = {}
         todo = relpaths
         for attempt in range(READ_ATTEMPTS):
-            # start=0: one ranged GET per file (s3fs would otherwise ask for each file's size first)
-            fetched = self._read(
-                self.fs.cat, [self.path(p) for p in todo], on_error="return", batch_size=READ_BATCH, start=0
-            )
+            # exact paths (fs.cat would expand a prefix's "[1]" as a glob); start=0: one ranged GET per file
+            # (s3fs would otherwise ask for each file's size first)
+            paths = [self.path(p) for p in todo]
+            fetched = self._cat_ranges(paths, [0] * len(paths), [None] * len(paths), 0)
             failed = []
-            for key, value in fetched.items():
-                rel = self.relative(self.fs._strip_protocol(key))
+            for rel, value in zip(todo, fetched):
                 if not isinstance(value, BaseException):
                     out[rel] = value
-                elif not isinstance(value, FileNotFoundError):  # a busy or flaky server: ask again
-                    failed.append((rel, value))
+                elif not isinstance(value, FileNotFoundError) and not _not_found(value):
+                    failed.append((rel, value))  # a busy or flaky server: ask again
             if not failed:
                 break
             todo = [rel for rel, _ in failed]
             if attempt == READ_ATTEMPTS - 1:
-                raise OSError(
+                raise StoreUnavailableError(
                     f"could not read {len(failed)} file(s) of {self.uri}, e.g. {todo[0]}: "
                     f"{self.describe(failed[0][1])}"
                 )
             time.sleep(0.2 * 2**attempt)
         return out
+
+    def _cat_ranges(self, paths: list[str], starts: list, ends: list, nbytes: int) -> list:
+        """fs.cat_ranges of exact paths, concurrently in batches: bytes, or the exception, per path."""
+        try:
+            return self._read(
+                self.fs.cat_ranges,
+                paths,
+                starts,
+                ends,
+                on_error="return",
+                batch_size=READ_BATCH,
+                nbytes=nbytes,
+            )
+        except TypeError:  # a filesystem whose cat_ranges takes neither
+            return self._read(self.fs.cat_ranges, paths, starts, ends, nbytes=nbytes)
 
     def read_ranges(self, relpath_ranges: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
         """Fetch byte ranges [start, end) of files; remote filesystems fetch them concurrently.
@@ -338,17 +371,7 @@ class Store:
             ends = [relpath_ranges[i][2] for i in todo]
             nbytes = sum(max(0, e - b) for b, e in zip(starts, ends))
             try:
-                got = self._read(
-                    self.fs.cat_ranges,
-                    paths,
-                    starts,
-                    ends,
-                    on_error="return",
-                    batch_size=READ_BATCH,
-                    nbytes=nbytes,
-                )
-            except TypeError:  # a filesystem whose cat_ranges takes neither
-                got = self._read(self.fs.cat_ranges, paths, starts, ends, nbytes=nbytes)
+                got = self._cat_ranges(paths, starts, ends, nbytes)
             except TimeoutError as exc:  # no answer: asking again would wait as long again
                 for i in todo:
                     out[i] = exc
@@ -450,7 +473,10 @@ class Store:
         if self.is_local:
             return os.path.exists(path)
         self.fs.invalidate_cache(path)  # another process may have written it since we last listed
-        return self._read(self.fs.exists, path)
+        try:
+            return self._read(self.fs.exists, path)
+        except FileNotFoundError:  # (a "not found" the filesystem raised rather than answered)
+            return False
 
     def list(self, relprefix: str) -> list[str]:
         """Every file under relprefix (recursively), as sorted paths relative to the root."""
@@ -482,6 +508,57 @@ class Store:
         except FileNotFoundError:
             return []
         return sorted(self.relative(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory")
+
+
+class StoreUnavailableError(ConnectionError):
+    """A remote store that did not answer, or answered with a failure (an outage, a busy server): no
+    damage to the run, and the same read may work once the store is back."""
+
+
+class StoreTimeoutError(StoreUnavailableError, TimeoutError):
+    """A remote read given up after SMDEBUG_READ_TIMEOUT (an endpoint that stopped answering)."""
+
+
+# errors of a remote read raised as they are: what the store answered (nothing there, no access), or a
+# caller's mistake
+_AS_RAISED = (
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    ValueError,
+    TypeError,
+    NotImplementedError,
+    CorruptRunError,
+)
+_NOT_FOUND_CODES = ("404", "NoSuchKey", "NoSuchBucket", "NotFound")
+
+
+@functools.cache
+def _client_errors() -> tuple[type[BaseException], ...]:
+    """The storage clients' errors that are no OSError (botocore's, aiohttp's), those installed."""
+    found: list[type[BaseException]] = []
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        found += [BotoCoreError, ClientError]
+    except ImportError:
+        pass
+    try:
+        from aiohttp import ClientError as HTTPClientError
+
+        found.append(HTTPClientError)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def _not_found(exc: BaseException) -> bool:
+    """Whether a storage client's error (a botocore ClientError s3fs did not translate) says "not found"."""
+    response = getattr(exc, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return str(code) in _NOT_FOUND_CODES
 
 
 TEMP_MARK = ".tmp-"  # a file being written locally: <file>.tmp-<token><pid>-<n>, renamed when whole

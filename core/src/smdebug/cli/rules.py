@@ -35,6 +35,7 @@ from smdebug.exceptions import (
     TensorUnavailable,
     TensorUnavailableForStep,
 )
+from smdebug.store import StoreUnavailableError
 
 _SKIPPABLE = (TensorUnavailableForStep, TensorUnavailable, StepUnavailable, StepNotYetAvailable)
 
@@ -144,13 +145,12 @@ def _many(args) -> bool:
     if len(args.runs) > 1 or args.json or args.workers or args.scheduler or args.baseline:
         return True
     path = args.runs[0]
-    if any(c in path for c in "*?["):
-        return True
+    pattern = any(c in path for c in "*?[")
     from smdebug import plugins
     from smdebug.cli._common import REACH_TIMEOUT
     from smdebug.layout import WRITERS_DIR, is_run
 
-    answer: list[bool] = []
+    answer: list[tuple[bool, bool]] = []
 
     def look() -> None:  # a folder (or prefix) that exists and is not itself a run holds runs
         try:
@@ -158,19 +158,23 @@ def _many(args) -> bool:
             isdir = os.path.isdir(store.root) if store.is_local else store.ask(store.fs.isdir, store.root)
             # a writer's claim and nothing else yet: a run starting (--watch waits for its first step)
             starting = store.ask(store.fs.exists, f"{store.root}/{WRITERS_DIR}")
-            answer.append(isdir and not (starting or is_run(store)))
+            answer.append((isdir, bool(isdir and (starting or is_run(store)))))
         except Exception:
-            answer.append(False)  # _run_one reports it
+            answer.append((False, False))  # _run_one reports it
 
     os.environ.setdefault("AWS_MAX_ATTEMPTS", "2")  # a command, not training: fail soon (as reach_trial)
     thread = threading.Thread(target=look, name="smdebug-cli-look", daemon=True)
     thread.start()
     thread.join(REACH_TIMEOUT)
+    if answer and answer[0][1]:
+        return False  # a run, even one whose name holds glob characters (``exp[1]/run``)
+    if pattern:
+        return True  # a glob of runs
     if not answer:
         from smdebug.store import redact
 
         raise SMDebugValueError(f"{redact(path)}: cannot read the run: no answer within {REACH_TIMEOUT:g} s")
-    return answer[0]  # False on an error, which _run_one reports
+    return answer[0][0]  # False on an error, which _run_one reports
 
 
 def _run_one(args) -> int:
@@ -225,16 +229,49 @@ def rule_states(trial, rules=None) -> list[_State]:
 def _open(path: str, watch: bool, timeout: float | None, create_trial):
     trial = create_trial(path)
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not trial.steps(show_incomplete_steps=True) and not trial.collections():
+    outage = _Outage()
+    while True:
+        try:
+            if trial.steps(show_incomplete_steps=True) or trial.collections():
+                return trial
+        except StoreUnavailableError as exc:
+            if not watch:
+                raise
+            outage.say(exc)
         if not watch:
             from smdebug.layout import no_run_here
 
             raise SMDebugValueError(no_run_here(trial.store, path))
         if deadline is not None and time.monotonic() > deadline:
             raise SMDebugValueError(f"{path}: no smdebug run appeared within {timeout:g}s")
-        time.sleep(0.2)
-        trial.refresh()
-    return trial
+        time.sleep(OUTAGE_RETRY if outage.said else 0.2)
+        try:
+            trial.refresh()
+        except StoreUnavailableError as exc:
+            outage.say(exc)
+
+
+# With --watch, a remote store that does not answer (an outage) is asked again this often (seconds).
+OUTAGE_RETRY = 1.0
+
+
+class _Outage:
+    """--watch through a store that does not answer: said once on stderr (again after it answered)."""
+
+    def __init__(self):
+        self.said = False
+
+    def say(self, exc: BaseException) -> None:
+        if not self.said:
+            cause = " ".join(str(exc).split())
+            print(
+                f"smdebug rules: cannot read the run ({cause}); watching on, retrying every {OUTAGE_RETRY:g} s",
+                file=sys.stderr,
+            )
+            self.said = True
+
+    def over(self) -> None:
+        self.said = False
 
 
 def _invoke(state: _State, step: int, on_fire=None) -> None:
@@ -248,6 +285,8 @@ def _invoke(state: _State, step: int, on_fire=None) -> None:
     except _SKIPPABLE:
         pass
     except (NoMoreData, TimeoutError):  # the run ended, or --watch's --timeout passed
+        raise
+    except StoreUnavailableError:  # the store did not answer: no broken rule (--watch asks again)
         raise
     except Exception as exc:  # one broken rule does not stop the others
         state.error = f"{type(exc).__name__}: {exc}"
@@ -282,15 +321,32 @@ def _watch(trial, active, args, progress) -> str:
     from smdebug.rules.stalled import StalledTrainingRule
 
     signalled: list = []
+    pending: list = []  # (state, step) of a stop signal the store did not take yet: written once it does
 
-    def stop_training(state: _State, step: int) -> None:
-        if signalled:
-            return
+    def send() -> None:
+        state, step = pending[0]
         if trial.training_ended():  # nobody left to stop: no signal to lie in the run
             signalled.append("")
+        else:
+            try:
+                write_stop_signal(trial.store, state.rule.rule_name, step, state.reason)
+            except Exception as exc:
+                if trial.store.is_local or isinstance(exc, SMDebugError):
+                    raise
+                raise StoreUnavailableError(
+                    f"{trial.store.uri}: the stop signal was not written: {trial.store.describe(exc)}"
+                ) from exc
+            signalled.append(state.name)
+        pending.clear()
+
+    def stop_training(state: _State, step: int) -> None:
+        if signalled or pending:
             return
-        write_stop_signal(trial.store, state.rule.rule_name, step, state.reason)
-        signalled.append(state.name)
+        pending.append((state, step))
+        try:
+            send()
+        except StoreUnavailableError:
+            pass  # written at the loop's next turn (which says the outage)
 
     trial.refresh_interval = 0.2
     for state in active:  # a stall rule waits for each step up to its threshold: --timeout is the limit
@@ -299,30 +355,57 @@ def _watch(trial, active, args, progress) -> str:
     task = progress.add_task("steps (watching)", total=None)
     step = args.start_step
     done = 0
+    outage = _Outage()
+    judged: set[int] = set()  # the rules judged at this step: an outage in between does not judge them again
+    finished = False  # this step judged by every rule
     while args.end_step is None or step < args.end_step:
         try:
-            for state in active:
-                if isinstance(state.rule, StalledTrainingRule) and not state.error:
-                    _invoke(state, step, stop_training)
-            trial.wait_for_steps([step], timeout=args.timeout)
-            for state in active:
-                if not isinstance(state.rule, StalledTrainingRule) and not state.error:
-                    _invoke(state, step, stop_training)
-            done += 1
-            progress.update(task, completed=done, total=max(done, len(trial.steps())))
-        except StepUnavailable:
-            pass  # not saved: a later step exists
+            if pending:
+                send()
+            if not finished:
+                try:
+                    _judge(active, step, judged, stop_training, stalled=True)
+                    trial.wait_for_steps([step], timeout=args.timeout)
+                    _judge(active, step, judged, stop_training, stalled=False)
+                    done += 1
+                    progress.update(task, completed=done, total=max(done, len(trial.steps())))
+                except StepUnavailable:
+                    pass  # not saved: a later step exists
+                finished = True
+            later = [s for s in trial.steps(show_incomplete_steps=True) if s > step]
         except NoMoreData:
             break
+        except StoreUnavailableError as exc:  # before TimeoutError: a read given up is one of them
+            outage.say(exc)
+            time.sleep(OUTAGE_RETRY)
+            continue
         except TimeoutError:
             return f"stopped watching: no new step for {args.timeout:g}s"
-        later = [s for s in trial.steps(show_incomplete_steps=True) if s > step]
+        outage.over()
         step = later[0] if later else step + 1
+        judged.clear()
+        finished = False
+    if pending:  # the run ended or --end-step came while the store did not take the signal
+        send()
     if signalled and signalled[0]:
         return f"stop signal left in {trial.path} when {signalled[0]} fired"
     if signalled:
         return "the run had already ended: no stop signal left"
     return ""
+
+
+def _judge(active: list[_State], step: int, judged: set[int], on_fire, stalled: bool) -> None:
+    """Invoke the stall rules (stalled=True) or the others at step, each once (``judged``)."""
+    from smdebug.rules.stalled import StalledTrainingRule
+
+    for state in active:
+        if (
+            isinstance(state.rule, StalledTrainingRule) == stalled
+            and not state.error
+            and id(state) not in judged
+        ):
+            _invoke(state, step, on_fire)
+            judged.add(id(state))
 
 
 def _print_table(states: list[_State], trial, message: str) -> None:

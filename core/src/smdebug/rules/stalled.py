@@ -7,6 +7,7 @@ import time
 from smdebug.exceptions import RuleEvaluationConditionMet, StepUnavailable
 from smdebug.rules import params as p
 from smdebug.rules.base import BuiltinRule
+from smdebug.store import StoreUnavailableError
 
 
 class StalledTrainingRule(BuiltinRule):
@@ -37,6 +38,8 @@ class StalledTrainingRule(BuiltinRule):
         limit = remaining if self.max_wait is None else min(remaining, self.max_wait)
         try:
             self.base_trial.wait_for_steps([step], timeout=limit)
+        except StoreUnavailableError:  # a store that stopped answering (a TimeoutError too) is no stall
+            raise
         except TimeoutError:
             if limit < remaining:
                 raise  # the caller's limit came first: no stall yet

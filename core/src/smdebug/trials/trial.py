@@ -337,10 +337,10 @@ class Trial:
         where = f"{self.path}/{loc.event_file}"
         raw = self._fetcher.get(loc.event_file, loc.start, loc.length) if failed is None else failed
         if isinstance(raw, BaseException) and not self.store.is_local:
-            from smdebug.store import is_transient
+            from smdebug.store import StoreUnavailableError, is_transient
 
             if is_transient(raw):  # the store did not answer (an outage): no damage, a later read may work
-                raise OSError(f"could not read {where}: {self.store.describe(raw)}") from None
+                raise StoreUnavailableError(f"could not read {where}: {self.store.describe(raw)}") from None
         try:
             if isinstance(raw, BaseException):
                 raise CorruptRunError(
