@@ -93,7 +93,7 @@ def clear_stop_signal(out_dir) -> None:
     store = _store(out_dir)
     for relpath in (STOP_SIGNAL_FILE, STOP_STEP_FILE):
         if store.exists(relpath):
-            store.fs.rm(store.path(relpath))
+            store.remove(relpath)  # (fs.rm would expand a path's "[1]" as a glob)
 
 
 def agree_on_stop_step(out_dir, proposal: int) -> int:
