@@ -260,6 +260,70 @@ def test_hybridized_layers_are_saved_as_without_hybridize(tmp_path, caplog):
             )
 
 
+class _Positions(mx.gluon.HybridBlock):
+    """A child given a parameter of its parent (a learned table), another an operator without inputs
+    (F.ones), and one returning its own parameter: inside the cached graph, none is a graph input."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.table = self.params.get("table", shape=(4, 5))
+            self.a = mx.gluon.nn.Dense(3, in_units=5)
+            self.b = mx.gluon.nn.Dense(3, in_units=5)
+            self.c = mx.gluon.nn.Dense(3, in_units=5)
+
+    def hybrid_forward(self, F, x, table):
+        return self.a(x) + self.b(table) + self.c(F.ones((4, 5)))
+
+
+def test_a_hybridized_childs_parameter_or_constant_input_is_saved_as_without_hybridize(tmp_path, caplog):
+    def train(out_dir, hybridize):
+        mx.random.seed(0)
+        net = _Positions(prefix="net_")
+        net.initialize(mx.init.Xavier())
+        if hybridize:
+            net.hybridize()
+        hook = smd.Hook(out_dir, save_config=smd.SaveConfig(save_interval=1), include_collections=["c"])
+        hook.get_collection("c").include([r"dense\d_input_0"])
+        hook.register_block(net)
+        for step in range(2):
+            net(mx.nd.ones((4, 5)) * step)
+        hook.close()
+        return create_trial(out_dir)
+
+    plain = train(str(tmp_path / "plain"), hybridize=False)
+    with caplog.at_level(logging.WARNING, logger="smdebug"):
+        hybrid = train(str(tmp_path / "hybrid"), hybridize=True)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    names = ["net_dense0_input_0", "net_dense1_input_0", "net_dense2_input_0"]
+    assert sorted(plain.tensor_names()) == sorted(hybrid.tensor_names()) == names
+    for name in names:
+        for step in (0, 1):
+            np.testing.assert_allclose(hybrid.tensor(name).value(step), plain.tensor(name).value(step))
+
+
+def test_a_closed_hook_leaves_the_blocks_to_the_next_one(tmp_path, caplog):
+    """MXNet keeps a block's forward hooks: a closed hook whose graph map the next hook replaced warned
+    that the next one's tensors were not saved."""
+    net = mx.gluon.nn.HybridSequential()
+    net.add(mx.gluon.nn.Dense(4, in_units=5), mx.gluon.nn.Dense(3, in_units=4))
+    net.initialize()
+    net.hybridize()
+    for run in ("first", "second"):
+        hook = smd.Hook(
+            str(tmp_path / run), save_config=smd.SaveConfig(save_interval=1), include_collections=["c"]
+        )
+        hook.get_collection("c").add_block_tensors(net[1], outputs=True)
+        hook.register_block(net)
+        net.hybridize()  # (as the README asks of a block hybridized before the hook)
+        with caplog.at_level(logging.WARNING, logger="smdebug"):
+            for _ in range(2):
+                net(mx.nd.ones((2, 5)))
+        hook.close()
+        assert create_trial(str(tmp_path / run)).tensor(f"{net[1].name}_output_0").steps() == [0, 1]
+    assert not [r for r in caplog.records if "did not report" in r.getMessage()]
+
+
 def test_a_hybridized_layer_ending_in_an_operator_without_output_names_is_saved(tmp_path, caplog):
     """MXNet's op hook reports the output of an operator without output names (tanh, exp...) as
     "<node>_0" where the graph's Symbol says "<node>_output": the layer is saved all the same."""

@@ -158,6 +158,8 @@ class Hook(BaseHook):
 
     # -- MXNet callbacks ---------------------------------------------------------------------------
     def model_forward_pre(self, block, inputs) -> None:
+        if self.closed:  # (MXNet keeps a block's forward hooks: a hook registered on it later does the work)
+            return
         if self.health_part is not None:
             self.health_part.collect()  # the step that ends, before the next one's forward
             with self.guard("record the step's health"):
@@ -247,6 +249,8 @@ class Hook(BaseHook):
                     self.snapshots[name] = mx.nd._internal._copy(param.data(param.list_ctx()[0]))
 
     def block_forward(self, block, inputs, outputs) -> None:
+        if self.closed:
+            return
         if isinstance(outputs, Symbol) or (
             isinstance(outputs, (list, tuple)) and outputs and isinstance(outputs[0], Symbol)
         ):

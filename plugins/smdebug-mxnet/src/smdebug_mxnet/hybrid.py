@@ -65,9 +65,18 @@ class Graph:
         self.positions: dict[int, list[tuple[str, int]]] = {}  # graph input position -> names
         self.per_call = per_call  # prefix -> how many of its numbers one call takes
         self.names: set[tuple[str, int]] = set()  # every name of a call (graph inputs and node outputs)
+        self.parameters: dict[str, list[tuple[str, int]]] = {}  # a parameter's variable -> names
 
     def name(self, prefix: str, index: int, call: int) -> str:
         return f"{prefix}{index + call * self.per_call.get(prefix, 0)}"
+
+
+def _is_variable(sym) -> bool:
+    """Whether a one-node Symbol is a variable (a graph input or a parameter), not an operator."""
+    try:
+        return json.loads(sym.tojson())["nodes"][-1]["op"] == "null"
+    except Exception:  # (as before: a node without inputs taken for a graph input)
+        return True
 
 
 class HybridTaps:
@@ -123,7 +132,9 @@ class HybridTaps:
                     index = self.counters.get(prefix, 0)
                     self.counters[prefix] = index + 1
                     part = sym[i] if len(outputs_of) > 1 else sym  # (a grouped Symbol holds several nodes)
-                    if part.get_children() is None:  # a graph input, which the op hook never reports
+                    if part.get_children() is None and _is_variable(part):
+                        # a graph input or a parameter, which the op hook never reports (an operator
+                        # without inputs, such as F.zeros, is a node it reports)
                         self.pending_inputs.setdefault(node_output, []).append((prefix, index))
                         continue
                     tag = part.attr(TAG)
@@ -157,6 +168,17 @@ class HybridTaps:
                 name = graph.name(prefix, index, call)
                 self.hook.defer(name, value)
                 self.saved.add(name)
+        if graph.parameters:  # a parameter a child is given (or returns): its value in this call
+            params = dict(block.collect_params().items())  # (ParameterDict.get would make one)
+            for var, found in graph.parameters.items():
+                param = params.get(var)
+                if param is None:
+                    continue
+                for prefix, index in found:
+                    name = graph.name(prefix, index, call)
+                    if self.hook.is_due(name):
+                        self.hook.defer(name, param.data(param.list_ctx()[0]))
+                        self.saved.add(name)
         # fused operators (static_alloc, MKLDNN subgraphs) remove graph nodes the op hook would report
         missing = sorted(
             name
@@ -195,10 +217,13 @@ class HybridTaps:
         for key, per_occurrence in graph.nodes.items():  # (reported once per node of that name, per call)
             per_occurrence.extend([] for _ in range(occurrences[node_of[key]] - len(per_occurrence)))
         for var, found in self.pending_inputs.items():
-            # MXNet names a graph's inputs "data" (one input) or "data0", "data1"...
+            # MXNet names a graph's inputs "data" (one input) or "data0", "data1"...; the other variables
+            # are the block's parameters
             if var == "data" or (var.startswith("data") and var[4:].isdigit()):
                 graph.positions[int(var[4:] or 0)] = found
-                graph.names.update(found)
+            else:
+                graph.parameters[var] = found
+            graph.names.update(found)
         self.graphs[id(block)] = graph
         self.forget_trace()
 
