@@ -65,7 +65,7 @@ class Graph:
         self.positions: dict[int, list[tuple[str, int]]] = {}  # graph input position -> names
         self.per_call = per_call  # prefix -> how many of its numbers one call takes
         self.names: set[tuple[str, int]] = set()  # every name of a call (graph inputs and node outputs)
-        self.parameters: dict[str, list[tuple[str, int]]] = {}  # a parameter's variable -> names
+        self.parameters: list[tuple[mx.gluon.Parameter, list[tuple[str, int]]]] = []  # a parameter, its names
 
     def name(self, prefix: str, index: int, call: int) -> str:
         return f"{prefix}{index + call * self.per_call.get(prefix, 0)}"
@@ -168,17 +168,12 @@ class HybridTaps:
                 name = graph.name(prefix, index, call)
                 self.hook.defer(name, value)
                 self.saved.add(name)
-        if graph.parameters:  # a parameter a child is given (or returns): its value in this call
-            params = dict(block.collect_params().items())  # (ParameterDict.get would make one)
-            for var, found in graph.parameters.items():
-                param = params.get(var)
-                if param is None:
-                    continue
-                for prefix, index in found:
-                    name = graph.name(prefix, index, call)
-                    if self.hook.is_due(name):
-                        self.hook.defer(name, param.data(param.list_ctx()[0]))
-                        self.saved.add(name)
+        for param, found in graph.parameters:  # a parameter a child is given (or returns): its value now
+            for prefix, index in found:
+                name = graph.name(prefix, index, call)
+                if self.hook.is_due(name):
+                    self.hook.defer(name, param.data(param.list_ctx()[0]))
+                    self.saved.add(name)
         # fused operators (static_alloc, MKLDNN subgraphs) remove graph nodes the op hook would report
         missing = sorted(
             name
@@ -216,13 +211,14 @@ class HybridTaps:
                     per_occurrence[occurrence].extend(found)
         for key, per_occurrence in graph.nodes.items():  # (reported once per node of that name, per call)
             per_occurrence.extend([] for _ in range(occurrences[node_of[key]] - len(per_occurrence)))
+        params = dict(block.collect_params().items()) if self.pending_inputs else {}
         for var, found in self.pending_inputs.items():
             # MXNet names a graph's inputs "data" (one input) or "data0", "data1"...; the other variables
             # are the block's parameters
             if var == "data" or (var.startswith("data") and var[4:].isdigit()):
                 graph.positions[int(var[4:] or 0)] = found
-            else:
-                graph.parameters[var] = found
+            elif var in params:  # (ParameterDict.get would make one)
+                graph.parameters.append((params[var], found))
             graph.names.update(found)
         self.graphs[id(block)] = graph
         self.forget_trace()
