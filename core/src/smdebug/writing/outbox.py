@@ -551,15 +551,16 @@ class Outbox:
             self.failed_files[pub.file] = reason
         pub.discard()
 
-    def _finish_beside(self) -> bool:
+    def _finish_beside(self) -> threading.Thread | None:
         """close(), past the drain, with the publisher still in a request (one the store keeps failing,
         retried inside its client, or that hangs): that step and what waits behind it are unsaved, and
         close writes the record and the marker itself (on a thread of its own: close waits for it only
-        until its deadline). False when the publisher is not in a request (it finishes the close)."""
+        until its deadline): that thread. None when the publisher is not in a request (it finishes the
+        close)."""
         with self._lock:
             pub = self._publishing
             if pub is None or self._abandoned or self._finisher is not None:
-                return False
+                return None
             why = self._last_error or "not written before the close timeout"
             if pub.step is not None:
                 self.failed_steps.setdefault(pub.step, why)
@@ -568,11 +569,9 @@ class Outbox:
             pub.cancelled = True  # (its index is not sent after it; a step it lands is taken out again)
             if self._outbox and self._outbox[0] is pub:
                 self._outbox.popleft()
-        self._closer = threading.Thread(
-            target=self._finish_close, name=f"smdebug-close-{self.worker}", daemon=True
-        )
-        self._closer.start()
-        return True
+        closer = threading.Thread(target=self._finish_close, name=f"smdebug-close-{self.worker}", daemon=True)
+        closer.start()
+        return closer
 
     def _finish_close(self) -> None:
         """At close, past the drain: what is still waiting is unsaved; then the record of the unsaved

@@ -250,11 +250,9 @@ class RunWriter(Outbox):
         self._queue.put(("stop", finish_open_step))
         self._thread.join(max(0.0, deadline - time.monotonic()))
         self._publisher.join(max(0.0, self._drain_deadline - time.monotonic()))
-        finisher = self._publisher
-        if finisher.is_alive() and self._finish_beside():
-            # the publisher is still in a request at the drain's end: the record of unsaved steps and the
-            # marker are written beside it, with what is left of the timeout
-            finisher = self._closer
+        # the publisher still in a request at the drain's end: the record of unsaved steps and the marker
+        # are written beside it, with what is left of the timeout
+        finisher = (self._publisher.is_alive() and self._finish_beside()) or self._publisher
         finisher.join(max(0.0, deadline - time.monotonic()))
         finisher = self._finisher or finisher  # (the publisher, its request done, may have taken them)
         finisher.join(max(0.0, deadline - time.monotonic()))
